@@ -1,0 +1,68 @@
+// Save and load: the library's entry points.
+//
+//   dcp::save(sd, "/ckpt/step_100");                // one process
+//   dcp::save(sd, "/ckpt/step_100", {.comm = comm}); // every rank of `comm` calls it
+//   dcp::load(sd, "/ckpt/step_100");                 // fills sd's memory in place, resharding
+//
+// Both throw dcp::Error with one clear message on failure. In a multi-rank job every rank
+// gets the error (naming the failing rank), and a failed save never damages the checkpoint
+// that was in the directory before: data files are new, and the metadata that makes a
+// checkpoint visible is replaced atomically, last.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dcp/comm.h"
+#include "dcp/state_dict.h"
+
+namespace dcp {
+
+struct SaveOptions {
+  std::shared_ptr<Comm> comm;  // null: a world of one
+  // Exchange plans and write one global metadata file. When false each rank writes its
+  // own metadata file and replicas are not deduplicated.
+  bool use_collectives = true;
+  // Write each replicated chunk once, by the holder with the fewest bytes so far.
+  bool dedup_replicas = true;
+  // Reuse the global plan of the previous save of the same structure.
+  bool plan_cache = true;
+};
+
+struct SaveResult {
+  uint64_t bytes_written = 0;  // by this rank, tensor + bytes entries
+  uint64_t items_written = 0;  // by this rank
+  uint64_t files_written = 0;  // by this rank
+  uint64_t unique_bytes = 0;   // in the whole checkpoint
+  bool plan_cache_hit = false;
+  double plan_seconds = 0;     // local plan + exchange + global plan
+  double write_seconds = 0;    // data files, durable
+  double commit_seconds = 0;   // gather results + metadata commit
+  double total_seconds = 0;
+};
+
+struct LoadOptions {
+  std::shared_ptr<Comm> comm;  // null: a world of one
+  bool verify_checksums = true;
+  // Skip state dict entries that the checkpoint lacks instead of failing.
+  bool allow_partial = false;
+  int max_open_files = 8;
+};
+
+struct LoadResult {
+  uint64_t bytes_read = 0;   // from storage, by this rank
+  uint64_t files_opened = 0;
+  uint64_t chunks_read = 0;  // stored chunks this rank read from
+  uint64_t entries_loaded = 0;
+  uint64_t entries_skipped = 0;  // partial load
+  double metadata_seconds = 0;
+  double plan_seconds = 0;
+  double read_seconds = 0;
+  double total_seconds = 0;
+};
+
+SaveResult save(const StateDict& sd, const std::string& dir, const SaveOptions& opts = {});
+LoadResult load(StateDict& sd, const std::string& dir, const LoadOptions& opts = {});
+
+}  // namespace dcp

@@ -1,0 +1,38 @@
+// The MPI comm backend (Open MPI): the real multi-process, multi-node engine. Available when
+// dcp is built with MPI (DCP_WITH_MPI).
+//
+// MPI's blocking collectives cannot time out, so every collective is issued in its
+// non-blocking form and polled until it completes or `timeout()` passes. MPI cannot cancel a
+// collective: after a timeout the communicator refuses further calls (kFailedPrecondition) and
+// the job should fail. Buffers of a timed-out operation stay owned by the communicator until it
+// is destroyed, since MPI may still write into them.
+#pragma once
+
+// The MPI-2 C++ bindings (removed in MPI-3) only add warnings; dcp uses the C API.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <memory>
+
+#include "dcp/comm.h"
+
+namespace dcp {
+
+// A Comm over a duplicate of `comm` (MPI_Comm_dup), so dcp's messages never match the
+// caller's; the duplicate is freed on destruction, MPI itself is left to its owner. MPI must be
+// initialized (see EnsureMpiInitialized); throws dcp::Error otherwise or if MPI_Comm_dup fails.
+// Use one thread at a time per Comm; with MPI_THREAD_MULTIPLE, different Comms may be used by
+// different threads.
+std::shared_ptr<Comm> MpiComm(MPI_Comm comm = MPI_COMM_WORLD);
+
+// Initializes MPI with MPI_THREAD_MULTIPLE unless it already is; in that case it also
+// finalizes MPI at exit. MPI initialized by the caller is never finalized by dcp. Fails if MPI
+// was already finalized or the library cannot be initialized.
+Status EnsureMpiInitialized(int* argc, char*** argv);
+
+}  // namespace dcp

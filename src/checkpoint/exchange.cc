@@ -1,0 +1,61 @@
+#include "checkpoint/exchange.h"
+
+namespace dcp::checkpoint {
+namespace {
+
+std::string Encode(const Status& s) {
+  std::string out(1, static_cast<char>(s.code()));
+  out += s.message();
+  return out;
+}
+
+Status Decode(std::string_view m) {
+  auto code = static_cast<StatusCode>(static_cast<uint8_t>(m[0]));
+  return Status(code == StatusCode::kOk ? StatusCode::kInternal : code, std::string(m.substr(1)));
+}
+
+}  // namespace
+
+std::string TagOk(std::string_view payload) {
+  std::string out(1, static_cast<char>(StatusCode::kOk));
+  out += payload;
+  return out;
+}
+
+std::string TagError(const Status& s) { return Encode(s); }
+
+Result<std::vector<std::string_view>> UntagAll(const std::vector<std::string>& gathered) {
+  std::vector<std::string_view> out;
+  out.reserve(gathered.size());
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    std::string_view m = gathered[r];
+    if (m.empty()) return Internal("empty message from rank " + std::to_string(r));
+    if (static_cast<StatusCode>(static_cast<uint8_t>(m[0])) != StatusCode::kOk) {
+      Status s = Decode(m);
+      if (gathered.size() == 1) return s;
+      return s.Annotate("rank " + std::to_string(r) + ": ");
+    }
+    out.push_back(m.substr(1));
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> AllGatherOrFail(Comm& comm, const Status& mine_status,
+                                                 std::string_view mine) {
+  auto all = comm.AllGather(mine_status.ok() ? TagOk(mine) : TagError(mine_status));
+  if (!all.ok()) return all.status();
+  auto payloads = UntagAll(*all);
+  if (!payloads.ok()) return payloads.status();
+  for (std::string& m : *all) m.erase(0, 1);
+  return all;
+}
+
+Status BroadcastStatus(Comm& comm, int root, const Status& s) {
+  std::string m = comm.rank() == root ? Encode(s) : std::string();
+  DCP_RETURN_IF_ERROR(comm.Broadcast(m, root));
+  if (m.empty()) return Internal("empty status broadcast");
+  if (static_cast<StatusCode>(static_cast<uint8_t>(m[0])) == StatusCode::kOk) return OkStatus();
+  return Decode(m);
+}
+
+}  // namespace dcp::checkpoint

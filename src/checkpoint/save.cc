@@ -1,0 +1,341 @@
+// Save: local plan -> exchange (or plan cache) -> global plan -> write -> commit.
+//
+// Every collective below is reached by every rank in the same order whatever happens
+// locally: a rank that fails sends its error in the next exchange instead of leaving, so
+// all ranks return the same error and no one waits for a peer that gave up.
+#include "checkpoint/save.h"
+
+#include <xxhash.h>
+
+#include <chrono>
+#include <list>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+
+#include "checkpoint/exchange.h"
+#include "checkpoint/metadata_io.h"
+#include "checkpoint/names.h"
+#include "core/wire.h"
+#include "planner/save_plan.h"
+#include "storage/data_files.h"
+
+namespace dcp::checkpoint {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Global plans of recent saves, keyed by this rank's local plan hash. A hit is used only
+// when every rank reports a cached plan for the same gathered hashes (`digest`).
+struct CachedPlan {
+  uint64_t digest;
+  std::shared_ptr<const planner::GlobalSavePlan> plan;
+};
+class PlanCache {
+ public:
+  static constexpr size_t kCapacity = 16;
+  std::optional<CachedPlan> Find(uint64_t local_hash) {
+    std::lock_guard lock(mu_);
+    auto it = map_.find(local_hash);
+    if (it == map_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Put(uint64_t local_hash, CachedPlan p) {
+    std::lock_guard lock(mu_);
+    if (!map_.count(local_hash)) {
+      order_.push_back(local_hash);
+      if (order_.size() > kCapacity) {
+        map_.erase(order_.front());
+        order_.pop_front();
+      }
+    }
+    map_[local_hash] = std::move(p);
+  }
+  void Clear() {
+    std::lock_guard lock(mu_);
+    map_.clear();
+    order_.clear();
+  }
+
+ private:
+  std::mutex mu_;  // guards map_ and order_ (thread-rank tests share the process)
+  std::unordered_map<uint64_t, CachedPlan> map_;
+  std::list<uint64_t> order_;
+};
+PlanCache& Cache() {
+  static PlanCache cache;
+  return cache;
+}
+
+uint64_t RandomId() {
+  std::random_device rd;
+  uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  id ^= static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  return id == 0 ? 1 : id;
+}
+
+// What this rank writes, in global plan order, with its own memory.
+struct MyWrites {
+  std::vector<storage::TensorToWrite> tensors;
+  std::vector<std::span<const std::byte>> bytes;
+};
+
+Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSavePlan& plan,
+                                 int rank) {
+  MyWrites w;
+  for (const auto& t : plan.tensors) {
+    int mine = 0;
+    for (const auto& c : t.chunks) mine += c.writer == rank;
+    if (mine == 0) continue;
+    const StateEntry* e = sd.find(t.fqn);
+    if (!e) return Internal("planned chunk of '" + t.fqn + "' missing from the state dict");
+    int k = 0;
+    for (const auto& c : t.chunks) {
+      if (c.writer != rank) continue;
+      const TensorChunk* tc = nullptr;
+      for (const auto& cand : e->chunks) {
+        if (cand.box == c.box) tc = &cand;
+      }
+      if (!tc) return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
+      std::string key = mine == 1 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(k++);
+      w.tensors.push_back({std::move(key), t.dtype, c.box.lengths,
+                           std::span<const std::byte>(tc->view.bytes(), c.nbytes)});
+    }
+  }
+  for (const auto& b : plan.bytes) {
+    if (b.writer != rank) continue;
+    const StateEntry* e = sd.find(b.fqn);
+    if (!e) return Internal("planned bytes entry '" + b.fqn + "' missing from the state dict");
+    w.bytes.push_back(e->bytes);
+  }
+  return w;
+}
+
+// A rank's write result: its file sizes and, per written item in plan order, the byte
+// offset and checksum.
+std::string EncodeWritten(const storage::WrittenFile& tensors, const storage::WrittenFile& bytes) {
+  std::string out;
+  wire::Writer w(out);
+  for (const auto* f : {&tensors, &bytes}) {
+    w.Varint(f->size);
+    w.Varint(f->ranges.size());
+    for (const auto& r : f->ranges) {
+      w.Varint(r.byte_offset);
+      w.Varint(r.byte_length);
+      w.Fixed64(r.xxh3);
+    }
+  }
+  return out;
+}
+
+Result<std::pair<storage::WrittenFile, storage::WrittenFile>> DecodeWritten(std::string_view in) {
+  wire::Reader r(in);
+  std::pair<storage::WrittenFile, storage::WrittenFile> out;
+  for (auto* f : {&out.first, &out.second}) {
+    f->size = r.Varint();
+    f->ranges.resize(r.Count(10));
+    for (auto& x : f->ranges) {
+      x.byte_offset = r.Varint();
+      x.byte_length = r.Varint();
+      x.xxh3 = r.Fixed64();
+    }
+  }
+  if (!r.ok() || !r.AtEnd()) return DataLoss("corrupt write result received");
+  return out;
+}
+
+Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, uint64_t save_id,
+                                         const std::vector<std::string_view>& results) {
+  const int world = static_cast<int>(results.size());
+  metadata::Metadata md;
+  md.save_id = save_id;
+  md.world_size = static_cast<uint32_t>(world);
+  std::vector<std::pair<storage::WrittenFile, storage::WrittenFile>> written;
+  std::vector<int> tensor_file(world, -1), bytes_file(world, -1);
+  for (int r = 0; r < world; ++r) {
+    DCP_ASSIGN_OR_RETURN(auto w, DecodeWritten(results[r]));
+    if (!w.first.ranges.empty()) {
+      tensor_file[r] = static_cast<int>(md.files.size());
+      md.files.push_back({DataFileName(save_id, r), w.first.size});
+    }
+    if (!w.second.ranges.empty()) {
+      bytes_file[r] = static_cast<int>(md.files.size());
+      md.files.push_back({BytesFileName(save_id, r), w.second.size});
+    }
+    written.push_back(std::move(w));
+  }
+  std::vector<size_t> next_tensor(world, 0), next_bytes(world, 0);
+  for (const auto& t : plan.tensors) {
+    metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}};
+    for (const auto& c : t.chunks) {
+      auto& ranges = written[c.writer].first.ranges;
+      if (next_tensor[c.writer] >= ranges.size()) {
+        return Internal("rank " + std::to_string(c.writer) + " reported too few written chunks");
+      }
+      const auto& wr = ranges[next_tensor[c.writer]++];
+      tm.chunks.push_back({c.box, static_cast<uint32_t>(tensor_file[c.writer]), wr.byte_offset,
+                           wr.byte_length, wr.xxh3});
+    }
+    md.tensors.push_back(std::move(tm));
+  }
+  for (const auto& b : plan.bytes) {
+    auto& ranges = written[b.writer].second.ranges;
+    if (next_bytes[b.writer] >= ranges.size()) {
+      return Internal("rank " + std::to_string(b.writer) + " reported too few bytes entries");
+    }
+    const auto& wr = ranges[next_bytes[b.writer]++];
+    md.bytes.push_back({b.fqn, static_cast<uint32_t>(bytes_file[b.writer]), wr.byte_offset,
+                        wr.byte_length, wr.xxh3});
+  }
+  return md;
+}
+
+// After a commit: data files of earlier saves are no longer referenced; remove them (and
+// tmp metadata of crashed saves). Best effort: leftovers waste space, nothing more.
+void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
+                    const metadata::Metadata& md) {
+  auto names = fs.List(dir);
+  if (!names.ok()) return;
+  for (const std::string& n : *names) {
+    bool referenced = false;
+    for (const auto& f : md.files) referenced = referenced || f.name == n;
+    if (!referenced && (IsDcpDataFileName(n) || IsMetadataTmpName(n))) {
+      (void)fs.Remove(storage::JoinPath(dir, n));
+    }
+  }
+}
+
+}  // namespace
+
+void ClearSavePlanCache() { Cache().Clear(); }
+
+Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts,
+                        storage::FileSystem& fs) {
+  if (!opts.use_collectives) {
+    return InvalidArgument("saving without collectives is not supported yet");
+  }
+  std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
+  const int rank = comm->rank(), world = comm->size();
+  SaveResult result;
+  const auto t0 = Clock::now();
+
+  // 1. Local plan, and agreement on (plan hash, cached plan, save id) in one exchange.
+  auto local = planner::BuildLocalSavePlan(sd);
+  Status st = local.status();
+  if (st.ok()) st = fs.CreateDirs(dir);
+  std::string encoded = st.ok() ? planner::EncodeLocalPlan(*local) : std::string();
+  const uint64_t local_hash = XXH3_64bits(encoded.data(), encoded.size());
+  std::optional<CachedPlan> cached = opts.plan_cache ? Cache().Find(local_hash) : std::nullopt;
+  std::string hello;
+  {
+    wire::Writer w(hello);
+    w.Fixed64(local_hash);
+    w.Fixed64(cached ? cached->digest : 0);
+    w.Fixed64(RandomId());
+  }
+  auto gathered = AllGatherOrFail(*comm, st.ok() ? OkStatus() : st.Annotate("save to " + dir + ": "), hello);
+  if (!gathered.ok()) return gathered.status();
+  std::vector<uint64_t> hashes(world), cached_digests(world);
+  uint64_t save_id = 0;
+  for (int r = 0; r < world; ++r) {
+    wire::Reader rd((*gathered)[r]);
+    hashes[r] = rd.Fixed64();
+    cached_digests[r] = rd.Fixed64();
+    uint64_t id = rd.Fixed64();
+    if (r == 0) save_id = id;
+  }
+  uint64_t digest = XXH3_64bits(hashes.data(), hashes.size() * sizeof(uint64_t)) ^
+                    (opts.dedup_replicas ? 0x9e3779b97f4a7c15ULL : 0);
+  bool hit = true;
+  for (uint64_t d : cached_digests) hit = hit && d == digest;
+
+  // 2. Global plan: from the cache, or from the distinct local plans.
+  std::shared_ptr<const planner::GlobalSavePlan> plan;
+  if (hit) {
+    plan = cached->plan;
+    result.plan_cache_hit = true;
+  } else {
+    std::vector<int> first_holder(world);
+    std::unordered_map<uint64_t, int> class_of;
+    std::vector<std::vector<int>> holders;
+    for (int r = 0; r < world; ++r) {
+      auto [it, inserted] = class_of.try_emplace(hashes[r], static_cast<int>(holders.size()));
+      if (inserted) holders.emplace_back();
+      holders[it->second].push_back(r);
+      first_holder[r] = holders[it->second].front();
+    }
+    // Only the first holder of each distinct plan sends it.
+    auto plans_raw = comm->AllGather(first_holder[rank] == rank ? encoded : std::string());
+    if (!plans_raw.ok()) return plans_raw.status();
+    std::vector<planner::LocalSavePlan> distinct(holders.size());
+    for (size_t c = 0; c < holders.size(); ++c) {
+      auto p = planner::DecodeLocalPlan((*plans_raw)[holders[c].front()]);
+      if (!p.ok()) return p.status();
+      distinct[c] = std::move(p).value();
+    }
+    auto global = planner::PlanSave(distinct, holders, world,
+                                    planner::SavePlanOptions{.balance = opts.dedup_replicas});
+    if (!global.ok()) return global.status().Annotate("save to " + dir + ": ");
+    plan = std::make_shared<const planner::GlobalSavePlan>(std::move(global).value());
+    if (opts.plan_cache) Cache().Put(local_hash, {digest, plan});
+  }
+  result.unique_bytes = plan->unique_bytes;
+  const auto t1 = Clock::now();
+
+  // 3. Write this rank's items, durable, to new files (the previous checkpoint's files
+  //    are never touched).
+  storage::WrittenFile tensors_written, bytes_written;
+  auto mine = CollectMyWrites(sd, *plan, rank);
+  st = mine.status();
+  if (st.ok() && !mine->tensors.empty()) {
+    auto w = storage::WriteSafetensorsFile(fs, storage::JoinPath(dir, DataFileName(save_id, rank)),
+                                           mine->tensors);
+    st = w.status();
+    if (w.ok()) tensors_written = std::move(w).value();
+  }
+  if (st.ok() && !mine->bytes.empty()) {
+    auto w = storage::WriteBytesFile(fs, storage::JoinPath(dir, BytesFileName(save_id, rank)),
+                                     mine->bytes);
+    st = w.status();
+    if (w.ok()) bytes_written = std::move(w).value();
+  }
+  if (st.ok()) {
+    result.items_written = tensors_written.ranges.size() + bytes_written.ranges.size();
+    result.files_written = (tensors_written.size > 0 || !tensors_written.ranges.empty()) +
+                           (!bytes_written.ranges.empty());
+    for (const auto* f : {&tensors_written, &bytes_written}) {
+      for (const auto& r : f->ranges) result.bytes_written += r.byte_length;
+    }
+  }
+  const auto t2 = Clock::now();
+
+  // 4. Results to rank 0, which commits the metadata; its verdict reaches everyone.
+  auto results = comm->Gather(st.ok() ? TagOk(EncodeWritten(tensors_written, bytes_written))
+                                      : TagError(st.Annotate("save to " + dir + ": ")),
+                              0);
+  if (!results.ok()) return results.status();
+  Status commit;
+  if (rank == 0) {
+    auto payloads = UntagAll(*results);
+    commit = payloads.status();
+    if (commit.ok()) {
+      auto md = BuildMetadata(*plan, save_id, *payloads);
+      commit = md.status();
+      if (md.ok()) commit = CommitMetadata(fs, dir, *md);
+      if (commit.ok()) CollectGarbage(fs, dir, *md);
+      if (!commit.ok()) commit = commit.Annotate("save to " + dir + ": commit: ");
+    }
+  }
+  DCP_RETURN_IF_ERROR(BroadcastStatus(*comm, 0, commit));
+  const auto t3 = Clock::now();
+  result.plan_seconds = Seconds(t0, t1);
+  result.write_seconds = Seconds(t1, t2);
+  result.commit_seconds = Seconds(t2, t3);
+  result.total_seconds = Seconds(t0, t3);
+  return result;
+}
+
+}  // namespace dcp::checkpoint

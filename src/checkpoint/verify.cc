@@ -1,0 +1,74 @@
+#include "checkpoint/verify.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "checkpoint/metadata_io.h"
+#include "storage/chunk_reader.h"
+
+namespace dcp::checkpoint {
+
+Result<VerifyReport> Verify(storage::FileSystem& fs, const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  DCP_ASSIGN_OR_RETURN(metadata::Metadata md, ReadMetadata(fs, dir));
+  VerifyReport report;
+  report.files = md.files.size();
+  report.tensors = md.tensors.size();
+  report.bytes_entries = md.bytes.size();
+
+  // Every range of every file, in file order, so each file is read sequentially once.
+  struct Range {
+    uint32_t file;
+    storage::StoredRange range;
+    const metadata::TensorMeta* tensor;
+    const metadata::StoredChunk* chunk;
+    const metadata::BytesMeta* bytes;
+  };
+  std::vector<Range> ranges;
+  for (const auto& t : md.tensors) {
+    for (const auto& c : t.chunks) {
+      ranges.push_back({c.file, {c.byte_offset, c.byte_length, c.xxh3}, &t, &c, nullptr});
+    }
+  }
+  for (const auto& b : md.bytes) {
+    ranges.push_back({b.file, {b.byte_offset, b.byte_length, b.xxh3}, nullptr, nullptr, &b});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return std::tie(a.file, a.range.byte_offset) < std::tie(b.file, b.range.byte_offset);
+  });
+  report.chunks = md.TotalChunks();
+
+  std::vector<std::byte> buf;
+  size_t i = 0;
+  for (uint32_t f = 0; f < md.files.size(); ++f) {
+    const std::string path = storage::JoinPath(dir, md.files[f].name);
+    auto file = fs.OpenReadable(path);
+    if (!file.ok()) {
+      if (file.status().code() == StatusCode::kNotFound) {
+        return DataLoss("data file " + path + " is missing");
+      }
+      return file.status();
+    }
+    if ((*file)->size() != md.files[f].size) {
+      return DataLoss("data file " + path + " is " + std::to_string((*file)->size()) +
+                      " bytes, the metadata expects " + std::to_string(md.files[f].size));
+    }
+    for (; i < ranges.size() && ranges[i].file == f; ++i) {
+      const Range& r = ranges[i];
+      buf.resize(r.range.byte_length);
+      Status s = storage::ReadRangeInto(**file, r.range, /*verify=*/true, buf.data(),
+                                        &report.bytes_checked);
+      if (!s.ok()) {
+        std::string what = r.bytes ? "bytes entry '" + r.bytes->fqn + "'"
+                                   : "tensor '" + r.tensor->fqn + "' chunk " +
+                                         r.chunk->box.ToString();
+        return s.Annotate("checkpoint " + dir + ": " + what + ": ");
+      }
+    }
+  }
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace dcp::checkpoint

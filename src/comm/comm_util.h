@@ -1,0 +1,59 @@
+// Helpers shared by the comm backends: argument checks, error texts, a completed request,
+// and the polling back-off.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "dcp/comm.h"
+
+namespace dcp::comm_internal {
+
+using Clock = std::chrono::steady_clock;
+
+// "1, 3" for error messages.
+std::string JoinRanks(const std::vector<int>& ranks);
+
+// InvalidArgument unless 0 <= root < size.
+Status CheckRoot(std::string_view op, int root, int size);
+
+// InvalidArgument unless `ranks` is sorted, unique, within [0, size) and contains `me`.
+Status CheckGroupRanks(const std::vector<int>& ranks, int me, int size);
+
+// The position of `me` in the (checked) member list.
+int IndexOf(const std::vector<int>& ranks, int me);
+
+// "{backend} {op} (call #{seq}) timed out after {t} ms: rank(s) {missing} of {size} did not
+// arrive".
+Status TimeoutStatus(std::string_view backend, std::string_view op, uint64_t seq,
+                     std::chrono::milliseconds timeout, const std::vector<int>& missing, int size,
+                     std::string_view detail = {});
+
+// A request that has already finished with `status`.
+std::unique_ptr<CommRequest> CompletedRequest(Status status);
+
+// Sleeps between polls, growing geometrically from `first` to `max`.
+class Backoff {
+ public:
+  Backoff(std::chrono::microseconds first, std::chrono::microseconds max)
+      : next_(first), max_(max) {}
+  // Sleeps, but never past `deadline`.
+  void Sleep(Clock::time_point deadline) {
+    auto now = Clock::now();
+    if (now >= deadline) return;
+    auto d = std::min<Clock::duration>(next_, deadline - now);
+    std::this_thread::sleep_for(d);
+    next_ = std::min(next_ * 2, max_);
+  }
+
+ private:
+  std::chrono::microseconds next_;
+  std::chrono::microseconds max_;
+};
+
+}  // namespace dcp::comm_internal

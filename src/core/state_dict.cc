@@ -1,0 +1,55 @@
+#include "dcp/state_dict.h"
+
+#include "dcp/status.h"
+
+namespace dcp {
+
+StateEntry& StateDict::GetOrCreate(std::string_view fqn, StateEntry::Kind kind) {
+  auto [it, inserted] = index_.try_emplace(std::string(fqn), entries_.size());
+  if (inserted) {
+    StateEntry e;
+    e.fqn = std::string(fqn);
+    e.kind = kind;
+    entries_.push_back(std::move(e));
+  } else if (entries_[it->second].kind != kind) {
+    throw Error(InvalidArgument("state dict entry '" + std::string(fqn) +
+                                "' added both as a tensor and as bytes"));
+  }
+  return entries_[it->second];
+}
+
+void StateDict::add(std::string_view fqn, TensorView view, const Chunk& chunk) {
+  StateEntry& e = GetOrCreate(fqn, StateEntry::Kind::kTensor);
+  if (e.chunks.empty()) {
+    e.dtype = view.dtype;
+    e.global_shape = chunk.global_shape;
+  }
+  // Consistency (dtype, shape, bounds, overlap) is checked by save/load, where the error
+  // can be agreed on by every rank.
+  e.chunks.push_back(TensorChunk{Box{chunk.offsets, view.shape}, view});
+}
+
+void StateDict::add(std::string_view fqn, TensorView view) {
+  add(fqn, view, Chunk{view.shape, Shape::Zeros(view.shape.rank())});
+}
+
+void StateDict::add_bytes(std::string_view fqn, std::span<const std::byte> bytes) {
+  StateEntry& e = GetOrCreate(fqn, StateEntry::Kind::kBytes);
+  e.bytes.assign(bytes.begin(), bytes.end());
+}
+
+void StateDict::add_bytes(std::string_view fqn, std::string_view text) {
+  add_bytes(fqn, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+const StateEntry* StateDict::find(std::string_view fqn) const {
+  auto it = index_.find(std::string(fqn));
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+StateEntry* StateDict::find(std::string_view fqn) {
+  auto it = index_.find(std::string(fqn));
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+}  // namespace dcp

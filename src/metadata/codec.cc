@@ -1,0 +1,281 @@
+#include "metadata/codec.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+namespace dcp::metadata {
+namespace {
+
+// Layout of the fixed header.
+constexpr size_t kVersionOffset = 8;
+constexpr size_t kFlagsOffset = 12;
+constexpr size_t kBodyLengthOffset = 16;
+constexpr size_t kBodyHashOffset = 24;
+
+void PutFixed32(std::string& out, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out[at + i] = static_cast<char>(v >> (8 * i));
+}
+void PutFixed64(std::string& out, size_t at, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out[at + i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t GetFixed(const char* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out) {}
+  void Varint(uint64_t v) {
+    char buf[10];
+    int n = 0;
+    while (v >= 0x80) {
+      buf[n++] = static_cast<char>(v | 0x80);
+      v >>= 7;
+    }
+    buf[n++] = static_cast<char>(v);
+    out_.append(buf, n);
+  }
+  void Fixed64(uint64_t v) {
+    char buf[8];
+    for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>(v >> (8 * i));
+    out_.append(buf, 8);
+  }
+  void Byte(uint8_t b) { out_.push_back(static_cast<char>(b)); }
+  void String(std::string_view s) {
+    Varint(s.size());
+    out_.append(s);
+  }
+
+ private:
+  std::string& out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : p_(in.data()), end_(in.data() + in.size()) {}
+  bool ok() const { return ok_; }
+  bool AtEnd() const { return p_ == end_; }
+
+  uint64_t Varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ == end_) return Fail();
+      uint8_t b = static_cast<uint8_t>(*p_++);
+      if (shift == 63 && b > 1) return Fail();  // would overflow 64 bits
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    return Fail();
+  }
+  uint64_t Fixed64() {
+    if (end_ - p_ < 8) return Fail();
+    uint64_t v = GetFixed(p_, 8);
+    p_ += 8;
+    return v;
+  }
+  uint8_t Byte() {
+    if (p_ == end_) return static_cast<uint8_t>(Fail());
+    return static_cast<uint8_t>(*p_++);
+  }
+  std::string_view String() {
+    uint64_t n = Varint();
+    if (!ok_ || static_cast<uint64_t>(end_ - p_) < n) return Fail(), std::string_view();
+    std::string_view s(p_, n);
+    p_ += n;
+    return s;
+  }
+  // A count of items each taking at least `min_bytes`: bounded by what is left, so a
+  // corrupt count cannot make us allocate gigabytes.
+  uint64_t Count(uint64_t min_bytes) {
+    uint64_t n = Varint();
+    if (ok_ && n > static_cast<uint64_t>(end_ - p_) / min_bytes) return Fail();
+    return n;
+  }
+
+ private:
+  uint64_t Fail() {
+    ok_ = false;
+    p_ = end_;
+    return 0;
+  }
+  const char* p_;
+  const char* end_;
+  bool ok_ = true;
+};
+
+void PutShape(Writer& w, const Shape& s) {
+  for (int64_t d : s) w.Varint(static_cast<uint64_t>(d));
+}
+
+Shape GetShape(Reader& r, int rank) {
+  Shape s = Shape::Zeros(rank);
+  for (int d = 0; d < rank; ++d) {
+    uint64_t v = r.Varint();
+    s[d] = v > static_cast<uint64_t>(INT64_MAX) ? -1 : static_cast<int64_t>(v);
+  }
+  return s;
+}
+
+Status Corrupt(const std::string& what) { return DataLoss("corrupt metadata: " + what); }
+
+}  // namespace
+
+std::string Encode(const Metadata& md) {
+  std::string out(kHeaderSize, '\0');
+  out.reserve(kHeaderSize + 64 + md.TotalChunks() * 40);
+  Writer w(out);
+  w.Fixed64(md.save_id);
+  w.Varint(md.world_size);
+  w.Varint(md.files.size());
+  for (const auto& f : md.files) {
+    w.String(f.name);
+    w.Varint(f.size);
+  }
+  w.Varint(md.tensors.size());
+  for (const auto& t : md.tensors) {
+    w.String(t.fqn);
+    w.Byte(static_cast<uint8_t>(t.dtype));
+    w.Byte(static_cast<uint8_t>(t.global_shape.rank()));
+    PutShape(w, t.global_shape);
+    w.Varint(t.chunks.size());
+    for (const auto& c : t.chunks) {
+      w.Varint(c.file);
+      w.Varint(c.byte_offset);
+      w.Fixed64(c.xxh3);
+      PutShape(w, c.box.offsets);
+      PutShape(w, c.box.lengths);
+    }
+  }
+  w.Varint(md.bytes.size());
+  for (const auto& b : md.bytes) {
+    w.String(b.fqn);
+    w.Varint(b.file);
+    w.Varint(b.byte_offset);
+    w.Varint(b.byte_length);
+    w.Fixed64(b.xxh3);
+  }
+  std::memcpy(out.data(), kMagic, sizeof(kMagic));
+  PutFixed32(out, kVersionOffset, kFormatVersion);
+  PutFixed32(out, kFlagsOffset, 0);
+  PutFixed64(out, kBodyLengthOffset, out.size() - kHeaderSize);
+  PutFixed64(out, kBodyHashOffset, XXH3_64bits(out.data() + kHeaderSize, out.size() - kHeaderSize));
+  return out;
+}
+
+Result<Metadata> Decode(std::string_view data) {
+  if (data.size() < kHeaderSize || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
+    return DataLoss("not a dcp metadata file (bad magic or shorter than its header)");
+  }
+  uint32_t version = static_cast<uint32_t>(GetFixed(data.data() + kVersionOffset, 4));
+  if (version != kFormatVersion) {
+    return FailedPrecondition("metadata format version " + std::to_string(version) +
+                              " is not supported (this build reads version " +
+                              std::to_string(kFormatVersion) + ")");
+  }
+  // The header is not covered by the body checksum; a flag this build does not know would
+  // change how the body reads, so refuse it rather than guess.
+  uint32_t flags = static_cast<uint32_t>(GetFixed(data.data() + kFlagsOffset, 4));
+  if (flags != 0) {
+    return FailedPrecondition("metadata header flags " + std::to_string(flags) +
+                              " are not supported (this build reads flags 0)");
+  }
+  uint64_t body_len = GetFixed(data.data() + kBodyLengthOffset, 8);
+  if (body_len != data.size() - kHeaderSize) {
+    return Corrupt("body is " + std::to_string(data.size() - kHeaderSize) + " bytes, header says " +
+                   std::to_string(body_len) + " (truncated?)");
+  }
+  std::string_view body = data.substr(kHeaderSize);
+  if (XXH3_64bits(body.data(), body.size()) != GetFixed(data.data() + kBodyHashOffset, 8)) {
+    return Corrupt("body checksum mismatch");
+  }
+
+  Reader r(body);
+  Metadata md;
+  md.save_id = r.Fixed64();
+  uint64_t world_size = r.Varint();
+  if (r.ok() && (world_size == 0 || world_size > UINT32_MAX)) {
+    return Corrupt("world size " + std::to_string(world_size) + " out of range");
+  }
+  md.world_size = static_cast<uint32_t>(world_size);
+  md.files.resize(r.Count(2));
+  for (auto& f : md.files) {
+    f.name = std::string(r.String());
+    f.size = r.Varint();
+    if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.') {
+      if (r.ok()) return Corrupt("bad file name '" + f.name + "'");
+    }
+  }
+  md.tensors.resize(r.Count(4));
+  for (size_t i = 0; i < md.tensors.size() && r.ok(); ++i) {
+    TensorMeta& t = md.tensors[i];
+    t.fqn = std::string(r.String());
+    uint8_t dtype = r.Byte();
+    uint8_t rank = r.Byte();
+    if (!r.ok()) break;
+    if (dtype >= kNumDTypes) return Corrupt("tensor '" + t.fqn + "' has unknown dtype code");
+    if (rank > kMaxDims) return Corrupt("tensor '" + t.fqn + "' has too many dimensions");
+    if (i > 0 && !(md.tensors[i - 1].fqn < t.fqn)) {
+      return Corrupt("tensor names not sorted or duplicated at '" + t.fqn + "'");
+    }
+    t.dtype = static_cast<DType>(dtype);
+    t.global_shape = GetShape(r, rank);
+    if (r.ok() && !t.global_shape.NumElements()) {
+      return Corrupt("tensor '" + t.fqn + "' has a bad global shape " + t.global_shape.ToString());
+    }
+    t.chunks.resize(r.Count(10 + 2 * rank));
+    for (auto& c : t.chunks) {
+      uint64_t file = r.Varint();
+      c.byte_offset = r.Varint();
+      c.xxh3 = r.Fixed64();
+      c.box.offsets = GetShape(r, rank);
+      c.box.lengths = GetShape(r, rank);
+      if (!r.ok()) break;
+      if (!c.box.WithinShape(t.global_shape)) {
+        return Corrupt("tensor '" + t.fqn + "' chunk " + c.box.ToString() + " outside shape " +
+                       t.global_shape.ToString());
+      }
+      if (file >= md.files.size()) {
+        return Corrupt("tensor '" + t.fqn + "' chunk " + c.box.ToString() + " refers to file " +
+                       std::to_string(file) + " of " + std::to_string(md.files.size()));
+      }
+      auto len = DTypeBytes(t.dtype, c.box.NumElements());
+      if (!len) {
+        return Corrupt("tensor '" + t.fqn + "' chunk " + c.box.ToString() +
+                       " does not fill whole bytes of " + std::string(DTypeName(t.dtype)));
+      }
+      c.file = static_cast<uint32_t>(file);
+      c.byte_length = *len;
+      const FileInfo& f = md.files[c.file];
+      if (c.byte_offset > f.size || c.byte_length > f.size - c.byte_offset) {
+        return Corrupt("tensor '" + t.fqn + "' chunk " + c.box.ToString() +
+                       " lies beyond the end of " + f.name);
+      }
+    }
+  }
+  md.bytes.resize(r.Count(12));
+  for (size_t i = 0; i < md.bytes.size() && r.ok(); ++i) {
+    BytesMeta& b = md.bytes[i];
+    b.fqn = std::string(r.String());
+    uint64_t file = r.Varint();
+    b.byte_offset = r.Varint();
+    b.byte_length = r.Varint();
+    b.xxh3 = r.Fixed64();
+    if (!r.ok()) break;
+    if (i > 0 && !(md.bytes[i - 1].fqn < b.fqn)) {
+      return Corrupt("bytes entry names not sorted or duplicated at '" + b.fqn + "'");
+    }
+    if (file >= md.files.size() || b.byte_offset > md.files[file].size ||
+        b.byte_length > md.files[file].size - b.byte_offset) {
+      return Corrupt("bytes entry '" + b.fqn + "' has a bad file or byte range");
+    }
+    b.file = static_cast<uint32_t>(file);
+  }
+  if (!r.ok()) return Corrupt("body ends early");
+  if (!r.AtEnd()) return Corrupt("trailing bytes after the body");
+  return md;
+}
+
+}  // namespace dcp::metadata

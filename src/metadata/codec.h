@@ -1,0 +1,25 @@
+// Binary encoding of the global metadata (specified in docs/format.md).
+//
+// A 32-byte header (magic, version, flags, body length, XXH3-64 of the body) and a body of
+// LEB128 varints and length-prefixed strings. The decoder trusts nothing: every length,
+// index, box and byte range is checked before use.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "dcp/status.h"
+#include "metadata/metadata.h"
+
+namespace dcp::metadata {
+
+inline constexpr char kMagic[8] = {'\x89', 'D', 'C', 'P', 'M', 'E', 'T', 'A'};
+inline constexpr size_t kHeaderSize = 32;
+
+std::string Encode(const Metadata& md);
+
+// Errors: kDataLoss for a corrupt or truncated encoding or a foreign file,
+// kFailedPrecondition for a version or header flags this build does not read.
+Result<Metadata> Decode(std::string_view data);
+
+}  // namespace dcp::metadata

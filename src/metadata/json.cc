@@ -1,0 +1,146 @@
+#include "metadata/json.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+
+namespace dcp::metadata {
+namespace {
+
+nlohmann::json ShapeToJson(const Shape& s) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t d : s) out.push_back(d);
+  return out;
+}
+
+uint64_t TotalFileBytes(const Metadata& md) {
+  uint64_t n = 0;
+  for (const auto& f : md.files) n += f.size;
+  return n;
+}
+
+uint64_t TensorBytes(const TensorMeta& t) {
+  uint64_t n = 0;
+  for (const auto& c : t.chunks) n += c.byte_length;
+  return n;
+}
+
+// The file name for an index; the decoder guarantees it is in range, but a Metadata built
+// in memory may not have gone through it.
+const std::string& FileName(const Metadata& md, uint32_t file) {
+  static const std::string kMissing = "<missing file>";
+  return file < md.files.size() ? md.files[file].name : kMissing;
+}
+
+}  // namespace
+
+std::string Hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  // Move up while the value would print as 1024.0 or more.
+  while (unit + 1 < static_cast<int>(std::size(kUnits)) && v >= 1023.95) {
+    v /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+nlohmann::json MetadataToJson(const Metadata& md) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : md.files) files.push_back({{"name", f.name}, {"size", f.size}});
+
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : md.tensors) {
+    nlohmann::json chunks = nlohmann::json::array();
+    for (const auto& c : t.chunks) {
+      chunks.push_back({{"offsets", ShapeToJson(c.box.offsets)},
+                        {"lengths", ShapeToJson(c.box.lengths)},
+                        {"file", FileName(md, c.file)},
+                        {"byte_offset", c.byte_offset},
+                        {"byte_length", c.byte_length},
+                        {"xxh3", Hex16(c.xxh3)}});
+    }
+    tensors.push_back({{"fqn", t.fqn},
+                       {"dtype", std::string(DTypeName(t.dtype))},
+                       {"shape", ShapeToJson(t.global_shape)},
+                       {"chunks", std::move(chunks)}});
+  }
+
+  nlohmann::json bytes = nlohmann::json::array();
+  for (const auto& b : md.bytes) {
+    bytes.push_back({{"fqn", b.fqn},
+                     {"file", FileName(md, b.file)},
+                     {"byte_offset", b.byte_offset},
+                     {"byte_length", b.byte_length},
+                     {"xxh3", Hex16(b.xxh3)}});
+  }
+
+  return {{"format_version", kFormatVersion},
+          {"save_id", Hex16(md.save_id)},
+          {"world_size", md.world_size},
+          {"files", std::move(files)},
+          {"tensors", std::move(tensors)},
+          {"bytes", std::move(bytes)},
+          {"totals",
+           {{"tensors", md.tensors.size()},
+            {"chunks", md.TotalChunks()},
+            {"bytes_entries", md.bytes.size()},
+            {"files", md.files.size()},
+            {"data_bytes", md.TotalDataBytes()},
+            {"file_bytes", TotalFileBytes(md)}}}};
+}
+
+std::string MetadataSummaryText(const Metadata& md, bool list_chunks) {
+  // Names are padded to a common width (capped, so one long name does not push every line).
+  size_t width = 0;
+  for (const auto& t : md.tensors) width = std::max(width, t.fqn.size());
+  for (const auto& b : md.bytes) width = std::max(width, b.fqn.size());
+  width = std::min<size_t>(width, 60);
+  auto padded = [width](const std::string& s) {
+    return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+  };
+
+  std::string out = "save " + Hex16(md.save_id) + ", format version " +
+                    std::to_string(kFormatVersion) + ", written by " +
+                    std::to_string(md.world_size) + (md.world_size == 1 ? " rank\n" : " ranks\n");
+  if (!md.tensors.empty()) out += "tensors:\n";
+  for (const auto& t : md.tensors) {
+    const size_t n = t.chunks.size();
+    out += "  " + padded(t.fqn) + "  " + std::string(DTypeName(t.dtype)) + " " +
+           t.global_shape.ToString() + "  " + std::to_string(n) +
+           (n == 1 ? " chunk  " : " chunks  ") + HumanBytes(TensorBytes(t)) + "\n";
+    if (!list_chunks) continue;
+    for (const auto& c : t.chunks) {
+      out += "    " + c.box.ToString() + "  " + FileName(md, c.file) + " @" +
+             std::to_string(c.byte_offset) + " +" + std::to_string(c.byte_length) + "  xxh3 " +
+             Hex16(c.xxh3) + "\n";
+    }
+  }
+  if (!md.bytes.empty()) out += "bytes entries:\n";
+  for (const auto& b : md.bytes) {
+    out += "  " + padded(b.fqn) + "  " + HumanBytes(b.byte_length);
+    if (list_chunks) {
+      out += "  " + FileName(md, b.file) + " @" + std::to_string(b.byte_offset) + " +" +
+             std::to_string(b.byte_length) + "  xxh3 " + Hex16(b.xxh3);
+    }
+    out += "\n";
+  }
+  out += "totals: " + std::to_string(md.tensors.size()) + " tensors, " +
+         std::to_string(md.TotalChunks()) + " chunks, " + std::to_string(md.bytes.size()) +
+         " bytes entries, " + std::to_string(md.files.size()) + " files, " +
+         HumanBytes(md.TotalDataBytes()) + " of data in " + HumanBytes(TotalFileBytes(md)) +
+         " of files\n";
+  return out;
+}
+
+}  // namespace dcp::metadata

@@ -1,0 +1,35 @@
+#include "metadata/metadata.h"
+
+#include <algorithm>
+
+namespace dcp::metadata {
+
+uint64_t Metadata::TotalChunks() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors) n += t.chunks.size();
+  return n;
+}
+
+uint64_t Metadata::TotalDataBytes() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors) {
+    for (const auto& c : t.chunks) n += c.byte_length;
+  }
+  for (const auto& b : bytes) n += b.byte_length;
+  return n;
+}
+
+template <typename T>
+static const T* FindByFqn(const std::vector<T>& v, std::string_view fqn) {
+  auto it = std::lower_bound(v.begin(), v.end(), fqn,
+                             [](const T& e, std::string_view f) { return e.fqn < f; });
+  return it != v.end() && it->fqn == fqn ? &*it : nullptr;
+}
+
+const TensorMeta* Metadata::FindTensor(std::string_view fqn) const {
+  return FindByFqn(tensors, fqn);
+}
+
+const BytesMeta* Metadata::FindBytes(std::string_view fqn) const { return FindByFqn(bytes, fqn); }
+
+}  // namespace dcp::metadata

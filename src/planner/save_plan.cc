@@ -1,0 +1,274 @@
+#include "planner/save_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <tuple>
+
+#include "core/wire.h"
+
+namespace dcp::planner {
+namespace {
+
+Status ValidateTensorEntry(const StateEntry& e) {
+  const std::string where = "tensor '" + e.fqn + "'";
+  if (e.global_shape.rank() > kMaxDims) return InvalidArgument(where + " has more than 8 dimensions");
+  if (!e.global_shape.NumElements()) {
+    return InvalidArgument(where + " has an invalid global shape " + e.global_shape.ToString());
+  }
+  for (const TensorChunk& c : e.chunks) {
+    const TensorView& v = c.view;
+    if (v.dtype != e.dtype) {
+      return InvalidArgument(where + " has chunks of different dtypes (" +
+                             std::string(DTypeName(e.dtype)) + " and " +
+                             std::string(DTypeName(v.dtype)) + ")");
+    }
+    if (c.box.offsets.rank() != e.global_shape.rank() || !c.box.WithinShape(e.global_shape)) {
+      return InvalidArgument(where + ": chunk " + c.box.ToString() +
+                             " does not fit the global shape " + e.global_shape.ToString());
+    }
+    if (v.memory != MemoryKind::kHost) {
+      return InvalidArgument(where + ": only host memory is supported so far");
+    }
+    uint64_t n = c.box.NumElements();
+    if (!DTypeBytes(e.dtype, n)) {
+      return InvalidArgument(where + ": chunk " + c.box.ToString() + " of dtype " +
+                             std::string(DTypeName(e.dtype)) + " does not end on a whole byte");
+    }
+    if (n > 0 && v.data == nullptr) return InvalidArgument(where + ": chunk has no memory");
+  }
+  return OkStatus();
+}
+
+struct ChunkAcc {
+  uint64_t nbytes = 0;
+  std::vector<int> plans;  // plan classes holding it, ascending
+};
+struct TensorAcc {
+  DType dtype;
+  Shape global_shape;
+  int first_plan;
+  std::map<Box, ChunkAcc> chunks;
+};
+struct BytesAcc {
+  std::vector<int> plans;
+};
+
+int FirstRank(const std::vector<std::vector<int>>& holders, int plan) {
+  return holders[plan].empty() ? -1 : holders[plan].front();
+}
+
+// No two distinct chunks overlap, and together they cover the tensor.
+Status CheckTiling(const std::string& fqn, const Shape& shape, const std::vector<Box>& boxes) {
+  uint64_t covered = 0;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    covered += boxes[i].NumElements();
+    // Boxes are sorted by offsets, so only those starting before this one ends along
+    // dimension 0 can overlap it.
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      if (shape.rank() > 0 && boxes[j].offsets[0] >= boxes[i].offsets[0] + boxes[i].lengths[0]) {
+        break;
+      }
+      if (Intersect(boxes[i], boxes[j])) {
+        return InvalidArgument("tensor '" + fqn + "': saved chunks " + boxes[i].ToString() +
+                               " and " + boxes[j].ToString() + " overlap without being equal");
+      }
+    }
+  }
+  uint64_t total = shape.NumElements().value_or(0);
+  if (covered != total) {
+    return InvalidArgument("tensor '" + fqn + "': the saved chunks cover " +
+                           std::to_string(covered) + " of its " + std::to_string(total) +
+                           " elements");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<LocalSavePlan> BuildLocalSavePlan(const StateDict& sd) {
+  LocalSavePlan plan;
+  for (const StateEntry& e : sd.entries()) {
+    if (e.kind == StateEntry::Kind::kBytes) {
+      plan.items.push_back(SaveItem{e.fqn, true, DType::kU8, Shape(), Box(), e.bytes.size()});
+      continue;
+    }
+    DCP_RETURN_IF_ERROR(ValidateTensorEntry(e));
+    for (size_t i = 0; i < e.chunks.size(); ++i) {
+      const Box& box = e.chunks[i].box;
+      bool repeated = false;
+      for (size_t j = 0; j < i; ++j) repeated = repeated || e.chunks[j].box == box;
+      if (repeated && box.Empty()) continue;  // uneven splits repeat empty tails; no data
+      if (repeated) {
+        return InvalidArgument("tensor '" + e.fqn + "': chunk " + box.ToString() +
+                               " added twice on one rank");
+      }
+      plan.items.push_back(SaveItem{e.fqn, false, e.dtype, e.global_shape, box,
+                                    *DTypeBytes(e.dtype, box.NumElements())});
+    }
+  }
+  return plan;
+}
+
+std::string EncodeLocalPlan(const LocalSavePlan& plan) {
+  std::string out;
+  wire::Writer w(out);
+  w.Varint(plan.items.size());
+  for (const SaveItem& it : plan.items) {
+    w.String(it.fqn);
+    w.Byte(it.is_bytes ? 1 : 0);
+    w.Varint(it.nbytes);
+    if (it.is_bytes) continue;
+    w.Byte(static_cast<uint8_t>(it.dtype));
+    w.ShapeWithRank(it.global_shape);
+    w.Extents(it.box.offsets);
+    w.Extents(it.box.lengths);
+  }
+  return out;
+}
+
+Result<LocalSavePlan> DecodeLocalPlan(std::string_view data) {
+  wire::Reader r(data);
+  LocalSavePlan plan;
+  plan.items.resize(r.Count(3));
+  for (SaveItem& it : plan.items) {
+    it.fqn = std::string(r.String());
+    it.is_bytes = r.Byte() != 0;
+    it.nbytes = r.Varint();
+    if (it.is_bytes) continue;
+    uint8_t dtype = r.Byte();
+    if (dtype >= kNumDTypes) return DataLoss("corrupt save plan: bad dtype");
+    it.dtype = static_cast<DType>(dtype);
+    it.global_shape = r.ShapeWithRank();
+    it.box.offsets = r.Extents(it.global_shape.rank());
+    it.box.lengths = r.Extents(it.global_shape.rank());
+  }
+  if (!r.ok() || !r.AtEnd()) return DataLoss("corrupt save plan received");
+  return plan;
+}
+
+Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
+                                const std::vector<std::vector<int>>& holders, int world_size,
+                                const SavePlanOptions& opts) {
+  std::map<std::string, TensorAcc, std::less<>> tensors;
+  std::map<std::string, BytesAcc, std::less<>> bytes;
+
+  for (int p = 0; p < static_cast<int>(plans.size()); ++p) {
+    for (const SaveItem& it : plans[p].items) {
+      if (it.is_bytes) {
+        if (tensors.count(it.fqn)) {
+          return InvalidArgument("'" + it.fqn + "' is a tensor on rank " +
+                                 std::to_string(FirstRank(holders, tensors[it.fqn].first_plan)) +
+                                 " but bytes on rank " + std::to_string(FirstRank(holders, p)));
+        }
+        auto& acc = bytes[it.fqn];
+        if (acc.plans.empty() || acc.plans.back() != p) acc.plans.push_back(p);
+        continue;
+      }
+      if (bytes.count(it.fqn)) {
+        return InvalidArgument("'" + it.fqn + "' is bytes on rank " +
+                               std::to_string(FirstRank(holders, bytes[it.fqn].plans[0])) +
+                               " but a tensor on rank " + std::to_string(FirstRank(holders, p)));
+      }
+      auto [tit, inserted] = tensors.try_emplace(it.fqn, TensorAcc{it.dtype, it.global_shape, p, {}});
+      TensorAcc& t = tit->second;
+      if (!inserted && (t.dtype != it.dtype || !(t.global_shape == it.global_shape))) {
+        return InvalidArgument(
+            "tensor '" + it.fqn + "': rank " + std::to_string(FirstRank(holders, t.first_plan)) +
+            " has " + std::string(DTypeName(t.dtype)) + " " + t.global_shape.ToString() +
+            " but rank " + std::to_string(FirstRank(holders, p)) + " has " +
+            std::string(DTypeName(it.dtype)) + " " + it.global_shape.ToString());
+      }
+      ChunkAcc& c = t.chunks[it.box];
+      c.nbytes = it.nbytes;
+      if (c.plans.empty() || c.plans.back() != p) c.plans.push_back(p);
+    }
+  }
+
+  GlobalSavePlan out;
+  out.bytes_per_rank.assign(world_size, 0);
+  out.tensors.reserve(tensors.size());
+  // A replicated item awaiting its writer.
+  struct Pending {
+    uint64_t weight;
+    bool is_bytes;
+    size_t entry, chunk;  // index into out.tensors/out.bytes and the chunk list
+    const std::vector<int>* plans;
+  };
+  std::vector<Pending> pending;
+  auto weight_of = [](uint64_t nbytes, bool is_bytes) {
+    return is_bytes ? uint64_t{1} : std::max<uint64_t>(nbytes, 1);
+  };
+  auto single_holder = [&](const std::vector<int>& ps) {
+    return ps.size() == 1 && holders[ps[0]].size() == 1;
+  };
+  auto assign = [&](int rank, uint64_t weight) { out.bytes_per_rank[rank] += weight; };
+
+  for (auto& [fqn, t] : tensors) {
+    GlobalSavePlan::Tensor gt{fqn, t.dtype, t.global_shape, {}};
+    std::vector<Box> boxes;
+    boxes.reserve(t.chunks.size());
+    for (auto& [box, c] : t.chunks) {
+      boxes.push_back(box);
+      int writer = -1;
+      if (single_holder(c.plans) || !opts.balance) {
+        writer = FirstRank(holders, c.plans[0]);  // lowest rank: plans follow first holders
+        for (int p : c.plans) writer = std::min(writer, FirstRank(holders, p));
+        assign(writer, weight_of(c.nbytes, false));
+      } else {
+        pending.push_back({weight_of(c.nbytes, false), false, out.tensors.size(),
+                           gt.chunks.size(), &c.plans});
+      }
+      gt.chunks.push_back({box, c.nbytes, writer});
+      out.unique_bytes += c.nbytes;
+    }
+    DCP_RETURN_IF_ERROR(CheckTiling(fqn, t.global_shape, boxes));
+    out.tensors.push_back(std::move(gt));
+  }
+  for (auto& [fqn, b] : bytes) {
+    int writer = -1;
+    if (single_holder(b.plans) || !opts.balance) {
+      writer = FirstRank(holders, b.plans[0]);
+      for (int p : b.plans) writer = std::min(writer, FirstRank(holders, p));
+      assign(writer, 1);
+    } else {
+      pending.push_back({1, true, out.bytes.size(), 0, &b.plans});
+    }
+    out.bytes.push_back({fqn, 0, writer});
+  }
+
+  // Largest first; ties in (kind, fqn, box) order, which the sort below gets from the
+  // already-sorted entry and chunk indices.
+  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return std::tie(b.weight, a.is_bytes, a.entry, a.chunk) <
+           std::tie(a.weight, b.is_bytes, b.entry, b.chunk);
+  });
+  // One min-heap of (bytes assigned, rank) per plan class: ranks of a class are
+  // interchangeable, so the best holder of an item is the best top among its classes.
+  using Slot = std::pair<uint64_t, int>;
+  std::vector<std::priority_queue<Slot, std::vector<Slot>, std::greater<>>> heaps(plans.size());
+  if (!pending.empty()) {
+    for (size_t p = 0; p < plans.size(); ++p) {
+      for (int r : holders[p]) heaps[p].push({out.bytes_per_rank[r], r});
+    }
+  }
+  for (const Pending& it : pending) {
+    int best_plan = -1;
+    for (int p : *it.plans) {
+      if (heaps[p].empty()) continue;
+      if (best_plan < 0 || heaps[p].top() < heaps[best_plan].top()) best_plan = p;
+    }
+    auto [load, rank] = heaps[best_plan].top();
+    heaps[best_plan].pop();
+    heaps[best_plan].push({load + it.weight, rank});
+    assign(rank, it.weight);
+    if (it.is_bytes) {
+      out.bytes[it.entry].writer = rank;
+    } else {
+      out.tensors[it.entry].chunks[it.chunk].writer = rank;
+    }
+  }
+  return out;
+}
+
+}  // namespace dcp::planner

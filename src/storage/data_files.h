@@ -1,0 +1,46 @@
+// Data files: safetensors files of tensor chunks and raw files of bytes entries.
+//
+// Writers stream straight from caller memory (no staging copy), hash each chunk with
+// XXH3-64 on the way, and return only after the file is durable (fdatasync) and closed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dcp/box.h"
+#include "dcp/dtype.h"
+#include "storage/file_system.h"
+
+namespace dcp::storage {
+
+struct TensorToWrite {
+  std::string key;  // the safetensors tensor name
+  DType dtype;
+  Shape shape;
+  std::span<const std::byte> data;
+};
+
+struct WrittenRange {
+  uint64_t byte_offset = 0;  // absolute, within the file
+  uint64_t byte_length = 0;
+  uint64_t xxh3 = 0;
+};
+
+struct WrittenFile {
+  std::vector<WrittenRange> ranges;  // one per input, same order
+  uint64_t size = 0;
+};
+
+// A valid safetensors file (`__metadata__` {"format": "pt"}) holding `tensors` in order.
+Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
+                                         const std::vector<TensorToWrite>& tensors);
+
+// The payloads one after another.
+Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,
+                                   const std::vector<std::span<const std::byte>>& payloads);
+
+uint64_t Checksum(std::span<const std::byte> data);
+
+}  // namespace dcp::storage

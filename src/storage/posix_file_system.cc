@@ -1,0 +1,189 @@
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+
+#include "storage/file_system.h"
+
+namespace dcp::storage {
+namespace {
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Append(std::span<const std::byte> data) override {
+    const std::byte* p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+      // Linux writes at most ~2 GiB per call; loop on short writes.
+      ssize_t n = ::write(fd_, p, std::min<size_t>(left, size_t{1} << 30));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus("write", path_, errno);
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+    return OkStatus();
+  }
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return ErrnoStatus("fdatasync", path_, errno);
+    return OkStatus();
+  }
+  Status Close() override {
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return ErrnoStatus("close", path_, errno);
+    return OkStatus();
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+class PosixReadableFile final : public ReadableFile {
+ public:
+  PosixReadableFile(int fd, uint64_t size, std::string path)
+      : fd_(fd), size_(size), path_(std::move(path)) {}
+  ~PosixReadableFile() override { ::close(fd_); }
+  Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
+    std::byte* p = dst.data();
+    size_t left = dst.size();
+    while (left > 0) {
+      ssize_t n = ::pread(fd_, p, std::min<size_t>(left, size_t{1} << 30),
+                          static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus("read", path_, errno);
+      }
+      if (n == 0) {
+        return DataLoss("file " + path_ + " is truncated: needed bytes up to " +
+                        std::to_string(offset + left) + ", it ends at " + std::to_string(offset));
+      }
+      p += n;
+      offset += static_cast<uint64_t>(n);
+      left -= static_cast<size_t>(n);
+    }
+    return OkStatus();
+  }
+  uint64_t size() const override { return size_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  int fd_;
+  uint64_t size_;
+  std::string path_;
+};
+
+class Posix final : public FileSystem {
+ public:
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoStatus("create", path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
+  }
+  Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus("open", path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus("stat", path, err);
+    }
+    return std::unique_ptr<ReadableFile>(
+        new PosixReadableFile(fd, static_cast<uint64_t>(st.st_size), path));
+  }
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoStatus("rename", from, errno);
+    return OkStatus();
+  }
+  Status SyncDir(const std::string& dir) override {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus("open directory", dir, errno);
+    int rc = ::fsync(fd);
+    int err = errno;
+    ::close(fd);
+    if (rc != 0) return ErrnoStatus("fsync directory", dir, err);
+    return OkStatus();
+  }
+  Status Remove(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("remove", path, errno);
+    return OkStatus();
+  }
+  Status CreateDirs(const std::string& dir) override {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Unavailable("create directory " + dir + ": " + ec.message());
+    return OkStatus();
+  }
+  Result<std::vector<std::string>> List(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return ErrnoStatus("list", dir, errno);
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+    }
+    ::closedir(d);
+    return names;
+  }
+  Result<uint64_t> FileSize(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+};
+
+}  // namespace
+
+FileSystem& PosixFileSystem() {
+  static Posix fs;
+  return fs;
+}
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
+  DCP_ASSIGN_OR_RETURN(auto file, fs.OpenReadable(path));
+  std::string data(file->size(), '\0');
+  DCP_RETURN_IF_ERROR(
+      file->ReadAt(0, std::as_writable_bytes(std::span(data.data(), data.size()))));
+  return data;
+}
+
+Status WriteFileAtomic(FileSystem& fs, const std::string& path, std::string_view data,
+                       const std::string& tmp_suffix) {
+  const std::string tmp = path + tmp_suffix;
+  {
+    DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
+    Status s = file->Append(std::as_bytes(std::span(data.data(), data.size())));
+    if (s.ok()) s = file->Sync();
+    if (s.ok()) s = file->Close();
+    if (!s.ok()) {
+      (void)fs.Remove(tmp);
+      return s;
+    }
+  }
+  Status s = fs.Rename(tmp, path);
+  if (!s.ok()) {
+    (void)fs.Remove(tmp);
+    return s;
+  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return fs.SyncDir(dir.empty() ? "." : dir);
+}
+
+}  // namespace dcp::storage

@@ -1,0 +1,49 @@
+// Synthetic model shapes for the demo, the benchmarks and the tests.
+//
+// A ModelSpec lists every tensor of a real architecture (names, shapes, which dimension
+// tensor parallelism shards, which expert a tensor belongs to). It holds no data; see
+// populate.h for state dicts filled with a verifiable pattern.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dcp/box.h"
+#include "dcp/dtype.h"
+#include "dcp/status.h"
+
+namespace dcp::workload {
+
+struct TensorSpec {
+  std::string fqn;
+  DType dtype = DType::kBF16;
+  Shape shape;
+  int tp_dim = -1;  // dimension sharded by tensor parallelism; -1 = replicated
+  int expert = -1;  // expert index for MoE expert weights; -1 otherwise
+
+  uint64_t NumBytes() const;
+};
+
+struct ModelSpec {
+  std::string name;
+  int num_layers = 0;
+  int num_experts = 0;  // 0 for dense models; expert indices are in [0, num_experts)
+  std::vector<TensorSpec> tensors;
+
+  uint64_t TotalBytes() const;
+};
+
+// Known model names: "qwen3-30b-a3b" (MoE) and "llama-dense" (Llama-3-8B-like).
+const std::vector<std::string_view>& ModelNames();
+
+// The tensors of `name` with `layers` decoder layers. `width_scale` in (0, 1] shrinks the
+// hidden size, head dim, MLP/expert width and vocab (each rounded to a multiple of 8, at
+// least 8) while keeping the tensor count, so a big model's shape fits a small machine.
+// InvalidArgument for an unknown name, layers < 1, a scale outside (0, 1], or a sub-byte
+// dtype (the verification pattern is defined per byte of an element).
+Result<ModelSpec> MakeModel(std::string_view name, int layers, double width_scale = 1.0,
+                            DType dtype = DType::kBF16);
+
+}  // namespace dcp::workload

@@ -1,0 +1,33 @@
+// dcp inspect CKPT [--json] [--chunks]
+#include <iostream>
+
+#include "checkpoint/metadata_io.h"
+#include "metadata/json.h"
+#include "tools/commands.h"
+
+namespace dcp::tools {
+
+void AddInspect(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("inspect", "Describe a checkpoint: tensors, chunks, files, totals");
+  auto dir = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto chunks = std::make_shared<bool>(false);
+  cmd->add_option("checkpoint", *dir, "checkpoint directory")->required();
+  cmd->add_flag("--json", *json, "machine-readable output (schema in docs/format.md)");
+  cmd->add_flag("--chunks", *chunks, "list every chunk (text output)");
+  cmd->callback([=] {
+    auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), *dir);
+    if (!md.ok()) {
+      std::cerr << "dcp inspect: " << md.status().message() << "\n";
+      *exit_code = 1;
+      return;
+    }
+    if (*json) {
+      std::cout << metadata::MetadataToJson(*md).dump(2) << "\n";
+    } else {
+      std::cout << metadata::MetadataSummaryText(*md, *chunks);
+    }
+  });
+}
+
+}  // namespace dcp::tools

@@ -1,0 +1,30 @@
+// dcp verify CKPT: every file present and complete, every checksum.
+#include <cstdio>
+#include <iostream>
+
+#include "checkpoint/verify.h"
+#include "metadata/json.h"
+#include "tools/commands.h"
+
+namespace dcp::tools {
+
+void AddVerify(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("verify", "Check every data file and every checksum of a checkpoint");
+  auto dir = std::make_shared<std::string>();
+  cmd->add_option("checkpoint", *dir, "checkpoint directory")->required();
+  cmd->callback([=] {
+    auto report = checkpoint::Verify(storage::PosixFileSystem(), *dir);
+    if (!report.ok()) {
+      std::cerr << "dcp verify: " << report.status().message() << "\n";
+      *exit_code = 1;
+      return;
+    }
+    std::printf("OK: %s: %llu tensors, %llu chunks, %llu bytes entries, %llu files, %s checked in %.2f s\n",
+                dir->c_str(), (unsigned long long)report->tensors,
+                (unsigned long long)report->chunks, (unsigned long long)report->bytes_entries,
+                (unsigned long long)report->files,
+                metadata::HumanBytes(report->bytes_checked).c_str(), report->seconds);
+  });
+}
+
+}  // namespace dcp::tools

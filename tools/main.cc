@@ -1,0 +1,22 @@
+#include <iostream>
+
+#include "dcp/status.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dcp: distributed checkpoints for large-model training"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  dcp::tools::AddInspect(app, &exit_code);
+  dcp::tools::AddVerify(app, &exit_code);
+  dcp::tools::AddDemo(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const dcp::Error& e) {
+    std::cerr << "dcp: " << e.what() << "\n";
+    return 1;
+  }
+  return exit_code;
+}
