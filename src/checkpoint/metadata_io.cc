@@ -1,22 +1,57 @@
 #include "checkpoint/metadata_io.h"
 
+#include <algorithm>
+
 #include "checkpoint/names.h"
 #include "metadata/codec.h"
+#include "metadata/merge.h"
 
 namespace dcp::checkpoint {
+
+namespace {
+
+// Without a global metadata file, the per-rank files of a save without collectives,
+// merged and re-encoded; kNotFound when there are none either.
+Result<std::string> ReadRankMetadata(storage::FileSystem& fs, const std::string& dir) {
+  auto names = fs.List(dir);
+  if (!names.ok()) return names.status();
+  std::vector<int> ranks;
+  for (const std::string& n : *names) {
+    if (int r = ParseRankMetadataName(n); r >= 0) ranks.push_back(r);
+  }
+  if (ranks.empty()) return NotFound("no metadata");
+  std::sort(ranks.begin(), ranks.end());
+  std::vector<metadata::Metadata> parts;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] != static_cast<int>(i)) {
+      return FailedPrecondition("checkpoint " + dir + " has per-rank metadata but " +
+                                RankMetadataName(static_cast<int>(i)) + " is missing");
+    }
+    const std::string name = RankMetadataName(ranks[i]);
+    DCP_ASSIGN_OR_RETURN(std::string data, storage::ReadWholeFile(fs, storage::JoinPath(dir, name)));
+    auto md = metadata::Decode(data);
+    if (!md.ok()) return md.status().Annotate("checkpoint " + dir + ": " + name + ": ");
+    parts.push_back(std::move(md).value());
+  }
+  auto merged = metadata::MergeRankMetadata(parts);
+  if (!merged.ok()) return merged.status().Annotate("checkpoint " + dir + ": ");
+  return metadata::Encode(*merged);
+}
+
+}  // namespace
 
 Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string& dir) {
   const std::string path = storage::JoinPath(dir, std::string(kMetadataName));
   auto data = storage::ReadWholeFile(fs, path);
-  if (!data.ok()) {
-    if (data.status().code() == StatusCode::kNotFound) {
-      return FailedPrecondition("checkpoint " + dir + " has no committed metadata (" +
-                                std::string(kMetadataName) +
-                                " is missing): not a checkpoint, or its save did not finish");
-    }
+  if (data.ok()) return data;
+  if (data.status().code() != StatusCode::kNotFound) {
     return data.status().Annotate("checkpoint " + dir + ": ");
   }
-  return data;
+  auto ranks = ReadRankMetadata(fs, dir);
+  if (ranks.ok() || ranks.status().code() != StatusCode::kNotFound) return ranks;
+  return FailedPrecondition("checkpoint " + dir + " has no committed metadata (" +
+                            std::string(kMetadataName) +
+                            " is missing): not a checkpoint, or its save did not finish");
 }
 
 Result<metadata::Metadata> DecodeMetadata(std::string_view data, const std::string& dir) {
@@ -33,8 +68,9 @@ Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::stri
 }
 
 Status CommitMetadata(storage::FileSystem& fs, const std::string& dir,
-                      const metadata::Metadata& md) {
-  return storage::WriteFileAtomic(fs, storage::JoinPath(dir, std::string(kMetadataName)),
+                      const metadata::Metadata& md, int rank) {
+  const std::string name = rank < 0 ? std::string(kMetadataName) : RankMetadataName(rank);
+  return storage::WriteFileAtomic(fs, storage::JoinPath(dir, name),
                                   metadata::Encode(md),
                                   std::string(kTmpSuffixPrefix) + SaveIdHex(md.save_id));
 }

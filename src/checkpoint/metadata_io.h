@@ -8,7 +8,7 @@
 
 namespace dcp::checkpoint {
 
-// The committed metadata of `dir`. Errors name the directory: kFailedPrecondition when no
+// The committed metadata of `dir` (the global file, or else the merged per-rank files). Errors name the directory: kFailedPrecondition when no
 // metadata was committed (not a checkpoint, or a save that never finished), kDataLoss when
 // it is corrupt or foreign, kFailedPrecondition for an unsupported version.
 Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::string& dir);
@@ -16,8 +16,9 @@ Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::stri
 Result<metadata::Metadata> DecodeMetadata(std::string_view data, const std::string& dir);
 Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string& dir);
 
-// The commit point of a save: atomically replaces `dir`'s metadata.
+// The commit point of a save: atomically replaces `dir`'s global metadata, or with
+// rank >= 0 that rank's own metadata (saves without collectives).
 Status CommitMetadata(storage::FileSystem& fs, const std::string& dir,
-                      const metadata::Metadata& md);
+                      const metadata::Metadata& md, int rank = -1);
 
 }  // namespace dcp::checkpoint

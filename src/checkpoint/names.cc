@@ -43,3 +43,24 @@ bool IsMetadataTmpName(std::string_view name) {
 }
 
 }  // namespace dcp::checkpoint
+
+namespace dcp::checkpoint {
+
+std::string RankMetadataName(int rank) {
+  return std::string(kMetadataName) + ".rank" + std::to_string(rank);
+}
+
+int ParseRankMetadataName(std::string_view name) {
+  const std::string prefix = std::string(kMetadataName) + ".rank";
+  if (!name.starts_with(prefix) || name.size() == prefix.size() || name.size() > prefix.size() + 9) {
+    return -1;
+  }
+  int r = 0;
+  for (char c : name.substr(prefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    r = r * 10 + (c - '0');
+  }
+  return r;
+}
+
+}  // namespace dcp::checkpoint

@@ -19,3 +19,12 @@ bool IsDcpDataFileName(std::string_view name);
 bool IsMetadataTmpName(std::string_view name);
 
 }  // namespace dcp::checkpoint
+
+namespace dcp::checkpoint {
+
+// Per-rank metadata, written when saving without collectives: dcp.metadata.rank<R>.
+std::string RankMetadataName(int rank);
+// The rank of a per-rank metadata file name; -1 for any other name.
+int ParseRankMetadataName(std::string_view name);
+
+}  // namespace dcp::checkpoint

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <cstdio>
 #include <list>
 #include <mutex>
 #include <random>
@@ -77,6 +78,8 @@ uint64_t RandomId() {
   return id == 0 ? 1 : id;
 }
 
+using Written = std::pair<storage::WrittenFile, storage::WrittenFile>;  // tensors, bytes
+
 // What this rank writes, in global plan order, with its own memory.
 struct MyWrites {
   std::vector<storage::TensorToWrite> tensors;
@@ -131,9 +134,9 @@ std::string EncodeWritten(const storage::WrittenFile& tensors, const storage::Wr
   return out;
 }
 
-Result<std::pair<storage::WrittenFile, storage::WrittenFile>> DecodeWritten(std::string_view in) {
+Result<Written> DecodeWritten(std::string_view in) {
   wire::Reader r(in);
-  std::pair<storage::WrittenFile, storage::WrittenFile> out;
+  Written out;
   for (auto* f : {&out.first, &out.second}) {
     f->size = r.Varint();
     f->ranges.resize(r.Count(10));
@@ -147,16 +150,16 @@ Result<std::pair<storage::WrittenFile, storage::WrittenFile>> DecodeWritten(std:
   return out;
 }
 
+// `written[r]` is what rank r wrote (empty for ranks that wrote nothing).
 Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, uint64_t save_id,
-                                         const std::vector<std::string_view>& results) {
-  const int world = static_cast<int>(results.size());
+                                         const std::vector<Written>& written, int world) {
   metadata::Metadata md;
   md.save_id = save_id;
   md.world_size = static_cast<uint32_t>(world);
-  std::vector<std::pair<storage::WrittenFile, storage::WrittenFile>> written;
-  std::vector<int> tensor_file(world, -1), bytes_file(world, -1);
-  for (int r = 0; r < world; ++r) {
-    DCP_ASSIGN_OR_RETURN(auto w, DecodeWritten(results[r]));
+  const int n = static_cast<int>(written.size());
+  std::vector<int> tensor_file(n, -1), bytes_file(n, -1);
+  for (int r = 0; r < n; ++r) {
+    const Written& w = written[r];
     if (!w.first.ranges.empty()) {
       tensor_file[r] = static_cast<int>(md.files.size());
       md.files.push_back({DataFileName(save_id, r), w.first.size});
@@ -165,13 +168,12 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
       bytes_file[r] = static_cast<int>(md.files.size());
       md.files.push_back({BytesFileName(save_id, r), w.second.size});
     }
-    written.push_back(std::move(w));
   }
-  std::vector<size_t> next_tensor(world, 0), next_bytes(world, 0);
+  std::vector<size_t> next_tensor(n, 0), next_bytes(n, 0);
   for (const auto& t : plan.tensors) {
     metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}};
     for (const auto& c : t.chunks) {
-      auto& ranges = written[c.writer].first.ranges;
+      const auto& ranges = written[c.writer].first.ranges;
       if (next_tensor[c.writer] >= ranges.size()) {
         return Internal("rank " + std::to_string(c.writer) + " reported too few written chunks");
       }
@@ -182,7 +184,7 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
     md.tensors.push_back(std::move(tm));
   }
   for (const auto& b : plan.bytes) {
-    auto& ranges = written[b.writer].second.ranges;
+    const auto& ranges = written[b.writer].second.ranges;
     if (next_bytes[b.writer] >= ranges.size()) {
       return Internal("rank " + std::to_string(b.writer) + " reported too few bytes entries");
     }
@@ -193,19 +195,83 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
   return md;
 }
 
-// After a commit: data files of earlier saves are no longer referenced; remove them (and
-// tmp metadata of crashed saves). Best effort: leftovers waste space, nothing more.
-void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
-                    const metadata::Metadata& md) {
+// After a commit: data files of earlier saves are no longer referenced; remove them, tmp
+// metadata of crashed saves, and (global commits) per-rank metadata that the global file
+// now hides. With `only_rank` >= 0, only that rank's data files. Best effort: leftovers
+// waste space, nothing more.
+void CollectGarbage(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,
+                    int only_rank) {
   auto names = fs.List(dir);
   if (!names.ok()) return;
+  char suffix[16];
+  std::snprintf(suffix, sizeof(suffix), "-r%05d.", only_rank);
   for (const std::string& n : *names) {
     bool referenced = false;
     for (const auto& f : md.files) referenced = referenced || f.name == n;
-    if (!referenced && (IsDcpDataFileName(n) || IsMetadataTmpName(n))) {
-      (void)fs.Remove(storage::JoinPath(dir, n));
-    }
+    if (referenced) continue;
+    bool garbage = only_rank < 0 ? IsDcpDataFileName(n) || IsMetadataTmpName(n) ||
+                                       ParseRankMetadataName(n) >= 0
+                                 : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos;
+    if (garbage) (void)fs.Remove(storage::JoinPath(dir, n));
   }
+}
+
+// Writes this rank's items of `plan` to new files named by `save_id`; durable on return.
+Status WriteMine(const StateDict& sd, const std::string& dir, const planner::GlobalSavePlan& plan,
+                 int rank, uint64_t save_id, storage::FileSystem& fs, Written* out,
+                 SaveResult* result) {
+  DCP_ASSIGN_OR_RETURN(MyWrites mine, CollectMyWrites(sd, plan, rank));
+  if (!mine.tensors.empty()) {
+    DCP_ASSIGN_OR_RETURN(out->first,
+                         storage::WriteSafetensorsFile(
+                             fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors));
+    ++result->files_written;
+  }
+  if (!mine.bytes.empty()) {
+    DCP_ASSIGN_OR_RETURN(out->second,
+                         storage::WriteBytesFile(
+                             fs, storage::JoinPath(dir, BytesFileName(save_id, rank)), mine.bytes));
+    ++result->files_written;
+  }
+  result->items_written = out->first.ranges.size() + out->second.ranges.size();
+  for (const auto* f : {&out->first, &out->second}) {
+    for (const auto& r : f->ranges) result->bytes_written += r.byte_length;
+  }
+  return OkStatus();
+}
+
+// Without collectives: every rank writes all it holds and its own metadata file. Replicas
+// are not deduplicated and ranks do not agree on errors; load merges the rank files.
+Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir, int rank,
+                                     int world, storage::FileSystem& fs) {
+  SaveResult result;
+  const auto t0 = Clock::now();
+  const std::string where = "save to " + dir + " (rank " + std::to_string(rank) + "): ";
+  auto local = planner::BuildLocalSavePlan(sd);
+  if (!local.ok()) return local.status().Annotate(where);
+  std::vector<std::vector<int>> holders{{rank}};
+  auto plan = planner::PlanSave({*local}, holders, rank + 1);
+  if (!plan.ok()) return plan.status().Annotate(where);
+  result.unique_bytes = plan->unique_bytes;
+  DCP_RETURN_IF_ERROR(fs.CreateDirs(dir).Annotate(where));
+  const auto t1 = Clock::now();
+  const uint64_t save_id = RandomId();
+  std::vector<Written> written(rank + 1);
+  DCP_RETURN_IF_ERROR(WriteMine(sd, dir, *plan, rank, save_id, fs, &written[rank], &result)
+                          .Annotate(where));
+  const auto t2 = Clock::now();
+  auto md = BuildMetadata(*plan, save_id, written, world);
+  if (!md.ok()) return md.status().Annotate(where);
+  DCP_RETURN_IF_ERROR(CommitMetadata(fs, dir, *md, rank).Annotate(where + "commit: "));
+  CollectGarbage(fs, dir, *md, rank);
+  // A global metadata file of an earlier save would hide the rank files.
+  if (rank == 0) (void)fs.Remove(storage::JoinPath(dir, std::string(kMetadataName)));
+  const auto t3 = Clock::now();
+  result.plan_seconds = Seconds(t0, t1);
+  result.write_seconds = Seconds(t1, t2);
+  result.commit_seconds = Seconds(t2, t3);
+  result.total_seconds = Seconds(t0, t3);
+  return result;
 }
 
 }  // namespace
@@ -214,11 +280,9 @@ void ClearSavePlanCache() { Cache().Clear(); }
 
 Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts,
                         storage::FileSystem& fs) {
-  if (!opts.use_collectives) {
-    return InvalidArgument("saving without collectives is not supported yet");
-  }
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int rank = comm->rank(), world = comm->size();
+  if (!opts.use_collectives) return SaveIndependently(sd, dir, rank, world, fs);
   SaveResult result;
   const auto t0 = Clock::now();
 
@@ -287,33 +351,12 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
 
   // 3. Write this rank's items, durable, to new files (the previous checkpoint's files
   //    are never touched).
-  storage::WrittenFile tensors_written, bytes_written;
-  auto mine = CollectMyWrites(sd, *plan, rank);
-  st = mine.status();
-  if (st.ok() && !mine->tensors.empty()) {
-    auto w = storage::WriteSafetensorsFile(fs, storage::JoinPath(dir, DataFileName(save_id, rank)),
-                                           mine->tensors);
-    st = w.status();
-    if (w.ok()) tensors_written = std::move(w).value();
-  }
-  if (st.ok() && !mine->bytes.empty()) {
-    auto w = storage::WriteBytesFile(fs, storage::JoinPath(dir, BytesFileName(save_id, rank)),
-                                     mine->bytes);
-    st = w.status();
-    if (w.ok()) bytes_written = std::move(w).value();
-  }
-  if (st.ok()) {
-    result.items_written = tensors_written.ranges.size() + bytes_written.ranges.size();
-    result.files_written = (tensors_written.size > 0 || !tensors_written.ranges.empty()) +
-                           (!bytes_written.ranges.empty());
-    for (const auto* f : {&tensors_written, &bytes_written}) {
-      for (const auto& r : f->ranges) result.bytes_written += r.byte_length;
-    }
-  }
+  Written written;
+  st = WriteMine(sd, dir, *plan, rank, save_id, fs, &written, &result);
   const auto t2 = Clock::now();
 
   // 4. Results to rank 0, which commits the metadata; its verdict reaches everyone.
-  auto results = comm->Gather(st.ok() ? TagOk(EncodeWritten(tensors_written, bytes_written))
+  auto results = comm->Gather(st.ok() ? TagOk(EncodeWritten(written.first, written.second))
                                       : TagError(st.Annotate("save to " + dir + ": ")),
                               0);
   if (!results.ok()) return results.status();
@@ -321,11 +364,17 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   if (rank == 0) {
     auto payloads = UntagAll(*results);
     commit = payloads.status();
+    std::vector<Written> all(world);
+    for (int r = 0; r < world && commit.ok(); ++r) {
+      auto w = DecodeWritten((*payloads)[r]);
+      commit = w.status();
+      if (w.ok()) all[r] = std::move(w).value();
+    }
     if (commit.ok()) {
-      auto md = BuildMetadata(*plan, save_id, *payloads);
+      auto md = BuildMetadata(*plan, save_id, all, world);
       commit = md.status();
       if (md.ok()) commit = CommitMetadata(fs, dir, *md);
-      if (commit.ok()) CollectGarbage(fs, dir, *md);
+      if (commit.ok()) CollectGarbage(fs, dir, *md, -1);
       if (!commit.ok()) commit = commit.Annotate("save to " + dir + ": commit: ");
     }
   }

@@ -330,6 +330,22 @@ TEST_P(CommTest, BroadcastTimesOutWhenRootIsAbsent) {
       200ms);
 }
 
+// Ranks that call different collectives at the same point fail (mismatch or timeout) instead
+// of mixing their data or hanging.
+TEST_P(CommTest, MismatchedCollectivesFail) {
+  if (n() == 1) GTEST_SKIP() << "needs two ranks";
+  RunRanks(
+      [&](Comm& c) {
+        auto start = std::chrono::steady_clock::now();
+        Status s = c.rank() == 0 ? c.AllGather("x").status() : c.Barrier();
+        EXPECT_FALSE(s.ok());
+        EXPECT_NE(s.message().find(c.rank() == 0 ? "Barrier" : "AllGather"), std::string::npos)
+            << s.message();
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+      },
+      300ms);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CommTest,
                          ::testing::Values(Backend{"local", 1}, Backend{"threads", 1},
                                            Backend{"threads", 2}, Backend{"threads", 4},

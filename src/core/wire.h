@@ -59,6 +59,7 @@ class Reader {
     for (int shift = 0; shift < 64; shift += 7) {
       if (p_ == end_) return Fail();
       uint8_t b = static_cast<uint8_t>(*p_++);
+      if (shift == 63 && b > 1) return Fail();  // would overflow 64 bits
       v |= static_cast<uint64_t>(b & 0x7f) << shift;
       if (!(b & 0x80)) return v;
     }

@@ -51,6 +51,7 @@ struct TensorAcc {
   std::map<Box, ChunkAcc> chunks;
 };
 struct BytesAcc {
+  uint64_t nbytes = 0;
   std::vector<int> plans;
 };
 
@@ -58,8 +59,10 @@ int FirstRank(const std::vector<std::vector<int>>& holders, int plan) {
   return holders[plan].empty() ? -1 : holders[plan].front();
 }
 
-// No two distinct chunks overlap, and together they cover the tensor.
-Status CheckTiling(const std::string& fqn, const Shape& shape, const std::vector<Box>& boxes) {
+// No two distinct chunks overlap, and together they cover the tensor. `ranks[i]` is the
+// lowest rank holding boxes[i], named in the error.
+Status CheckTiling(const std::string& fqn, const Shape& shape, const std::vector<Box>& boxes,
+                   const std::vector<int>& ranks) {
   uint64_t covered = 0;
   for (size_t i = 0; i < boxes.size(); ++i) {
     covered += boxes[i].NumElements();
@@ -71,7 +74,9 @@ Status CheckTiling(const std::string& fqn, const Shape& shape, const std::vector
       }
       if (Intersect(boxes[i], boxes[j])) {
         return InvalidArgument("tensor '" + fqn + "': saved chunks " + boxes[i].ToString() +
-                               " and " + boxes[j].ToString() + " overlap without being equal");
+                               " (rank " + std::to_string(ranks[i]) + ") and " +
+                               boxes[j].ToString() + " (rank " + std::to_string(ranks[j]) +
+                               ") overlap without being equal");
       }
     }
   }
@@ -162,6 +167,7 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
                                  " but bytes on rank " + std::to_string(FirstRank(holders, p)));
         }
         auto& acc = bytes[it.fqn];
+        if (acc.plans.empty()) acc.nbytes = it.nbytes;
         if (acc.plans.empty() || acc.plans.back() != p) acc.plans.push_back(p);
         continue;
       }
@@ -207,13 +213,17 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
   for (auto& [fqn, t] : tensors) {
     GlobalSavePlan::Tensor gt{fqn, t.dtype, t.global_shape, {}};
     std::vector<Box> boxes;
+    std::vector<int> lowest_holder;
     boxes.reserve(t.chunks.size());
+    lowest_holder.reserve(t.chunks.size());
     for (auto& [box, c] : t.chunks) {
+      int lowest = FirstRank(holders, c.plans[0]);
+      for (int p : c.plans) lowest = std::min(lowest, FirstRank(holders, p));
       boxes.push_back(box);
+      lowest_holder.push_back(lowest);
       int writer = -1;
       if (single_holder(c.plans) || !opts.balance) {
-        writer = FirstRank(holders, c.plans[0]);  // lowest rank: plans follow first holders
-        for (int p : c.plans) writer = std::min(writer, FirstRank(holders, p));
+        writer = lowest;
         assign(writer, weight_of(c.nbytes, false));
       } else {
         pending.push_back({weight_of(c.nbytes, false), false, out.tensors.size(),
@@ -222,7 +232,7 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
       gt.chunks.push_back({box, c.nbytes, writer});
       out.unique_bytes += c.nbytes;
     }
-    DCP_RETURN_IF_ERROR(CheckTiling(fqn, t.global_shape, boxes));
+    DCP_RETURN_IF_ERROR(CheckTiling(fqn, t.global_shape, boxes, lowest_holder));
     out.tensors.push_back(std::move(gt));
   }
   for (auto& [fqn, b] : bytes) {
@@ -234,7 +244,7 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
     } else {
       pending.push_back({1, true, out.bytes.size(), 0, &b.plans});
     }
-    out.bytes.push_back({fqn, 0, writer});
+    out.bytes.push_back({fqn, b.nbytes, writer});
   }
 
   // Largest first; ties in (kind, fqn, box) order, which the sort below gets from the
