@@ -20,7 +20,8 @@ build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	$(BUILD)/dcp demo
+	$(BUILD)/dcp demo --layers 2
+	mpirun -np 4 $(BUILD)/dcp demo
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -10,6 +10,7 @@
 #include "dcp/checkpoint.h"
 #include "metadata/json.h"
 #include "tools/commands.h"
+#include "tools/world.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
 #include "workload/populate.h"
@@ -22,14 +23,14 @@ struct DemoArgs {
   std::string model = "qwen3-30b-a3b";
   int layers = 4;
   double width_scale = 0.25;
-  std::string save_layout;  // default: dp<world>
+  std::string save_layout;  // default: tp2,dp2 on 4 ranks, dp<world> otherwise
   std::string load_layout = "tp4";
 };
 
 double GiBps(uint64_t bytes, double s) { return s > 0 ? bytes / s / (1 << 30) : 0; }
 
 int RunDemo(const DemoArgs& a) {
-  std::shared_ptr<Comm> comm = LocalComm();
+  std::shared_ptr<Comm> comm = WorldComm();
   const int rank = comm->rank(), world = comm->size();
   auto say = [&](const std::string& line) {
     if (rank == 0) std::cout << line << std::endl;
@@ -37,7 +38,9 @@ int RunDemo(const DemoArgs& a) {
 
   auto model = workload::MakeModel(a.model, a.layers, a.width_scale);
   auto save_layout = workload::ParseLayout(
-      a.save_layout.empty() ? "dp" + std::to_string(world) : a.save_layout);
+      !a.save_layout.empty() ? a.save_layout
+      : world == 4           ? std::string("tp2,dp2")
+                             : "dp" + std::to_string(world));
   auto load_layout = workload::ParseLayout(a.load_layout);
   for (const Status& s : {model.status(), save_layout.status(), load_layout.status()}) {
     if (!s.ok()) throw Error(s);
@@ -54,7 +57,14 @@ int RunDemo(const DemoArgs& a) {
 
   std::string dir = a.dir;
   const bool keep = !dir.empty();
-  if (!keep) dir = (std::filesystem::temp_directory_path() / ("dcp-demo-" + std::to_string(getpid()))).string();
+  if (!keep) {
+    // One directory for all ranks: rank 0 names it.
+    if (rank == 0) {
+      dir = (std::filesystem::temp_directory_path() / ("dcp-demo-" + std::to_string(getpid())))
+                .string();
+    }
+    ThrowIfError(comm->Broadcast(dir, 0));
+  }
   const std::string ckpt = dir + "/step_100";
 
   char line[512];
@@ -69,12 +79,35 @@ int RunDemo(const DemoArgs& a) {
   for (int round = 0; round < 2; ++round) {
     SaveResult r = save(sd->sd, ckpt, {.comm = comm});
     std::snprintf(line, sizeof(line),
-                  "save %-6s -> %s: %s unique in %.2f s (%.2f GiB/s); plan %.3f s%s, write %.2f s, commit %.3f s",
+                  "save %-7s -> %s: %s unique in %.2f s (%.2f GiB/s); plan+exchange %.3f s%s, "
+                  "write %.2f s, commit %.3f s",
                   save_layout->ToString().c_str(), ckpt.c_str(),
                   metadata::HumanBytes(r.unique_bytes).c_str(), r.total_seconds,
                   GiBps(r.unique_bytes, r.total_seconds), r.plan_seconds,
                   r.plan_cache_hit ? " (plan cache hit)" : "", r.write_seconds, r.commit_seconds);
     say(line);
+    // Replicas are written once, by byte-balanced writers: show who wrote what.
+    auto all = comm->AllGather(std::to_string(r.bytes_written));
+    if (!all.ok()) throw Error(all.status());
+    if (round == 0 && world > 1) {
+      uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
+      std::string per_rank;
+      for (size_t i = 0; i < all->size(); ++i) {
+        uint64_t b = std::stoull((*all)[i]);
+        sum += b;
+        lo = std::min(lo, b);
+        hi = std::max(hi, b);
+        per_rank += (i ? ", " : "") + metadata::HumanBytes(b);
+      }
+      std::snprintf(line, sizeof(line),
+                    "  written by rank: %s; total %s = unique bytes %s (held in memory: %s); "
+                    "max/min %.3f",
+                    per_rank.c_str(), metadata::HumanBytes(sum).c_str(),
+                    metadata::HumanBytes(r.unique_bytes).c_str(),
+                    metadata::HumanBytes(sd->tensor_bytes * world).c_str(),
+                    lo ? static_cast<double>(hi) / lo : 0.0);
+      say(line);
+    }
   }
 
   // Load into a different chunking: this process plays every load rank v with
@@ -91,15 +124,17 @@ int RunDemo(const DemoArgs& a) {
     ThrowIfError(workload::VerifyStateDict(dst->sd));
   }
   std::snprintf(line, sizeof(line),
-                "load %-6s <- %s: resharded, %s read in %.2f s (%.2f GiB/s), %llu file opens; every byte checked: OK",
-                load_layout->ToString().c_str(), ckpt.c_str(), metadata::HumanBytes(bytes).c_str(),
-                seconds, GiBps(bytes, seconds), static_cast<unsigned long long>(files));
+                "load %-7s <- %s: resharded, rank %d read %s in %.2f s (%.2f GiB/s), %llu file "
+                "opens; every byte checked: OK",
+                load_layout->ToString().c_str(), ckpt.c_str(), rank,
+                metadata::HumanBytes(bytes).c_str(), seconds, GiBps(bytes, seconds),
+                static_cast<unsigned long long>(files));
   say(line);
   if (keep) {
     say("checkpoint kept: try `dcp inspect " + ckpt + "` and `dcp verify " + ckpt + "`");
-  } else if (rank == 0) {
-    std::filesystem::remove_all(dir);
   }
+  ThrowIfError(comm->Barrier());
+  if (!keep && rank == 0) std::filesystem::remove_all(dir);
   return 0;
 }
 

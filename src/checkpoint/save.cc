@@ -250,7 +250,7 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   auto local = planner::BuildLocalSavePlan(sd);
   if (!local.ok()) return local.status().Annotate(where);
   std::vector<std::vector<int>> holders{{rank}};
-  auto plan = planner::PlanSave({*local}, holders, rank + 1);
+  auto plan = planner::PlanSave({*local}, holders, rank + 1, {.require_coverage = false});
   if (!plan.ok()) return plan.status().Annotate(where);
   result.unique_bytes = plan->unique_bytes;
   DCP_RETURN_IF_ERROR(fs.CreateDirs(dir).Annotate(where));

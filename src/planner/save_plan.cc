@@ -62,7 +62,7 @@ int FirstRank(const std::vector<std::vector<int>>& holders, int plan) {
 // No two distinct chunks overlap, and together they cover the tensor. `ranks[i]` is the
 // lowest rank holding boxes[i], named in the error.
 Status CheckTiling(const std::string& fqn, const Shape& shape, const std::vector<Box>& boxes,
-                   const std::vector<int>& ranks) {
+                   const std::vector<int>& ranks, bool require_coverage) {
   uint64_t covered = 0;
   for (size_t i = 0; i < boxes.size(); ++i) {
     covered += boxes[i].NumElements();
@@ -81,7 +81,7 @@ Status CheckTiling(const std::string& fqn, const Shape& shape, const std::vector
     }
   }
   uint64_t total = shape.NumElements().value_or(0);
-  if (covered != total) {
+  if (require_coverage && covered != total) {
     return InvalidArgument("tensor '" + fqn + "': the saved chunks cover " +
                            std::to_string(covered) + " of its " + std::to_string(total) +
                            " elements");
@@ -232,7 +232,7 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
       gt.chunks.push_back({box, c.nbytes, writer});
       out.unique_bytes += c.nbytes;
     }
-    DCP_RETURN_IF_ERROR(CheckTiling(fqn, t.global_shape, boxes, lowest_holder));
+    DCP_RETURN_IF_ERROR(CheckTiling(fqn, t.global_shape, boxes, lowest_holder, opts.require_coverage));
     out.tensors.push_back(std::move(gt));
   }
   for (auto& [fqn, b] : bytes) {

@@ -67,6 +67,8 @@ struct SavePlanOptions {
   // true: each replicated chunk goes to the holder with the fewest bytes so far (largest
   // chunks first); false: to its lowest-ranked holder.
   bool balance = true;
+  // Require the chunks of every tensor to cover it (off when each rank plans alone).
+  bool require_coverage = true;
 };
 
 // `holders[i]` are the ranks whose local plan equals `plans[i]` (sorted, disjoint, covering

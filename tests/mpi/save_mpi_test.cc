@@ -1,0 +1,90 @@
+// The multi-rank scenarios with real processes: run under `mpirun -np 4`.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "dcp/mpi_comm.h"
+#include "multirank_scenarios.h"
+
+namespace dcp::testing {
+namespace {
+
+std::shared_ptr<Comm> World() {
+  static std::shared_ptr<Comm> world = [] {
+    auto c = MpiComm(MPI_COMM_WORLD);
+    c->set_timeout(std::chrono::seconds(300));
+    return c;
+  }();
+  return world;
+}
+
+// A directory every rank shares: made by rank 0, its name broadcast.
+class SharedDir {
+ public:
+  SharedDir() {
+    if (World()->rank() == 0) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "dcp-mpi-test-XXXXXX").string();
+      path_ = mkdtemp(tmpl.data()) ? tmpl : "";
+    }
+    EXPECT_TRUE(World()->Broadcast(path_, 0).ok());
+  }
+  ~SharedDir() {
+    (void)World()->Barrier();
+    if (World()->rank() == 0) std::filesystem::remove_all(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(MultiRankMpi, TensorParallelTimesDataParallel) {
+  SharedDir d;
+  SaveThenReshard(World(), d.path(), "tp2,dp2", {"tp4", "tp2", "ep4"});
+}
+
+TEST(MultiRankMpi, PureDataParallel) {
+  SharedDir d;
+  SaveThenReshard(World(), d.path(), "dp4", {"tp4", "dp2", "tp3"});
+}
+
+TEST(MultiRankMpi, ExpertParallel) {
+  SharedDir d;
+  SaveThenReshard(World(), d.path(), "ep4", {"tp2,dp2", "ep2"});
+}
+
+TEST(MultiRankMpi, UnevenShardsWithEmptyTail) {
+  SharedDir d;
+  SaveUnevenTensors(World(), d.path());
+}
+
+TEST(MultiRankMpi, OneRankFailingFailsEveryRank) {
+  SharedDir d;
+  OneRankFailsToWrite(World(), d.path(), 2);
+}
+
+TEST(MultiRankMpi, FileCoordinatorGivesTheSameCheckpoint) {
+  SharedDir d;
+  FileCoordinatorMatches(World(), d.path());
+}
+
+TEST(MultiRankMpi, WithoutCollectives) {
+  SharedDir d;
+  SaveWithoutCollectives(World(), d.path());
+}
+
+}  // namespace
+}  // namespace dcp::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (!dcp::EnsureMpiInitialized(&argc, &argv).ok()) return 2;
+  // Only rank 0 prints the test listing; every rank still reports failures.
+  if (dcp::testing::World()->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int rc = RUN_ALL_TESTS();
+  // Every rank must agree on the verdict, or mpirun reports the first non-zero.
+  return rc;
+}

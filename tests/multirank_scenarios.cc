@@ -1,0 +1,238 @@
+#include "multirank_scenarios.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/load.h"
+#include "checkpoint/metadata_io.h"
+#include "checkpoint/names.h"
+#include "checkpoint/save.h"
+#include "dcp/checkpoint.h"
+#include "storage/fault_file_system.h"
+#include "workload/layout_spec.h"
+#include "workload/model.h"
+#include "workload/populate.h"
+
+namespace dcp::testing {
+namespace {
+
+workload::ModelSpec SmallModel() {
+  auto m = workload::MakeModel("qwen3-30b-a3b", 2, 1.0 / 16);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return *m;
+}
+
+workload::LayoutSpec Layout(const std::string& s) {
+  auto l = workload::ParseLayout(s);
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  return *l;
+}
+
+std::vector<uint64_t> GatherU64(Comm& comm, uint64_t v) {
+  auto all = comm.AllGather(std::string(reinterpret_cast<const char*>(&v), sizeof v));
+  EXPECT_TRUE(all.ok()) << all.status().ToString();
+  std::vector<uint64_t> out;
+  for (const auto& s : *all) {
+    uint64_t x = 0;
+    std::memcpy(&x, s.data(), sizeof x);
+    out.push_back(x);
+  }
+  return out;
+}
+
+// Loads `ckpt` under `layout` on the first layout.WorldSize() ranks of `comm`.
+void LoadAndCheck(const std::shared_ptr<Comm>& comm, const workload::ModelSpec& model,
+                  const std::string& ckpt, const std::string& layout_text) {
+  SCOPED_TRACE("load layout " + layout_text);
+  auto layout = Layout(layout_text);
+  const int w = layout.WorldSize();
+  ASSERT_LE(w, comm->size());
+  if (comm->rank() >= w) return;
+  std::vector<int> members(w);
+  for (int i = 0; i < w; ++i) members[i] = i;
+  auto group = w == comm->size() ? Result<std::shared_ptr<Comm>>(comm) : comm->CreateGroup(members);
+  ASSERT_TRUE(group.ok()) << group.status().ToString();
+  auto dst = workload::MakeEmptyLike(model, layout, (*group)->rank());
+  ASSERT_TRUE(dst.ok()) << dst.status().ToString();
+  ASSERT_NO_THROW(load(dst->sd, ckpt, {.comm = *group}));
+  Status v = workload::VerifyStateDict(dst->sd);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
+}  // namespace
+
+void SaveThenReshard(const std::shared_ptr<Comm>& comm, const std::string& dir,
+                     const std::string& save_layout, const std::vector<std::string>& load_layouts) {
+  SCOPED_TRACE("save layout " + save_layout);
+  const auto model = SmallModel();
+  const auto layout = Layout(save_layout);
+  ASSERT_EQ(layout.WorldSize(), comm->size());
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok()) << sd.status().ToString();
+  const std::string ckpt = dir + "/" + save_layout;
+
+  checkpoint::ClearSavePlanCache();
+  SaveResult first, second;
+  ASSERT_NO_THROW(first = save(sd->sd, ckpt, {.comm = comm}));
+  ASSERT_NO_THROW(second = save(sd->sd, ckpt, {.comm = comm}));
+  EXPECT_FALSE(first.plan_cache_hit);
+  EXPECT_TRUE(second.plan_cache_hit);
+
+  // Zero redundant bytes: the ranks together wrote exactly the unique bytes.
+  auto written = GatherU64(*comm, second.bytes_written);
+  uint64_t total = 0;
+  for (uint64_t b : written) total += b;
+  auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(md.ok()) << md.status().ToString();
+  EXPECT_EQ(total, md->TotalDataBytes());
+  uint64_t tensor_bytes = 0, largest = 0;
+  for (const auto& t : md->tensors) {
+    for (const auto& c : t.chunks) {
+      tensor_bytes += c.byte_length;
+      largest = std::max(largest, c.byte_length);
+    }
+  }
+  EXPECT_EQ(tensor_bytes, model.TotalBytes());
+  EXPECT_EQ(second.unique_bytes, tensor_bytes);
+  // Balance: the heaviest writer carries at most the lightest plus the largest chunk.
+  auto [lo, hi] = std::minmax_element(written.begin(), written.end());
+  EXPECT_LE(*hi, *lo + largest) << "writers unbalanced";
+
+  for (const std::string& l : load_layouts) LoadAndCheck(comm, model, ckpt, l);
+  // A world of one reads the whole checkpoint by itself.
+  if (comm->rank() == 0) {
+    auto whole = workload::MakeEmptyLike(model, Layout("dp1"), 0);
+    ASSERT_TRUE(whole.ok());
+    ASSERT_NO_THROW(load(whole->sd, ckpt));
+    EXPECT_TRUE(workload::VerifyStateDict(whole->sd).ok());
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+void SaveUnevenTensors(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  // [10, 3] split in 4 along dim 0: 3, 3, 3, 1 rows; [3] split in 4: 1, 1, 1, 0 (empty).
+  // Ranks r and r+half hold the same piece (replicas); each piece index is r % 4.
+  const int n = comm->size(), r = comm->rank();
+  const int parts = std::max(1, n / 2 * 2 == n ? n / 2 : n);
+  const int piece = r % parts;
+  auto rows = [&](int64_t extent) {
+    int64_t size = (extent + parts - 1) / parts;
+    int64_t lo = std::min(extent, piece * size);
+    return std::pair<int64_t, int64_t>{lo, std::min(extent, lo + size) - lo};
+  };
+  auto [o1, l1] = rows(10);
+  auto [o2, l2] = rows(3);
+  std::vector<float> a(static_cast<size_t>(l1 * 3)), b(static_cast<size_t>(l2));
+  for (int64_t i = 0; i < l1 * 3; ++i) a[i] = static_cast<float>(o1 * 3 + i);
+  for (int64_t i = 0; i < l2; ++i) b[i] = static_cast<float>(100 + o2 + i);
+  StateDict sd;
+  sd.add("a", TensorView(a.data(), DType::kF32, {l1, 3}), Chunk{{10, 3}, {o1, 0}});
+  sd.add("b", TensorView(b.data(), DType::kF32, {l2}), Chunk{{3}, {o2}});
+  const std::string ckpt = dir + "/uneven";
+  ASSERT_NO_THROW(save(sd, ckpt, {.comm = comm}));
+  if (r == 0) {
+    std::vector<float> wa(30), wb(3);
+    StateDict whole;
+    whole.add("a", TensorView(wa.data(), DType::kF32, {10, 3}));
+    whole.add("b", TensorView(wb.data(), DType::kF32, {3}));
+    ASSERT_NO_THROW(load(whole, ckpt));
+    for (int i = 0; i < 30; ++i) EXPECT_EQ(wa[i], static_cast<float>(i));
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(wb[i], static_cast<float>(100 + i));
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+void OneRankFailsToWrite(const std::shared_ptr<Comm>& comm, const std::string& dir, int failing) {
+  const auto model = SmallModel();
+  const auto layout = Layout("dp" + std::to_string(comm->size()));
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string ckpt = dir + "/failing";
+  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+  auto before = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(comm->Barrier().ok());
+
+  // Op 0 is the directory creation, op 1 the data file's creation: fail each in turn.
+  for (int64_t fail_at : {0, 1, 3}) {
+    SCOPED_TRACE("failing at op " + std::to_string(fail_at));
+    storage::FaultFileSystem fs(storage::PosixFileSystem());
+    if (comm->rank() == failing) fs.FailAt(fail_at);
+    auto r = checkpoint::Save(sd->sd, ckpt, {.comm = comm}, fs);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("rank " + std::to_string(failing) + ":"),
+              std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("injected failure"), std::string::npos)
+        << r.status().message();
+    auto after = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->save_id, before->save_id) << "a failed save committed metadata";
+    ASSERT_TRUE(comm->Barrier().ok());
+  }
+  // The earlier checkpoint still loads, every byte right.
+  auto dst = workload::MakeEmptyLike(model, layout, comm->rank());
+  ASSERT_TRUE(dst.ok());
+  ASSERT_NO_THROW(load(dst->sd, ckpt, {.comm = comm}));
+  EXPECT_TRUE(workload::VerifyStateDict(dst->sd).ok());
+}
+
+void FileCoordinatorMatches(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  const int n = comm->size();
+  const auto layout = Layout(n % 2 == 0 ? "tp2,dp" + std::to_string(n / 2) : "dp" + std::to_string(n));
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string a = dir + "/via-comm", b = dir + "/via-files";
+  ASSERT_NO_THROW(save(sd->sd, a, {.comm = comm}));
+  auto files = FileComm(dir + "/coordination", comm->rank(), n);
+  ASSERT_NO_THROW(save(sd->sd, b, {.comm = files}));
+  ASSERT_TRUE(comm->Barrier().ok());
+  auto ma = checkpoint::ReadMetadata(storage::PosixFileSystem(), a);
+  auto mb = checkpoint::ReadMetadata(storage::PosixFileSystem(), b);
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  ASSERT_EQ(ma->tensors.size(), mb->tensors.size());
+  for (size_t i = 0; i < ma->tensors.size(); ++i) {
+    const auto& ta = ma->tensors[i];
+    const auto& tb = mb->tensors[i];
+    ASSERT_EQ(ta.fqn, tb.fqn);
+    ASSERT_EQ(ta.chunks.size(), tb.chunks.size());
+    for (size_t c = 0; c < ta.chunks.size(); ++c) {
+      EXPECT_EQ(ta.chunks[c].box, tb.chunks[c].box);
+      EXPECT_EQ(ta.chunks[c].xxh3, tb.chunks[c].xxh3);
+      EXPECT_EQ(ta.chunks[c].byte_offset, tb.chunks[c].byte_offset);
+      // Same writer: file names differ only in the save id.
+      EXPECT_EQ(ma->files[ta.chunks[c].file].name.substr(21),
+                mb->files[tb.chunks[c].file].name.substr(21));
+    }
+  }
+  auto dst = workload::MakeEmptyLike(model, layout, comm->rank());
+  ASSERT_TRUE(dst.ok());
+  ASSERT_NO_THROW(load(dst->sd, b, {.comm = files}));
+  EXPECT_TRUE(workload::VerifyStateDict(dst->sd).ok());
+}
+
+void SaveWithoutCollectives(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  const int n = comm->size();
+  const auto layout = Layout("tp" + std::to_string(n));
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string ckpt = dir + "/independent";
+  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm, .use_collectives = false}));
+  ASSERT_TRUE(comm->Barrier().ok());
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/" + std::string(checkpoint::kMetadataName)));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/" + checkpoint::RankMetadataName(comm->rank())));
+  if (comm->rank() == 0) {
+    auto whole = workload::MakeEmptyLike(model, Layout("dp1"), 0);
+    ASSERT_TRUE(whole.ok());
+    ASSERT_NO_THROW(load(whole->sd, ckpt));
+    EXPECT_TRUE(workload::VerifyStateDict(whole->sd).ok());
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+}  // namespace dcp::testing

@@ -1,0 +1,36 @@
+// Multi-rank save/load scenarios, written once and run two ways: ranks as threads
+// (multirank_test.cc, fast) and ranks as real processes under mpirun (mpi/save_mpi_test.cc).
+// Every rank of `comm` calls the same scenario with the same `dir`; assertions are gtest's.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcp/comm.h"
+
+namespace dcp::testing {
+
+// Saves the small Qwen3-shaped model under `save_layout` (its world size must equal the
+// comm's), checks dedup (metadata bytes = unique bytes, each rank's bytes_written sums to
+// it), writer balance, the plan cache hit on a second save, then loads it under every
+// layout of `load_layouts` on the first W ranks (W = that layout's world size, through a
+// subgroup) and checks every byte.
+void SaveThenReshard(const std::shared_ptr<Comm>& comm, const std::string& dir,
+                     const std::string& save_layout, const std::vector<std::string>& load_layouts);
+
+// An uneven layout: tensors whose split leaves an empty last shard, replicated over 2.
+void SaveUnevenTensors(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+// Rank `failing` cannot write: every rank's save fails naming that rank, no metadata is
+// committed, and the previous checkpoint in `dir` stays the one that loads.
+void OneRankFailsToWrite(const std::shared_ptr<Comm>& comm, const std::string& dir, int failing);
+
+// Saving through the shared-filesystem coordinator gives the same checkpoint (chunks,
+// writers, checksums) as saving through `comm`.
+void FileCoordinatorMatches(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+// Without collectives each rank writes its own metadata; load merges them.
+void SaveWithoutCollectives(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+}  // namespace dcp::testing

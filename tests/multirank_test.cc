@@ -1,0 +1,65 @@
+// Multi-rank save and load with ranks as threads (ThreadComm): the fast variant of the
+// scenarios that mpi/save_mpi_test.cc runs as real processes.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+
+#include "multirank_scenarios.h"
+#include "test_util.h"
+
+namespace dcp::testing {
+namespace {
+
+void RunRanks(int n, const std::function<void(const std::shared_ptr<Comm>&)>& body) {
+  auto comms = MakeThreadComms(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    comms[r]->set_timeout(std::chrono::seconds(120));
+    threads.emplace_back([&, r] { body(comms[r]); });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(MultiRankThreads, TensorParallelTimesDataParallel) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { SaveThenReshard(c, tmp.path(), "tp2,dp2", {"tp4", "tp2", "ep4"}); });
+}
+
+TEST(MultiRankThreads, PureDataParallel) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { SaveThenReshard(c, tmp.path(), "dp4", {"tp4", "dp2"}); });
+}
+
+TEST(MultiRankThreads, ExpertParallel) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { SaveThenReshard(c, tmp.path(), "ep4", {"tp2,dp2", "ep2"}); });
+}
+
+TEST(MultiRankThreads, DataParallelTimesTensorParallelToThreeRanks) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { SaveThenReshard(c, tmp.path(), "dp2,tp2", {"tp3", "dp3"}); });
+}
+
+TEST(MultiRankThreads, UnevenShardsWithEmptyTail) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { SaveUnevenTensors(c, tmp.path()); });
+}
+
+TEST(MultiRankThreads, OneRankFailingFailsEveryRank) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { OneRankFailsToWrite(c, tmp.path(), 2); });
+}
+
+TEST(MultiRankThreads, FileCoordinatorGivesTheSameCheckpoint) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { FileCoordinatorMatches(c, tmp.path()); });
+}
+
+TEST(MultiRankThreads, WithoutCollectives) {
+  TempDir tmp;
+  RunRanks(3, [&](const auto& c) { SaveWithoutCollectives(c, tmp.path()); });
+}
+
+}  // namespace
+}  // namespace dcp::testing
