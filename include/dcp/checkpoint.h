@@ -48,17 +48,35 @@ struct LoadOptions {
   // Skip state dict entries that the checkpoint lacks instead of failing.
   bool allow_partial = false;
   int max_open_files = 8;
+  // Read-once broadcast: a destination shard held by several ranks is read from storage
+  // by one of them (byte-balanced) and broadcast to the others while the next is read.
+  bool broadcast = true;
+  // Shards smaller than this travel together per (group, reader, dtype); 0: no batching.
+  uint64_t broadcast_batch_bytes = uint64_t{6} << 20;
+  int max_broadcasts_in_flight = 8;
 };
 
 struct LoadResult {
-  uint64_t bytes_read = 0;   // from storage, by this rank
-  uint64_t files_opened = 0;
-  uint64_t chunks_read = 0;  // stored chunks this rank read from
+  uint64_t bytes_read = 0;     // from storage, by this rank
+  uint64_t files_opened = 0;   // by this rank
+  uint64_t chunks_read = 0;    // stored chunks this rank read from
   uint64_t entries_loaded = 0;
   uint64_t entries_skipped = 0;  // partial load
+  // Read-once broadcast (this rank).
+  uint64_t shared_shards = 0;   // destination shards this rank shares with others
+  uint64_t shards_read_for_others = 0;  // shared shards this rank read and sent
+  uint64_t broadcasts = 0;      // broadcast operations this rank took part in
+  uint64_t batches = 0;         // of those, batches of several small shards
+  uint64_t bytes_sent = 0;      // as broadcast root
+  uint64_t bytes_received = 0;  // as broadcast receiver
+  // Phases (seconds).
   double metadata_seconds = 0;
-  double plan_seconds = 0;
-  double read_seconds = 0;
+  double plan_seconds = 0;      // local plan
+  double exchange_seconds = 0;  // plan identities gathered, readers and groups decided
+  double shared_seconds = 0;    // shared shards: read + broadcast, overlapped
+  double private_seconds = 0;   // shards no one else needs
+  double teardown_seconds = 0;
+  double read_seconds = 0;      // shared + private
   double total_seconds = 0;
 };
 

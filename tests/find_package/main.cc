@@ -1,15 +1,15 @@
 // Saves and loads a small tensor through an installed dcp; exits 0 when the bytes match.
-#include <dcp/checkpoint.h>
-#include <dcp/state_dict.h>
-#include <dcp/status.h>
 #include <unistd.h>
 
-#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "dcp/checkpoint.h"
+#include "dcp/state_dict.h"
+#include "dcp/status.h"
 
 int main() {
   namespace fs = std::filesystem;
