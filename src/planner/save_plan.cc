@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <map>
-#include <queue>
 #include <tuple>
 
 #include "core/wire.h"
+#include "planner/balancer.h"
 
 namespace dcp::planner {
 namespace {
@@ -253,24 +253,9 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
     return std::tie(b.weight, a.is_bytes, a.entry, a.chunk) <
            std::tie(a.weight, b.is_bytes, b.entry, b.chunk);
   });
-  // One min-heap of (bytes assigned, rank) per plan class: ranks of a class are
-  // interchangeable, so the best holder of an item is the best top among its classes.
-  using Slot = std::pair<uint64_t, int>;
-  std::vector<std::priority_queue<Slot, std::vector<Slot>, std::greater<>>> heaps(plans.size());
-  if (!pending.empty()) {
-    for (size_t p = 0; p < plans.size(); ++p) {
-      for (int r : holders[p]) heaps[p].push({out.bytes_per_rank[r], r});
-    }
-  }
+  ClassBalancer balancer(holders, out.bytes_per_rank);
   for (const Pending& it : pending) {
-    int best_plan = -1;
-    for (int p : *it.plans) {
-      if (heaps[p].empty()) continue;
-      if (best_plan < 0 || heaps[p].top() < heaps[best_plan].top()) best_plan = p;
-    }
-    auto [load, rank] = heaps[best_plan].top();
-    heaps[best_plan].pop();
-    heaps[best_plan].push({load + it.weight, rank});
+    const int rank = balancer.Assign(*it.plans, it.weight);
     assign(rank, it.weight);
     if (it.is_bytes) {
       out.bytes[it.entry].writer = rank;
