@@ -35,7 +35,10 @@ struct ModelSpec {
   uint64_t TotalBytes() const;
 };
 
-// Known model names: "qwen3-30b-a3b" (MoE) and "llama-dense" (Llama-3-8B-like).
+// Known model names: "qwen3-30b-a3b" (MoE), "llama-dense" (Llama-3-8B-like) and
+// "dense-500b" (a Llama-3-405B-like shape widened to ~499B parameters at 126 layers: hidden
+// 16384, 128 heads, 16 kv heads, head dim 128, MLP width 67584, vocab 128256), the dense
+// shape `dcp simulate` plans at scale.
 const std::vector<std::string_view>& ModelNames();
 
 // The tensors of `name` with `layers` decoder layers. `width_scale` in (0, 1] shrinks the
@@ -45,5 +48,11 @@ const std::vector<std::string_view>& ModelNames();
 // dtype (the verification pattern is defined per byte of an element).
 Result<ModelSpec> MakeModel(std::string_view name, int layers, double width_scale = 1.0,
                             DType dtype = DType::kBF16);
+
+// Adds Adam-style optimizer state: for every tensor of `model` (as it stands), two F32
+// moment tensors `<fqn>.exp_avg` and `<fqn>.exp_avg_sq` with the same shape, tensor-parallel
+// dimension and expert, so every layout shards them like their parameter. Appended after
+// the parameters.
+void AddOptimizerState(ModelSpec* model);
 
 }  // namespace dcp::workload

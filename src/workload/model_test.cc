@@ -107,6 +107,34 @@ TEST(ModelTest, LlamaDense) {
   EXPECT_EQ(Find(*m, "lm_head.weight")->shape, (Shape{128256, 4096}));
 }
 
+TEST(ModelTest, Dense500B) {
+  auto m = MakeModel("dense-500b", 126, 1.0, DType::kBF16);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->tensors.size(), 126u * 9 + 3);
+  EXPECT_EQ(m->TotalBytes(), 2 * 498'866'274'304ull);
+  EXPECT_EQ(Find(*m, "model.layers.0.self_attn.k_proj.weight")->shape, (Shape{2048, 16384}));
+  EXPECT_EQ(Find(*m, "model.layers.7.mlp.down_proj.weight")->shape, (Shape{16384, 67584}));
+}
+
+TEST(ModelTest, OptimizerStateShardsLikeItsParameter) {
+  auto m = MakeModel("qwen3-30b-a3b", 1, 0.1, DType::kBF16);
+  ASSERT_TRUE(m.ok());
+  const size_t n = m->tensors.size();
+  const uint64_t param_bytes = m->TotalBytes();
+  AddOptimizerState(&*m);
+  EXPECT_EQ(m->tensors.size(), 3 * n);
+  EXPECT_EQ(m->TotalBytes(), param_bytes + 4 * param_bytes);  // two f32 moments per bf16
+  const TensorSpec* p = Find(*m, "model.layers.0.mlp.experts.5.down_proj.weight");
+  const TensorSpec* v = Find(*m, "model.layers.0.mlp.experts.5.down_proj.weight.exp_avg_sq");
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->dtype, DType::kF32);
+  EXPECT_EQ(v->shape, p->shape);
+  EXPECT_EQ(v->tp_dim, p->tp_dim);
+  EXPECT_EQ(v->expert, p->expert);
+  EXPECT_NE(Find(*m, "lm_head.weight.exp_avg"), nullptr);
+}
+
 TEST(ModelTest, WidthScaleKeepsCountAndRoundsToEight) {
   auto full = MakeModel("qwen3-30b-a3b", 2, 1.0, DType::kBF16);
   auto small = MakeModel("qwen3-30b-a3b", 2, 1.0 / 16, DType::kBF16);
