@@ -1,0 +1,82 @@
+// `dcp bench`: save and load a synthetic model-shaped state dict, and measure the physical
+// limits of the same directory in the same run, so every phase is reported as a ratio to
+// what the hardware can do right now (DESIGN.md section 7).
+//
+// Every rank of `comm` calls RunBench with the same options; the report is complete on
+// rank 0 (other ranks get their own view, without the gathered totals).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcp/comm.h"
+#include "dcp/status.h"
+
+namespace dcp::bench {
+
+struct BenchOptions {
+  std::string model = "qwen3-30b-a3b";
+  int layers = 2;
+  double width_scale = 0.1;
+  bool optimizer = false;   // add fp32 exp_avg / exp_avg_sq per parameter
+  std::string save_layout;  // default "dp<ranks>"
+  std::string load_layout;  // the reshard phase's layout; default "tp<ranks>"
+  std::vector<std::string> phases = {"save", "load", "reshard"};  // + "async" (not yet)
+  bool cold = true;  // cold page cache before loads (else warm: read just before)
+  int repeat = 1;
+  std::string dir;           // scratch directory (emptied); default under the temp dir
+  double storage_gibps = 0;  // > 0: cap storage reads at this aggregate rate
+  double pause_seconds = 2;  // after delete + sync, before each timed write
+  bool verify = true;        // check every loaded byte (first repetition, untimed)
+};
+
+struct PhaseReport {
+  std::string name;  // "save", "load.broadcast", "load.no_broadcast", "reshard...."
+  std::string kind;  // "save", "load", "reshard"
+  std::string layout;
+  bool broadcast = false;
+  std::vector<double> seconds;  // one per repetition, barrier to barrier
+  double median_seconds = 0;
+  // Sums over ranks, from the last repetition.
+  uint64_t bytes_written = 0;
+  uint64_t bytes_read_storage = 0;
+  uint64_t files_opened = 0;
+  uint64_t broadcasts = 0;
+  uint64_t batches = 0;
+  uint64_t shards_read_for_others = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t plan_cache_hits = 0;         // save: repetitions whose plan came from the cache
+  double resident_fraction_before = 0;  // loads: page-cache residency right before (max)
+  std::string reference;                // "write", "read_cold" or "read_warm"
+  double reference_seconds = 0;         // median
+  double ratio_to_reference = 0;        // median_seconds / reference_seconds
+};
+
+struct ReferenceReport {
+  uint64_t bytes = 0;  // = unique bytes, split evenly over the ranks
+  std::vector<double> write_seconds, read_cold_seconds, read_warm_seconds, memcpy_gibps;
+  double write_gibps = 0, read_cold_gibps = 0, read_warm_gibps = 0, memcpy_gibps_median = 0;
+  double resident_fraction_before_cold_read = 0;  // max over repetitions
+};
+
+struct BenchReport {
+  BenchOptions options;
+  int ranks = 1;
+  std::string backend;
+  std::string save_layout, load_layout;
+  std::string throttle;  // empty when off; else how the cap is applied
+  uint64_t unique_bytes = 0;
+  uint64_t tensors = 0, chunks = 0, bytes_entries = 0;
+  ReferenceReport reference;
+  std::vector<PhaseReport> phases;
+  std::vector<std::string> notes;  // skipped phases and the like
+};
+
+Result<BenchReport> RunBench(std::shared_ptr<Comm> comm, const BenchOptions& opts);
+
+std::string FormatTable(const BenchReport& r);
+std::string ReportJson(const BenchReport& r);  // the schema in README.md, "Benchmark"
+
+}  // namespace dcp::bench

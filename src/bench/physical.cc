@@ -1,0 +1,120 @@
+#include "bench/physical.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+namespace dcp::bench {
+
+Status WriteSequential(storage::FileSystem& fs, const std::string& path, uint64_t bytes) {
+  // Non-zero, non-repeating-per-block content, so no layer can shortcut zero pages.
+  std::vector<std::byte> block(std::min(bytes, kIoBlockBytes));
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<std::byte>((i * 131 + 7) >> 3);
+  DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(path));
+  for (uint64_t left = bytes; left > 0;) {
+    const size_t n = std::min<uint64_t>(left, block.size());
+    DCP_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(block.data(), n)));
+    left -= n;
+  }
+  DCP_RETURN_IF_ERROR(file->Sync());
+  return file->Close();
+}
+
+Status ReadSequential(storage::FileSystem& fs, const std::string& path, uint64_t* bytes_read) {
+  DCP_ASSIGN_OR_RETURN(auto file, fs.OpenReadable(path));
+  std::vector<std::byte> block(std::min(file->size(), kIoBlockBytes));
+  for (uint64_t off = 0; off < file->size();) {
+    const size_t n = std::min<uint64_t>(file->size() - off, block.size());
+    DCP_RETURN_IF_ERROR(file->ReadAt(off, std::span<std::byte>(block.data(), n)));
+    off += n;
+    *bytes_read += n;
+  }
+  return OkStatus();
+}
+
+Status DropFromPageCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open", path, errno);
+  Status st;
+  if (::fsync(fd) != 0) {
+    st = ErrnoStatus("fsync", path, errno);
+  } else if (int err = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); err != 0) {
+    st = ErrnoStatus("posix_fadvise(DONTNEED)", path, err);
+  }
+  ::close(fd);
+  return st;
+}
+
+Result<Residency> MeasureResidency(const std::vector<std::string>& paths) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  Residency r;
+  std::vector<unsigned char> vec;
+  for (const std::string& path : paths) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus("open", path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus("stat", path, err);
+    }
+    const auto size = static_cast<uint64_t>(st.st_size);
+    r.total_bytes += size;
+    if (size == 0) {
+      ::close(fd);
+      continue;
+    }
+    void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    int err = errno;
+    ::close(fd);
+    if (m == MAP_FAILED) return ErrnoStatus("mmap", path, err);
+    const size_t pages = (size + page - 1) / page;
+    vec.assign(pages, 0);
+    int rc = ::mincore(m, size, vec.data());
+    err = errno;
+    ::munmap(m, size);
+    if (rc != 0) return ErrnoStatus("mincore", path, err);
+    for (size_t i = 0; i < pages; ++i) {
+      if (vec[i] & 1) r.resident_bytes += std::min<uint64_t>(page, size - i * page);
+    }
+  }
+  return r;
+}
+
+Result<std::vector<std::string>> FilesIn(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) out.push_back(e.path().string());
+  }
+  if (ec) return Unavailable("list " + dir + ": " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+double MemcpyGiBps(uint64_t bytes, int reps) {
+  auto src = std::make_unique<std::byte[]>(bytes);
+  auto dst = std::make_unique<std::byte[]>(bytes);
+  std::memset(src.get(), 0x5a, bytes);
+  std::memcpy(dst.get(), src.get(), bytes);  // fault the destination in
+  double best = 0;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(dst.get(), src.get(), bytes);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Keep the copy observable so it is not optimised away.
+    asm volatile("" : : "r"(dst.get()) : "memory");
+    if (s > 0) best = std::max(best, bytes / s / double(uint64_t{1} << 30));
+  }
+  return best;
+}
+
+}  // namespace dcp::bench

@@ -1,0 +1,477 @@
+#include "simulate/simulate.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dcp/layout.h"
+#include "dcp/state_dict.h"
+#include "metadata/codec.h"
+#include "metadata/json.h"
+#include "metadata/metadata.h"
+#include "planner/load_plan.h"
+#include "planner/save_plan.h"
+#include "workload/layout_spec.h"
+#include "workload/model.h"
+#include "workload/populate.h"
+
+namespace dcp::simulate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The bytes entries every workload state dict carries after its tensors (populate.h).
+constexpr std::string_view kBytesEntries[] = {workload::kOptimParamGroups, workload::kTrainStep};
+
+// The items `rank` holds under `layout`, in state dict order: what BuildLocalSavePlan lists
+// for the state dict PopulateStateDict builds, without its memory.
+Result<planner::LocalSavePlan> PlanFor(const workload::ModelSpec& model,
+                                       const workload::LayoutSpec& layout, int rank) {
+  DCP_ASSIGN_OR_RETURN(auto held, workload::ChunksForRank(model, layout, rank));
+  planner::LocalSavePlan plan;
+  plan.items.reserve(held.size() + std::size(kBytesEntries));
+  for (auto& [i, box] : held) {
+    const workload::TensorSpec& t = model.tensors[i];
+    const uint64_t nbytes = *DTypeBytes(t.dtype, box.NumElements());
+    plan.items.push_back({t.fqn, false, t.dtype, t.shape, std::move(box), nbytes});
+  }
+  for (std::string_view name : kBytesEntries) {
+    plan.items.push_back({std::string(name), true, DType::kU8, Shape(), Box(),
+                          workload::ExpectedBytesEntry(name).size()});
+  }
+  return plan;
+}
+
+struct PlanClasses {
+  std::vector<planner::LocalSavePlan> plans;  // one per class
+  std::vector<std::vector<int>> holders;      // sorted ranks per class
+  std::vector<uint64_t> encoded_sizes;
+  std::vector<uint64_t> hashes;
+};
+
+// Groups the ranks of `layout` by local plan hash, as Save does with the gathered hashes.
+// Ranks that differ only in their data-parallel coordinates hold the same chunks, so one
+// plan is built per combination of the other coordinates; combinations that still come
+// out identical are merged by hash. With `check`, every rank's plan is built and hashed.
+Result<PlanClasses> FindClasses(const workload::ModelSpec& model,
+                                const workload::LayoutSpec& layout, bool check) {
+  const std::vector<int> mesh = layout.MeshShape();
+  const int n = layout.WorldSize();
+  std::map<std::vector<int>, std::vector<int>> by_key;
+  for (int r = 0; r < n; ++r) {
+    std::vector<int> key = MeshCoords(r, mesh);
+    for (size_t d = 0; d < mesh.size(); ++d) {
+      if (layout.dims[d].axis == workload::MeshAxis::kDp) key[d] = 0;
+    }
+    by_key[std::move(key)].push_back(r);
+  }
+  PlanClasses out;
+  std::unordered_map<uint64_t, size_t> by_hash;
+  for (auto& [key, ranks] : by_key) {
+    DCP_ASSIGN_OR_RETURN(planner::LocalSavePlan plan, PlanFor(model, layout, ranks.front()));
+    const std::string enc = planner::EncodeLocalPlan(plan);
+    const uint64_t h = XXH3_64bits(enc.data(), enc.size());
+    auto [it, inserted] = by_hash.try_emplace(h, out.plans.size());
+    if (inserted) {
+      out.plans.push_back(std::move(plan));
+      out.holders.push_back(ranks);
+      out.encoded_sizes.push_back(enc.size());
+      out.hashes.push_back(h);
+    } else {
+      auto& h_ranks = out.holders[it->second];
+      h_ranks.insert(h_ranks.end(), ranks.begin(), ranks.end());
+    }
+  }
+  // Classes in order of their lowest rank, as Save numbers them.
+  std::vector<size_t> order(out.plans.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    std::sort(out.holders[i].begin(), out.holders[i].end());
+    order[i] = i;
+  }
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return out.holders[a][0] < out.holders[b][0]; });
+  PlanClasses sorted;
+  for (size_t i : order) {
+    sorted.plans.push_back(std::move(out.plans[i]));
+    sorted.holders.push_back(std::move(out.holders[i]));
+    sorted.encoded_sizes.push_back(out.encoded_sizes[i]);
+    sorted.hashes.push_back(out.hashes[i]);
+  }
+  if (check) {
+    std::vector<uint64_t> hash_of(n);
+    for (size_t c = 0; c < sorted.holders.size(); ++c) {
+      for (int r : sorted.holders[c]) hash_of[r] = sorted.hashes[c];
+    }
+    for (int r = 0; r < n; ++r) {
+      DCP_ASSIGN_OR_RETURN(planner::LocalSavePlan plan, PlanFor(model, layout, r));
+      const std::string enc = planner::EncodeLocalPlan(plan);
+      if (XXH3_64bits(enc.data(), enc.size()) != hash_of[r]) {
+        return Internal("simulate: rank " + std::to_string(r) + " of layout " + layout.ToString() +
+                        " does not hold the plan of its class");
+      }
+    }
+  }
+  return sorted;
+}
+
+uint64_t VarintSize(uint64_t v) {
+  uint64_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+Distribution Distribute(const std::vector<uint64_t>& per_class,
+                        const std::vector<std::vector<int>>& holders, int ranks) {
+  Distribution d;
+  d.min = UINT64_MAX;
+  for (size_t c = 0; c < per_class.size(); ++c) {
+    d.min = std::min(d.min, per_class[c]);
+    d.max = std::max(d.max, per_class[c]);
+    d.sum += per_class[c] * holders[c].size();
+  }
+  if (per_class.empty()) d.min = 0;
+  d.mean = ranks ? static_cast<double>(d.sum) / ranks : 0;
+  return d;
+}
+
+// The metadata a save of `plan` would commit, with file offsets laid out as the writers
+// would (no safetensors headers) and fake checksums: sizes and varint widths as in a real
+// checkpoint of this shape. Also the bytes of the write results gathered at rank 0.
+metadata::Metadata BuildMetadata(const planner::GlobalSavePlan& plan, int n,
+                                 std::vector<uint64_t>* bytes_written, uint64_t* gather_bytes) {
+  metadata::Metadata md;
+  md.save_id = 0x5151dca7e5eedULL;
+  md.world_size = static_cast<uint32_t>(n);
+  std::vector<uint64_t> tensor_items(n, 0), bytes_items(n, 0);
+  for (const auto& t : plan.tensors) {
+    for (const auto& c : t.chunks) ++tensor_items[c.writer];
+  }
+  for (const auto& b : plan.bytes) ++bytes_items[b.writer];
+  std::vector<int> tensor_file(n, -1), bytes_file(n, -1);
+  for (int r = 0; r < n; ++r) {
+    if (tensor_items[r]) {
+      tensor_file[r] = static_cast<int>(md.files.size());
+      md.files.push_back({"data-" + std::to_string(r) + ".safetensors", 0});
+    }
+    if (bytes_items[r]) {
+      bytes_file[r] = static_cast<int>(md.files.size());
+      md.files.push_back({"data-" + std::to_string(r) + ".bytes", 0});
+    }
+  }
+  bytes_written->assign(n, 0);
+  *gather_bytes = 0;
+  uint64_t k = 0;
+  auto place = [&](int file, uint64_t nbytes) {
+    const uint64_t off = md.files[file].size;
+    md.files[file].size += nbytes;
+    *gather_bytes += VarintSize(off) + VarintSize(nbytes) + 8;
+    return off;
+  };
+  md.tensors.reserve(plan.tensors.size());
+  for (const auto& t : plan.tensors) {
+    metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}};
+    tm.chunks.reserve(t.chunks.size());
+    for (const auto& c : t.chunks) {
+      const int f = tensor_file[c.writer];
+      const uint64_t off = place(f, c.nbytes);
+      (*bytes_written)[c.writer] += c.nbytes;
+      tm.chunks.push_back({c.box, static_cast<uint32_t>(f), off, c.nbytes, Mix(k++)});
+    }
+    md.tensors.push_back(std::move(tm));
+  }
+  for (const auto& b : plan.bytes) {
+    const int f = bytes_file[b.writer];
+    const uint64_t off = place(f, b.nbytes);
+    (*bytes_written)[b.writer] += b.nbytes;
+    md.bytes.push_back({b.fqn, static_cast<uint32_t>(f), off, b.nbytes, Mix(k++)});
+  }
+  for (int r = 0; r < n; ++r) {
+    // Two (file size, range count) headers per rank's result, plus the ok tag.
+    *gather_bytes += 1 + 4 + (tensor_file[r] >= 0 ? VarintSize(md.files[tensor_file[r]].size) : 0) +
+                     (bytes_file[r] >= 0 ? VarintSize(md.files[bytes_file[r]].size) : 0) +
+                     VarintSize(tensor_items[r]) + VarintSize(bytes_items[r]);
+  }
+  return md;
+}
+
+// A destination state dict for `plan`'s items whose views point at one dummy byte: the
+// load planner checks that memory exists but never touches it.
+StateDict DestinationFor(const planner::LocalSavePlan& plan) {
+  static std::byte dummy;
+  StateDict sd;
+  for (const planner::SaveItem& it : plan.items) {
+    if (it.is_bytes) {
+      sd.add_bytes(it.fqn);
+    } else {
+      sd.add(it.fqn, TensorView(&dummy, it.dtype, it.box.lengths),
+             Chunk{it.global_shape, it.box.offsets});
+    }
+  }
+  return sd;
+}
+
+}  // namespace
+
+Result<SimulateReport> Simulate(const SimulateOptions& o) {
+  SimulateReport r;
+  r.options = o;
+  const int n = o.ranks;
+  if (n < 1) return InvalidArgument("simulate: --ranks must be >= 1");
+  DCP_ASSIGN_OR_RETURN(auto model, workload::MakeModel(o.model, o.layers, o.width_scale));
+  if (o.optimizer) workload::AddOptimizerState(&model);
+  r.model_bytes = model.TotalBytes();
+  DCP_ASSIGN_OR_RETURN(
+      auto save_layout,
+      workload::ParseLayout(o.save_layout.empty() ? "dp" + std::to_string(n) : o.save_layout));
+  DCP_ASSIGN_OR_RETURN(
+      auto load_layout,
+      workload::ParseLayout(o.load_layout.empty() ? save_layout.ToString() : o.load_layout));
+  for (const auto* l : {&save_layout, &load_layout}) {
+    if (l->WorldSize() != n) {
+      return InvalidArgument("simulate: layout " + l->ToString() + " has " +
+                             std::to_string(l->WorldSize()) + " ranks, --ranks is " +
+                             std::to_string(n));
+    }
+  }
+  r.save_layout = save_layout.ToString();
+  r.load_layout = load_layout.ToString();
+
+  // What one real rank does before the exchange: its local plan, encoded and hashed.
+  auto t0 = Clock::now();
+  {
+    DCP_ASSIGN_OR_RETURN(planner::LocalSavePlan mine, PlanFor(model, save_layout, 0));
+    const std::string enc = planner::EncodeLocalPlan(mine);
+    volatile uint64_t h = XXH3_64bits(enc.data(), enc.size());
+    (void)h;
+  }
+  r.local_plan_seconds = Since(t0);
+
+  // Save: classes, then the global plan over the distinct plans.
+  t0 = Clock::now();
+  DCP_ASSIGN_OR_RETURN(PlanClasses save, FindClasses(model, save_layout, o.check_classes));
+  r.classes_seconds = Since(t0);
+  r.classes_checked = o.check_classes;
+  r.save_plan_classes = static_cast<int>(save.plans.size());
+  for (const auto& p : save.plans) r.save_plan_items += p.items.size();
+  t0 = Clock::now();
+  DCP_ASSIGN_OR_RETURN(planner::GlobalSavePlan plan,
+                       planner::PlanSave(save.plans, save.holders, n));
+  r.plan_seconds = Since(t0);
+
+  // A cache hit costs the digest over the gathered hashes (save.cc).
+  {
+    std::vector<uint64_t> hashes(n);
+    for (size_t c = 0; c < save.holders.size(); ++c) {
+      for (int rank : save.holders[c]) hashes[rank] = save.hashes[c];
+    }
+    t0 = Clock::now();
+    volatile uint64_t digest = XXH3_64bits(hashes.data(), hashes.size() * sizeof(uint64_t));
+    (void)digest;
+    r.cache_hit_plan_seconds = Since(t0);
+  }
+  r.hello_bytes_per_rank = 24 * static_cast<uint64_t>(n);
+  for (uint64_t s : save.encoded_sizes) {
+    r.plans_bytes_per_rank += s;
+    r.max_encoded_plan_bytes = std::max(r.max_encoded_plan_bytes, s);
+  }
+  r.exchange_bytes_per_rank = r.hello_bytes_per_rank + r.plans_bytes_per_rank;
+
+  // Metadata.
+  t0 = Clock::now();
+  std::vector<uint64_t> written;
+  metadata::Metadata md = BuildMetadata(plan, n, &written, &r.commit_gather_bytes);
+  r.metadata_build_seconds = Since(t0);
+  r.tensors = md.tensors.size();
+  r.bytes_entries = md.bytes.size();
+  r.chunks = md.TotalChunks();
+  r.unique_bytes = md.TotalDataBytes();
+  r.metadata_files = md.files.size();
+  r.bytes_written.min = UINT64_MAX;
+  for (uint64_t w : written) {
+    r.bytes_written.min = std::min(r.bytes_written.min, w);
+    r.bytes_written.max = std::max(r.bytes_written.max, w);
+    r.bytes_written.sum += w;
+    r.writers += w > 0;
+  }
+  r.bytes_written.mean = static_cast<double>(r.bytes_written.sum) / n;
+  t0 = Clock::now();
+  const std::string encoded = metadata::Encode(md);
+  r.metadata_encode_seconds = Since(t0);
+  r.metadata_bytes = encoded.size();
+  t0 = Clock::now();
+  DCP_ASSIGN_OR_RETURN(metadata::Metadata decoded, metadata::Decode(encoded));
+  r.metadata_decode_seconds = Since(t0);
+  if (decoded.TotalChunks() != r.chunks)
+    return Internal("simulate: metadata round trip lost chunks");
+
+  // Load: one representative per distinct destination plan.
+  DCP_ASSIGN_OR_RETURN(PlanClasses load, FindClasses(model, load_layout, o.check_classes));
+  r.load_plan_classes = static_cast<int>(load.plans.size());
+  std::vector<uint64_t> read_bytes(load.plans.size()), files(load.plans.size());
+  std::unordered_set<uint64_t> needed;  // (tensor << 32 | stored chunk), over all classes
+  for (size_t c = 0; c < load.plans.size(); ++c) {
+    StateDict sd = DestinationFor(load.plans[c]);
+    t0 = Clock::now();
+    DCP_ASSIGN_OR_RETURN(planner::LocalLoadPlan lp,
+                         planner::PlanLoad(sd, md, false, "<simulated>"));
+    const double s = Since(t0);
+    r.load_plan_seconds += s;
+    r.load_plan_max_seconds = std::max(r.load_plan_max_seconds, s);
+    r.load_read_items += lp.reads.size();
+    // Without broadcast a rank reads each stored chunk it needs once, whole (checksums).
+    std::unordered_set<uint64_t> mine;
+    std::unordered_set<uint32_t> my_files;
+    for (const planner::ReadItem& it : lp.reads) {
+      const uint64_t key = uint64_t{it.tensor} << 32 | it.stored;
+      if (!mine.insert(key).second) continue;
+      const auto& sc = md.tensors[it.tensor].chunks[it.stored];
+      read_bytes[c] += sc.byte_length;
+      my_files.insert(sc.file);
+      needed.insert(key);
+    }
+    for (const planner::BytesRead& b : lp.bytes) {
+      read_bytes[c] += md.bytes[b.bytes].byte_length;
+      my_files.insert(md.bytes[b.bytes].file);
+    }
+    files[c] = my_files.size();
+  }
+  r.read_bytes_no_broadcast = Distribute(read_bytes, load.holders, n);
+  r.files_opened_no_broadcast = Distribute(files, load.holders, n);
+  for (uint64_t key : needed)
+    r.read_bytes_once += md.tensors[key >> 32].chunks[key & 0xffffffff].byte_length;
+  for (const auto& b : md.bytes) r.read_bytes_once += b.byte_length;
+  // TODO(broadcast planner): once planner/broadcast_plan.h is in, build one LoadIdentity per
+  // load class from load.plans (tensor index in `md`, box, nbytes) and call
+  // PlanBroadcast(identities, load.holders, n): report read_bytes per rank with broadcast,
+  // the number of groups and shared shards, and (with LoadOptions::broadcast_batch_bytes)
+  // the broadcasts and batches each rank would issue, next to its planning time.
+  return r;
+}
+
+std::string FormatReport(const SimulateReport& r) {
+  const auto& o = r.options;
+  using metadata::HumanBytes;
+  std::string out;
+  char line[640];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(line, sizeof(line), fmt, args...);
+    out += line;
+  };
+  add("dcp simulate: %s, %d layers, width x%.2f%s; %d ranks; save %s, load %s\n", o.model.c_str(),
+      o.layers, o.width_scale, o.optimizer ? " + optimizer" : "", o.ranks, r.save_layout.c_str(),
+      r.load_layout.c_str());
+  add("  checkpoint: %llu tensors, %llu stored chunks, %llu bytes entries, %s unique (model %s)\n",
+      (unsigned long long)r.tensors, (unsigned long long)r.chunks,
+      (unsigned long long)r.bytes_entries, HumanBytes(r.unique_bytes).c_str(),
+      HumanBytes(r.model_bytes).c_str());
+  add("save plan: %d distinct local plans (%llu items in all)%s; per rank: local plan %.3f s; "
+      "global plan (PlanSave) %.3f s; [simulator: classes %.3f s]\n",
+      r.save_plan_classes, (unsigned long long)r.save_plan_items,
+      r.classes_checked ? ", checked rank by rank" : "", r.local_plan_seconds, r.plan_seconds,
+      r.classes_seconds);
+  add("  exchange per rank: hello %s + distinct plans %s = %s (largest plan %s); plan cache hit: "
+      "%s, %.6f s\n",
+      HumanBytes(r.hello_bytes_per_rank).c_str(), HumanBytes(r.plans_bytes_per_rank).c_str(),
+      HumanBytes(r.exchange_bytes_per_rank).c_str(), HumanBytes(r.max_encoded_plan_bytes).c_str(),
+      HumanBytes(r.hello_bytes_per_rank).c_str(), r.cache_hit_plan_seconds);
+  add("  written per rank: max %s, mean %s, min %s; %llu writers; sum %s (= unique: %s); "
+      "commit gather at rank 0 %s\n",
+      HumanBytes(r.bytes_written.max).c_str(),
+      HumanBytes(static_cast<uint64_t>(r.bytes_written.mean)).c_str(),
+      HumanBytes(r.bytes_written.min).c_str(), (unsigned long long)r.writers,
+      HumanBytes(r.bytes_written.sum).c_str(), r.bytes_written.sum == r.unique_bytes ? "yes" : "NO",
+      HumanBytes(r.commit_gather_bytes).c_str());
+  add("metadata: %s (%.1f B/chunk), %llu files; build %.3f s, encode %.3f s, decode %.3f s\n",
+      HumanBytes(r.metadata_bytes).c_str(),
+      r.chunks ? static_cast<double>(r.metadata_bytes) / r.chunks : 0.0,
+      (unsigned long long)r.metadata_files, r.metadata_build_seconds, r.metadata_encode_seconds,
+      r.metadata_decode_seconds);
+  add("load plan: %d distinct destination plans, %llu read items; PlanLoad %.3f s in all, "
+      "%.3f s for the slowest rank\n",
+      r.load_plan_classes, (unsigned long long)r.load_read_items, r.load_plan_seconds,
+      r.load_plan_max_seconds);
+  add("  read per rank without broadcast: max %s, mean %s; job total %s vs %s if every needed "
+      "chunk were read once; files opened per rank max %llu\n",
+      HumanBytes(r.read_bytes_no_broadcast.max).c_str(),
+      HumanBytes(static_cast<uint64_t>(r.read_bytes_no_broadcast.mean)).c_str(),
+      HumanBytes(r.read_bytes_no_broadcast.sum).c_str(), HumanBytes(r.read_bytes_once).c_str(),
+      (unsigned long long)r.files_opened_no_broadcast.max);
+  if (!r.broadcast_planned) {
+    out += "  with read-once broadcast: not planned yet (global load planner pending)\n";
+  }
+  return out;
+}
+
+std::string ReportJson(const SimulateReport& r) {
+  using nlohmann::json;
+  const auto& o = r.options;
+  auto dist = [](const Distribution& d) {
+    return json{{"min", d.min}, {"max", d.max}, {"mean", d.mean}, {"sum", d.sum}};
+  };
+  json j;
+  j["workload"] = o.model;
+  j["layers"] = o.layers;
+  j["width_scale"] = o.width_scale;
+  j["optimizer"] = o.optimizer;
+  j["ranks"] = o.ranks;
+  j["save_layout"] = r.save_layout;
+  j["load_layout"] = r.load_layout;
+  j["tensors"] = r.tensors;
+  j["chunks"] = r.chunks;
+  j["bytes_entries"] = r.bytes_entries;
+  j["unique_bytes"] = r.unique_bytes;
+  j["model_bytes"] = r.model_bytes;
+  j["save"] = {{"distinct_plans", r.save_plan_classes},
+               {"plan_items", r.save_plan_items},
+               {"classes_checked", r.classes_checked},
+               {"local_plan_seconds", r.local_plan_seconds},
+               {"classes_seconds", r.classes_seconds},
+               {"plan_seconds", r.plan_seconds},
+               {"bytes_written_per_rank", dist(r.bytes_written)},
+               {"writers", r.writers},
+               {"exchange_bytes_per_rank",
+                {{"hello", r.hello_bytes_per_rank},
+                 {"plans", r.plans_bytes_per_rank},
+                 {"total", r.exchange_bytes_per_rank},
+                 {"largest_plan", r.max_encoded_plan_bytes}}},
+               {"plan_cache_hit",
+                {{"exchange_bytes_per_rank", r.hello_bytes_per_rank},
+                 {"plan_seconds", r.cache_hit_plan_seconds}}},
+               {"commit_gather_bytes", r.commit_gather_bytes}};
+  j["metadata"] = {{"bytes", r.metadata_bytes},
+                   {"files", r.metadata_files},
+                   {"bytes_per_chunk", r.chunks ? double(r.metadata_bytes) / r.chunks : 0.0},
+                   {"build_seconds", r.metadata_build_seconds},
+                   {"encode_seconds", r.metadata_encode_seconds},
+                   {"decode_seconds", r.metadata_decode_seconds}};
+  j["load"] = {{"distinct_plans", r.load_plan_classes},
+               {"read_items", r.load_read_items},
+               {"plan_seconds_total", r.load_plan_seconds},
+               {"plan_seconds_max", r.load_plan_max_seconds},
+               {"read_bytes_per_rank_no_broadcast", dist(r.read_bytes_no_broadcast)},
+               {"files_opened_per_rank_no_broadcast", dist(r.files_opened_no_broadcast)},
+               {"read_bytes_once", r.read_bytes_once},
+               {"broadcast", nullptr}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace dcp::simulate
