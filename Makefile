@@ -6,7 +6,7 @@ export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
 
-.PHONY: all setup build demo test bench clean
+.PHONY: all setup build demo test bench bench-metadata clean
 
 all: build
 
@@ -26,7 +26,16 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# `dcp bench` on 4 ranks: the Qwen3-30B-A3B shape at ~2 GiB unique (8 layers, width x0.44),
+# every phase next to the physical limit of the same directory measured in the same run
+# (README.md, "Benchmark"); then the metadata codec benchmark.
+BENCH_DIR ?= $(BUILD)/bench-data
+BENCH_ARGS ?= --layers 8 --width-scale 0.44 --save-layout tp2,dp2 --load-layout ep4 --repeat 3
 bench: build
+	mpirun -np 4 $(BUILD)/dcp bench $(BENCH_ARGS) --dir $(BENCH_DIR) --json bench.json
+	$(BUILD)/bench/metadata_bench
+
+bench-metadata: build
 	$(BUILD)/bench/metadata_bench
 
 clean:

@@ -226,21 +226,28 @@ Status Runner::RunSave(int rep, PhaseReport* p) {
                          return res.status();
                        }));
   p->seconds.push_back(s);
-  report_.unique_bytes = r.unique_bytes;
   DCP_ASSIGN_OR_RETURN(
       auto sums, SumAtRoot(comm_, {r.bytes_written, r.files_written, r.plan_cache_hit ? 1u : 0u}));
   if (rank_ == 0) {
     p->bytes_written = sums[0];
     p->files_opened = sums[1];
     if (sums[2] == static_cast<uint64_t>(comm_.size())) ++p->plan_cache_hits;
-    if (rep == 0) {
-      auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt_);
-      if (!md.ok()) return md.status();
-      report_.tensors = md->tensors.size();
-      report_.chunks = md->TotalChunks();
-      report_.bytes_entries = md->bytes.size();
-    }
   }
+  if (rep > 0) return OkStatus();
+  // What the checkpoint holds, from its metadata. Unique bytes count tensor chunks and
+  // bytes entries, so with replicas deduplicated the bytes written sum to them.
+  std::string unique;
+  DCP_RETURN_IF_ERROR(OnRoot([&] {
+    auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt_);
+    if (!md.ok()) return md.status();
+    report_.tensors = md->tensors.size();
+    report_.chunks = md->TotalChunks();
+    report_.bytes_entries = md->bytes.size();
+    unique = std::to_string(md->TotalDataBytes());
+    return OkStatus();
+  }));
+  DCP_RETURN_IF_ERROR(comm_.Broadcast(unique, 0));
+  report_.unique_bytes = std::stoull(unique);
   return OkStatus();
 }
 
@@ -358,10 +365,16 @@ Result<BenchReport> Runner::Run() {
   }
 
   for (int rep = 0; rep < o_.repeat; ++rep) {
-    // Save first (loads need the checkpoint), then the write reference after the same
-    // delete + sync + pause; then the loads and the read references.
-    DCP_RETURN_IF_ERROR(RunSave(rep, &save));
-    DCP_RETURN_IF_ERROR(RunReferenceWrite());
+    // The save (loads need its checkpoint) and the write reference, each after the same
+    // delete + sync + pause, in alternating order so neither always follows the other;
+    // then the loads and the read references.
+    if (rep % 2 == 0) {
+      DCP_RETURN_IF_ERROR(RunSave(rep, &save));
+      DCP_RETURN_IF_ERROR(RunReferenceWrite());
+    } else {
+      DCP_RETURN_IF_ERROR(RunReferenceWrite());
+      DCP_RETURN_IF_ERROR(RunSave(rep, &save));
+    }
     for (PhaseReport& p : loads) {
       DCP_RETURN_IF_ERROR(RunLoad(rep, &p, p.kind == "load" ? save_layout_ : load_layout_));
     }

@@ -1,0 +1,135 @@
+// `dcp bench` and `dcp simulate` end to end: the documented JSON keys are there and the
+// invariants hold (README.md, "Benchmark" and "Simulate"). No timing assertions.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace dcp {
+namespace {
+
+using nlohmann::json;
+
+json RunJson(const std::string& args, const std::string& json_path) {
+  std::string out;
+  const int rc = testing::RunCommand(std::string(DCP_CLI_PATH) + " " + args, &out);
+  EXPECT_EQ(rc, 0) << out;
+  std::ifstream in(json_path);
+  EXPECT_TRUE(in.good()) << "no " << json_path << "; output:\n" << out;
+  return in.good() ? json::parse(in) : json();
+}
+
+void ExpectKeys(const json& j, std::initializer_list<const char*> keys, const std::string& where) {
+  for (const char* k : keys) EXPECT_TRUE(j.contains(k)) << where << " lacks \"" << k << "\"";
+}
+
+TEST(BenchCliTest, TinyBenchWritesTheDocumentedKeys) {
+  testing::TempDir tmp;
+  const std::string out = tmp.Sub("bench.json");
+  json j = RunJson("bench --layers 1 --width-scale 0.05 --pause 0 --repeat 2 --dir " +
+                       tmp.Sub("scratch") + " --json " + out,
+                   out);
+  ASSERT_TRUE(j.is_object());
+  ExpectKeys(j,
+             {"workload", "ranks", "unique_bytes", "tensors", "chunks", "phases", "reference",
+              "storage_throttle", "cache", "repeat"},
+             "report");
+  EXPECT_EQ(j["workload"], "qwen3-30b-a3b");
+  EXPECT_EQ(j["ranks"], 1);
+  EXPECT_GT(j["unique_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["tensors"], 3 + 393);
+  EXPECT_TRUE(j["storage_throttle"].is_null());
+  ExpectKeys(j["reference"],
+             {"write_gib_per_s", "read_cold_gib_per_s", "read_warm_gib_per_s", "memcpy_gib_per_s"},
+             "reference");
+  for (const char* name : {"save", "load.broadcast", "load.no_broadcast", "reshard.broadcast",
+                           "reshard.no_broadcast"}) {
+    ASSERT_TRUE(j["phases"].contains(name)) << name;
+    const json& p = j["phases"][name];
+    ExpectKeys(p,
+               {"seconds", "gib_per_s", "bytes_written", "bytes_read_storage", "files_opened",
+                "broadcasts", "batches", "reference_seconds", "ratio_to_reference"},
+               name);
+    EXPECT_EQ(p["seconds_each"].size(), 2u) << name;
+  }
+  // One rank writes everything once and a same-layout load reads it all back.
+  EXPECT_EQ(j["phases"]["save"]["bytes_written"], j["unique_bytes"]);
+  EXPECT_EQ(j["phases"]["load.no_broadcast"]["bytes_read_storage"], j["unique_bytes"]);
+  // Cold means cold: the kernel held none of the checkpoint right before the load.
+  EXPECT_LT(j["phases"]["load.no_broadcast"]["resident_fraction_before"].get<double>(), 0.05);
+  // The scratch directory is left empty.
+  EXPECT_TRUE(testing::ListFiles(tmp.Sub("scratch")).empty());
+}
+
+TEST(BenchCliTest, ThrottledWarmLoadOnly) {
+  testing::TempDir tmp;
+  const std::string out = tmp.Sub("bench.json");
+  json j = RunJson(
+      "bench --layers 1 --width-scale 0.05 --pause 0 --phases load --cache warm "
+      "--storage-gibps 4 --no-verify --dir " +
+          tmp.Sub("scratch") + " --json " + out,
+      out);
+  ASSERT_TRUE(j.is_object());
+  ASSERT_TRUE(j["storage_throttle"].is_object());
+  EXPECT_EQ(j["storage_throttle"]["gib_per_s"], 4.0);
+  EXPECT_EQ(j["cache"], "warm");
+  EXPECT_FALSE(j["phases"].contains("save"));
+  EXPECT_FALSE(j["phases"].contains("reshard.broadcast"));
+  EXPECT_EQ(j["phases"]["load.broadcast"]["reference"], "read_warm");
+}
+
+TEST(BenchCliTest, BadPhaseFailsWithOneLine) {
+  std::string out;
+  EXPECT_NE(testing::RunCommand(std::string(DCP_CLI_PATH) + " bench --phases save,lod", &out), 0);
+  EXPECT_NE(out.find("unknown phase 'lod'"), std::string::npos) << out;
+}
+
+TEST(SimulateCliTest, SixtyFourRanksKeysAndDedupInvariants) {
+  testing::TempDir tmp;
+  const std::string out = tmp.Sub("sim.json");
+  json j = RunJson(
+      "simulate --ranks 64 --layers 2 --save-layout tp2,ep4,dp8 --load-layout "
+      "tp4,dp16 --check-classes --json " +
+          out,
+      out);
+  ASSERT_TRUE(j.is_object());
+  ExpectKeys(j,
+             {"workload", "ranks", "unique_bytes", "tensors", "chunks", "save", "metadata", "load"},
+             "report");
+  EXPECT_EQ(j["ranks"], 64);
+  const json& save = j["save"];
+  ExpectKeys(save,
+             {"distinct_plans", "plan_seconds", "bytes_written_per_rank", "exchange_bytes_per_rank",
+              "plan_cache_hit"},
+             "save");
+  // tp2 x ep4 distinct plans; dp replicas share theirs (checked rank by rank).
+  EXPECT_EQ(save["distinct_plans"], 8);
+  EXPECT_EQ(save["classes_checked"], true);
+  // Dedup: every unique byte written exactly once, nothing else.
+  EXPECT_EQ(save["bytes_written_per_rank"]["sum"], j["unique_bytes"]);
+  EXPECT_GE(j["unique_bytes"].get<uint64_t>(), j["model_bytes"].get<uint64_t>());
+  const json& ex = save["exchange_bytes_per_rank"];
+  EXPECT_EQ(ex["hello"], 24 * 64);
+  EXPECT_EQ(ex["total"].get<uint64_t>(), ex["hello"].get<uint64_t>() + ex["plans"].get<uint64_t>());
+  EXPECT_EQ(save["plan_cache_hit"]["exchange_bytes_per_rank"], 24 * 64);
+  ExpectKeys(j["metadata"], {"bytes", "encode_seconds", "decode_seconds"}, "metadata");
+  EXPECT_GT(j["metadata"]["bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["load"]["distinct_plans"], 4);
+  // Every needed stored chunk is read at least once; without broadcast, often more.
+  EXPECT_GE(j["load"]["read_bytes_per_rank_no_broadcast"]["sum"].get<uint64_t>(),
+            j["load"]["read_bytes_once"].get<uint64_t>());
+  EXPECT_EQ(j["load"]["read_bytes_once"], j["unique_bytes"]);
+}
+
+TEST(SimulateCliTest, LayoutMustMatchRanks) {
+  std::string out;
+  EXPECT_NE(testing::RunCommand(
+                std::string(DCP_CLI_PATH) + " simulate --ranks 64 --save-layout tp8,dp4", &out),
+            0);
+  EXPECT_NE(out.find("tp8,dp4 has 32 ranks"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace dcp
