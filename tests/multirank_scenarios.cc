@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 
+#include "async/async_saver.h"
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "checkpoint/save.h"
+#include "dcp/async.h"
 #include "dcp/checkpoint.h"
 #include "storage/fault_file_system.h"
 #include "workload/layout_spec.h"
@@ -233,6 +236,169 @@ void SaveWithoutCollectives(const std::shared_ptr<Comm>& comm, const std::string
     EXPECT_TRUE(workload::VerifyStateDict(whole->sd).ok());
   }
   ASSERT_TRUE(comm->Barrier().ok());
+}
+
+}  // namespace dcp::testing
+
+// ---- Async save ----
+
+namespace dcp::testing {
+namespace {
+
+workload::LayoutSpec AsyncLayout(int n) {
+  return Layout(n % 2 == 0 ? "tp2,dp" + std::to_string(n / 2) : "dp" + std::to_string(n));
+}
+
+// Overwrites every tensor chunk and bytes entry of `sd`, as a training step would.
+void Scribble(StateDict& sd, uint8_t value) {
+  for (StateEntry& e : sd.entries()) {
+    for (TensorChunk& c : e.chunks) std::memset(c.view.data, value, c.view.NumBytes());
+    if (e.kind == StateEntry::Kind::kBytes) e.bytes.assign(3, std::byte{value});
+  }
+}
+
+// One training-like step: some arithmetic, then the caller's own collectives on `comm`.
+void TrainStep(Comm& comm, int step) {
+  volatile double x = 0;
+  for (int i = 0; i < 200000; ++i) x = x + 1e-9 * i;
+  auto all = comm.AllGather("step " + std::to_string(step));
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  for (const std::string& s : *all) EXPECT_EQ(s, "step " + std::to_string(step));
+  std::string b = comm.rank() == step % comm.size() ? "root " + std::to_string(step) : "";
+  ASSERT_TRUE(comm.Broadcast(b, step % comm.size()).ok());
+  EXPECT_EQ(b, "root " + std::to_string(step));
+}
+
+void LoadAndVerify(const std::shared_ptr<Comm>& comm, const workload::ModelSpec& model,
+                   const workload::LayoutSpec& layout, const std::string& ckpt) {
+  SCOPED_TRACE("checkpoint " + ckpt);
+  auto dst = workload::MakeEmptyLike(model, layout, comm->rank());
+  ASSERT_TRUE(dst.ok());
+  ASSERT_NO_THROW(load(dst->sd, ckpt, {.comm = comm}));
+  Status v = workload::VerifyStateDict(dst->sd);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
+}  // namespace
+
+void AsyncSaveWhileTraining(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  const auto layout = AsyncLayout(comm->size());
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok());
+  // The pattern, to put back before each save (the steps in between overwrite it).
+  auto pristine = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(pristine.ok());
+  auto restore = [&] {
+    auto& dst = sd->sd.entries();
+    const auto& src = pristine->sd.entries();
+    for (size_t i = 0; i < dst.size(); ++i) {
+      dst[i].bytes = src[i].bytes;
+      for (size_t c = 0; c < dst[i].chunks.size(); ++c) {
+        std::memcpy(dst[i].chunks[c].view.data, src[i].chunks[c].view.data,
+                    dst[i].chunks[c].view.NumBytes());
+      }
+    }
+  };
+
+  AsyncSaver saver;
+  std::vector<AsyncSave> handles;
+  std::atomic<int> callbacks{0};
+  int step = 0;
+  for (int i = 0; i < 3; ++i) {
+    restore();
+    handles.push_back(saver.Save(sd->sd, dir + "/step_" + std::to_string(i), {.comm = comm},
+                                 [&](const AsyncSave&) { ++callbacks; }));
+    Scribble(sd->sd, static_cast<uint8_t>(0x5A + i));  // must not reach the checkpoint
+    for (int k = 0; k < 4; ++k) TrainStep(*comm, step++);
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    SCOPED_TRACE("save " + std::to_string(i));
+    SaveResult r;
+    ASSERT_NO_THROW(r = handles[i].Get());
+    EXPECT_EQ(r.plan_cache_hit, i > 0);
+    const StagingStats& st = handles[i].staging();
+    EXPECT_EQ(st.reused, i > 0) << "the staging pool was reallocated";
+    EXPECT_EQ(st.allocations, i == 0 ? 1u : 0u);
+    EXPECT_EQ(st.pool_allocations, 1u);
+    EXPECT_GE(st.bytes_staged, sd->tensor_bytes);
+  }
+  saver.WaitAll();
+  EXPECT_EQ(callbacks.load(), 3);
+  EXPECT_EQ(saver.pool_stats().allocations, 1u);
+  for (int i = 0; i < 3; ++i)
+    LoadAndVerify(comm, model, layout, dir + "/step_" + std::to_string(i));
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+void AsyncSaveOneRankFails(const std::shared_ptr<Comm>& comm, const std::string& dir, int failing) {
+  const auto model = SmallModel();
+  const auto layout = AsyncLayout(comm->size());
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string ckpt = dir + "/failing";
+  const std::string tag = "rank " + std::to_string(failing) + ":";
+  AsyncSaver saver;
+  ASSERT_NO_THROW(saver.Save(sd->sd, ckpt, {.comm = comm}).Get());
+  auto before = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(comm->Barrier().ok());
+
+  {
+    // Rank `failing` cannot create its data file.
+    storage::FaultFileSystem fs(storage::PosixFileSystem());
+    if (comm->rank() == failing) fs.FailAt(1);
+    AsyncSave h = async::SaveWithFileSystem(saver, sd->sd, ckpt, {.comm = comm}, {}, fs);
+    TrainStep(*comm, 0);
+    Status s = h.status();  // before `fs` goes away
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(tag), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("injected failure"), std::string::npos) << s.message();
+    EXPECT_THROW(h.Get(), Error);
+  }
+  auto after = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->save_id, before->save_id) << "a failed save committed metadata";
+  ASSERT_TRUE(comm->Barrier().ok());
+  LoadAndVerify(comm, model, layout, ckpt);
+
+  {
+    // Rank `failing` cannot stage: its own saver's cap is too small.
+    AsyncSaver small({.max_staging_bytes = comm->rank() == failing ? 4096u : 0u});
+    AsyncSave h = small.Save(sd->sd, ckpt, {.comm = comm});
+    TrainStep(*comm, 1);
+    Status s = h.status();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(tag), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("max_staging_bytes"), std::string::npos) << s.message();
+  }
+  after = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->save_id, before->save_id);
+
+  // The saver whose save failed still saves.
+  AsyncSave again = saver.Save(sd->sd, ckpt, {.comm = comm});
+  ASSERT_NO_THROW(again.Get());
+  EXPECT_TRUE(again.staging().reused);
+  ASSERT_TRUE(comm->Barrier().ok());
+  LoadAndVerify(comm, model, layout, ckpt);
+}
+
+void AsyncSaveThroughFileCoordinator(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  const auto layout = AsyncLayout(comm->size());
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok());
+  auto files = FileComm(dir + "/async-coordination", comm->rank(), comm->size());
+  files->set_timeout(comm->timeout());
+  const std::string ckpt = dir + "/async-via-files";
+  AsyncSaver saver;
+  AsyncSave h = saver.Save(sd->sd, ckpt, {.comm = files});
+  Scribble(sd->sd, 0x33);
+  TrainStep(*comm, 0);
+  ASSERT_NO_THROW(h.Get());
+  ASSERT_TRUE(comm->Barrier().ok());
+  LoadAndVerify(comm, model, layout, ckpt);
 }
 
 }  // namespace dcp::testing

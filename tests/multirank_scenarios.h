@@ -34,3 +34,23 @@ void FileCoordinatorMatches(const std::shared_ptr<Comm>& comm, const std::string
 void SaveWithoutCollectives(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
 }  // namespace dcp::testing
+
+namespace dcp::testing {
+
+// Async save while training: three consecutive async saves through one AsyncSaver; right
+// after each Save returns the caller overwrites its tensors and bytes entries and runs
+// training-like steps with its own AllGather and Broadcast on `comm` while the save persists.
+// Every checkpoint loads and holds the values of staging time; the staging pool is allocated
+// by the first save only.
+void AsyncSaveWhileTraining(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+// An async save whose writes fail on rank `failing` reports the error, naming that rank, on
+// every rank's handle; no metadata is committed and the previous checkpoint still loads. A
+// staging failure on that rank (its saver's memory cap too small) reaches every rank too, and
+// the saver keeps working afterwards.
+void AsyncSaveOneRankFails(const std::shared_ptr<Comm>& comm, const std::string& dir, int failing);
+
+// Async save coordinated through the shared filesystem (FileComm) gives a loadable checkpoint.
+void AsyncSaveThroughFileCoordinator(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+}  // namespace dcp::testing

@@ -63,3 +63,24 @@ TEST(MultiRankThreads, WithoutCollectives) {
 
 }  // namespace
 }  // namespace dcp::testing
+
+namespace dcp::testing {
+namespace {
+
+TEST(MultiRankThreads, AsyncSaveWhileTraining) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { AsyncSaveWhileTraining(c, tmp.path()); });
+}
+
+TEST(MultiRankThreads, AsyncSaveOneRankFailingFailsEveryHandle) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { AsyncSaveOneRankFails(c, tmp.path(), 2); });
+}
+
+TEST(MultiRankThreads, AsyncSaveThroughFileCoordinator) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { AsyncSaveThroughFileCoordinator(c, tmp.path()); });
+}
+
+}  // namespace
+}  // namespace dcp::testing

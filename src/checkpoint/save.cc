@@ -67,8 +67,9 @@ class PlanCache {
   std::list<uint64_t> order_;
 };
 PlanCache& Cache() {
-  static PlanCache cache;
-  return cache;
+  // Never destroyed: an async saver destroyed at exit may still be saving.
+  static PlanCache* cache = new PlanCache;
+  return *cache;
 }
 
 uint64_t RandomId() {

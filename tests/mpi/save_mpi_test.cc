@@ -76,6 +76,29 @@ TEST(MultiRankMpi, WithoutCollectives) {
 }  // namespace
 }  // namespace dcp::testing
 
+namespace dcp::testing {
+namespace {
+
+// The saver's collectives run on a background thread over its own communicator while the
+// test's main thread runs collectives on the world: needs MPI_THREAD_MULTIPLE.
+TEST(MultiRankMpi, AsyncSaveWhileTraining) {
+  SharedDir d;
+  AsyncSaveWhileTraining(World(), d.path());
+}
+
+TEST(MultiRankMpi, AsyncSaveOneRankFailingFailsEveryHandle) {
+  SharedDir d;
+  AsyncSaveOneRankFails(World(), d.path(), 2);
+}
+
+TEST(MultiRankMpi, AsyncSaveThroughFileCoordinator) {
+  SharedDir d;
+  AsyncSaveThroughFileCoordinator(World(), d.path());
+}
+
+}  // namespace
+}  // namespace dcp::testing
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (!dcp::EnsureMpiInitialized(&argc, &argv).ok()) return 2;
