@@ -84,3 +84,45 @@ TEST(MultiRankThreads, AsyncSaveThroughFileCoordinator) {
 
 }  // namespace
 }  // namespace dcp::testing
+
+namespace dcp::testing {
+namespace {
+
+TEST(BroadcastThreads, PureDataParallelReadsEachByteOnce) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { BroadcastLoad(c, tmp.path(), "dp4", "dp4"); });
+}
+
+TEST(BroadcastThreads, ReshardingLayouts) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) {
+    BroadcastLoad(c, tmp.path(), "tp4", "tp2,dp2");
+    BroadcastLoad(c, tmp.path(), "tp2,dp2", "tp4");
+    BroadcastLoad(c, tmp.path(), "dp2,tp2", "tp2,dp2");
+    BroadcastLoad(c, tmp.path(), "ep4", "ep2,dp2");
+  });
+}
+
+TEST(BroadcastThreads, InterleavedGroups) {
+  TempDir tmp;
+  // dp2,tp2: tensor-parallel piece 0 on ranks 0 and 2, piece 1 on ranks 1 and 3.
+  RunRanks(4, [&](const auto& c) { BroadcastLoad(c, tmp.path(), "dp2,tp2", "dp2,tp2"); });
+}
+
+TEST(BroadcastThreads, ManyInFlight) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { BroadcastManyInFlight(c, tmp.path()); });
+}
+
+TEST(BroadcastThreads, CorruptShardFailsEveryRank) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { BroadcastReadFailure(c, tmp.path()); });
+}
+
+TEST(BroadcastThreads, EightRanks) {
+  TempDir tmp;
+  RunRanks(8, [&](const auto& c) { BroadcastLoad(c, tmp.path(), "tp2,dp4", "tp4,dp2"); });
+}
+
+}  // namespace
+}  // namespace dcp::testing

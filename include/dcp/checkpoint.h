@@ -54,6 +54,11 @@ struct LoadOptions {
   // Shards smaller than this travel together per (group, reader, dtype); 0: no batching.
   uint64_t broadcast_batch_bytes = uint64_t{6} << 20;
   int max_broadcasts_in_flight = 8;
+  // Name mapping, applied to the checkpoint's names before they are matched with the state
+  // dict: a stored fqn starting with `strip_prefix` loses it, then `add_prefix` is prepended
+  // (e.g. strip "model." to load a HuggingFace checkpoint into a bare module).
+  std::string strip_prefix;
+  std::string add_prefix;
 };
 
 struct LoadResult {
@@ -69,6 +74,7 @@ struct LoadResult {
   uint64_t batches = 0;         // of those, batches of several small shards
   uint64_t bytes_sent = 0;      // as broadcast root
   uint64_t bytes_received = 0;  // as broadcast receiver
+  uint64_t groups_created = 0;  // group communicators created (cached across loads)
   // Phases (seconds).
   double metadata_seconds = 0;
   double plan_seconds = 0;      // local plan

@@ -46,6 +46,9 @@ class Comm {
   virtual int size() const = 0;
   // A short name for logs and errors: "local", "threads", "file", "mpi".
   virtual std::string_view backend() const = 0;
+  // Whether this backend moves tensor data (read-once broadcast during load). Backends
+  // that only carry plans and results (FileComm) say no, and load reads without them.
+  virtual bool moves_tensor_data() const { return true; }
 
   // Every rank contributes `mine`; every rank receives all contributions in rank order.
   virtual Result<std::vector<std::string>> AllGather(std::string_view mine) = 0;

@@ -1,16 +1,21 @@
-// Load: metadata (read by rank 0, broadcast) -> local plan -> reads grouped by file and
-// stored chunk, straight into destination memory.
+// Load: metadata (read by rank 0, broadcast) -> local plan -> [identities gathered, readers
+// and groups decided] -> shared shards read once and broadcast -> private reads grouped by
+// file, straight into destination memory.
 #include "checkpoint/load.h"
 
-#include <chrono>
-#include <list>
-#include <memory>
+#include <xxhash.h>
 
+#include <chrono>
+#include <map>
+#include <unordered_map>
+
+#include "checkpoint/broadcast_load.h"
+#include "checkpoint/chunk_reads.h"
 #include "checkpoint/exchange.h"
 #include "checkpoint/metadata_io.h"
-#include "planner/copy_runs.h"
+#include "core/wire.h"
+#include "planner/broadcast_plan.h"
 #include "planner/load_plan.h"
-#include "storage/chunk_reader.h"
 
 namespace dcp::checkpoint {
 namespace {
@@ -20,105 +25,66 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Open data files, least recently used closed first. Opening checks the size recorded in
-// the metadata, so a truncated file is reported as such before any read.
-class OpenFiles {
- public:
-  OpenFiles(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,
-            size_t capacity)
-      : fs_(fs), dir_(dir), md_(md), capacity_(std::max<size_t>(capacity, 1)) {}
+using ChunkRef = std::pair<uint32_t, uint32_t>;  // (state dict entry, chunk)
+using Destinations = std::map<std::pair<uint32_t, Box>, ChunkRef>;
 
-  Result<storage::ReadableFile*> Get(uint32_t file, uint64_t* opened) {
-    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-      if (it->first == file) {
-        lru_.splice(lru_.begin(), lru_, it);
-        return lru_.front().second.get();
-      }
+// This rank's destination shards that others may share: every non-empty tensor chunk it
+// loads, keyed by (metadata tensor, box); a box held twice counts once (the first).
+Destinations DestinationsOf(const StateDict& sd, const metadata::Metadata& md) {
+  Destinations out;
+  const auto& entries = sd.entries();
+  for (uint32_t e = 0; e < entries.size(); ++e) {
+    if (entries[e].kind != StateEntry::Kind::kTensor) continue;
+    const metadata::TensorMeta* t = md.FindTensor(entries[e].fqn);
+    if (!t) continue;
+    const auto ti = static_cast<uint32_t>(t - md.tensors.data());
+    for (uint32_t c = 0; c < entries[e].chunks.size(); ++c) {
+      if (entries[e].chunks[c].box.Empty()) continue;
+      out.try_emplace({ti, entries[e].chunks[c].box}, ChunkRef{e, c});
     }
-    const metadata::FileInfo& info = md_.files[file];
-    const std::string path = storage::JoinPath(dir_, info.name);
-    auto f = fs_.OpenReadable(path);
-    if (!f.ok()) {
-      if (f.status().code() == StatusCode::kNotFound) {
-        return DataLoss("data file " + path + " is missing");
-      }
-      return f.status();
-    }
-    if ((*f)->size() != info.size) {
-      return DataLoss("data file " + path + " is " + std::to_string((*f)->size()) +
-                      " bytes, the metadata expects " + std::to_string(info.size) +
-                      ((*f)->size() < info.size ? " (truncated)" : ""));
-    }
-    ++*opened;
-    if (lru_.size() == capacity_) lru_.pop_back();
-    lru_.emplace_front(file, std::move(f).value());
-    return lru_.front().second.get();
   }
+  return out;
+}
 
- private:
-  storage::FileSystem& fs_;
-  const std::string& dir_;
-  const metadata::Metadata& md_;
-  size_t capacity_;
-  std::list<std::pair<uint32_t, std::unique_ptr<storage::ReadableFile>>> lru_;
-};
+planner::LoadIdentity IdentityOf(const StateDict& sd, const metadata::Metadata& md,
+                                 const Destinations& dests) {
+  planner::LoadIdentity id;
+  for (const auto& [key, ref] : dests) {
+    const TensorChunk& c = sd.entries()[ref.first].chunks[ref.second];
+    id.shards.push_back({key.first, key.second,
+                         *DTypeBytes(md.tensors[key.first].dtype, key.second.NumElements()),
+                         c.view.memory == MemoryKind::kHost});
+  }
+  return id;
+}
 
-Status ExecuteReads(StateDict& sd, const metadata::Metadata& md,
-                    const planner::LocalLoadPlan& plan, const std::string& dir,
-                    const LoadOptions& opts, storage::FileSystem& fs, LoadResult* out) {
-  OpenFiles files(fs, dir, md, static_cast<size_t>(opts.max_open_files));
-  std::vector<std::byte> bounce;
-  std::vector<planner::CopyRuns> runs;
-  std::vector<storage::ChunkTarget> targets;
-  auto& entries = sd.entries();
-  // Reads are sorted by stored chunk: each group of reads from one stored chunk is served
-  // by reading that chunk once.
-  for (size_t i = 0; i < plan.reads.size();) {
-    const planner::ReadItem& first = plan.reads[i];
-    const metadata::TensorMeta& t = md.tensors[first.tensor];
-    const metadata::StoredChunk& sc = t.chunks[first.stored];
-    size_t j = i;
-    runs.clear();
-    targets.clear();
-    for (; j < plan.reads.size() && plan.reads[j].tensor == first.tensor &&
-           plan.reads[j].stored == first.stored;
-         ++j) {
-      const planner::ReadItem& r = plan.reads[j];
-      const TensorChunk& dst = entries[r.entry].chunks[r.dst_chunk];
-      auto cr = planner::CopyRuns::Make(t.dtype, sc.box, dst.box, r.region);
-      if (!cr.ok()) return cr.status().Annotate("checkpoint " + dir + ": '" + t.fqn + "': ");
-      runs.push_back(std::move(cr).value());
-    }
-    for (size_t k = i; k < j; ++k) {
-      const planner::ReadItem& r = plan.reads[k];
-      targets.push_back({&runs[k - i], entries[r.entry].chunks[r.dst_chunk].view.bytes()});
-    }
-    auto file = files.Get(sc.file, &out->files_opened);
-    Status s = file.status();
-    if (s.ok()) {
-      s = storage::ReadStoredChunk(**file, {sc.byte_offset, sc.byte_length, sc.xxh3},
-                                   opts.verify_checksums, targets, bounce, &out->bytes_read);
-    }
-    if (!s.ok()) {
-      return s.Annotate("checkpoint " + dir + ": tensor '" + t.fqn + "' chunk " +
-                        sc.box.ToString() + ": ");
-    }
-    ++out->chunks_read;
-    i = j;
+// Gathers identities (each distinct one sent once) and computes the broadcast plan. Also
+// the point where ranks agree on planning errors.
+Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan_status,
+                                                  const planner::LoadIdentity& id) {
+  const std::string encoded = plan_status.ok() ? planner::EncodeLoadIdentity(id) : std::string();
+  std::string hello;
+  wire::Writer(hello).Fixed64(XXH3_64bits(encoded.data(), encoded.size()));
+  DCP_ASSIGN_OR_RETURN(auto hellos, AllGatherOrFail(comm, plan_status, hello));
+  const int world = comm.size();
+  std::unordered_map<uint64_t, int> class_of;
+  std::vector<std::vector<int>> holders;
+  std::vector<int> first(world);
+  for (int r = 0; r < world; ++r) {
+    const uint64_t h = wire::Reader(hellos[r]).Fixed64();
+    auto [it, inserted] = class_of.try_emplace(h, static_cast<int>(holders.size()));
+    if (inserted) holders.emplace_back();
+    holders[it->second].push_back(r);
+    first[r] = holders[it->second].front();
   }
-  for (const planner::BytesRead& br : plan.bytes) {
-    const metadata::BytesMeta& b = md.bytes[br.bytes];
-    std::vector<std::byte>& dst = entries[br.entry].bytes;
-    dst.resize(b.byte_length);
-    auto file = files.Get(b.file, &out->files_opened);
-    Status s = file.status();
-    if (s.ok()) {
-      s = storage::ReadRangeInto(**file, {b.byte_offset, b.byte_length, b.xxh3},
-                                 opts.verify_checksums, dst.data(), &out->bytes_read);
-    }
-    if (!s.ok()) return s.Annotate("checkpoint " + dir + ": bytes entry '" + b.fqn + "': ");
+  const bool sender = first[comm.rank()] == comm.rank();
+  DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(sender ? encoded : std::string()));
+  std::vector<planner::LoadIdentity> distinct;
+  for (const auto& h : holders) {
+    DCP_ASSIGN_OR_RETURN(auto d, planner::DecodeLoadIdentity(lists[h.front()]));
+    distinct.push_back(std::move(d));
   }
-  return OkStatus();
+  return planner::PlanBroadcast(distinct, holders, world);
 }
 
 }  // namespace
@@ -126,6 +92,7 @@ Status ExecuteReads(StateDict& sd, const metadata::Metadata& md,
 Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
                         storage::FileSystem& fs) {
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
+  const int me = comm->rank();
   LoadResult result;
   const auto t0 = Clock::now();
 
@@ -133,7 +100,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   //    read the same file from shared storage.
   std::string raw;
   Status st;
-  if (comm->rank() == 0) {
+  if (me == 0) {
     auto data = ReadMetadataBytes(fs, dir);
     st = data.status();
     if (data.ok()) raw = std::move(data).value();
@@ -141,25 +108,80 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   DCP_RETURN_IF_ERROR(BroadcastStatus(*comm, 0, st));
   DCP_RETURN_IF_ERROR(comm->Broadcast(raw, 0));
   auto md = DecodeMetadata(raw, dir);
+  if (md.ok()) md = WithRenamedTensors(std::move(md).value(), opts, dir);  // strip/add prefix
   const auto t1 = Clock::now();
 
-  // 2. Plan, with failures agreed on by every rank.
-  Result<planner::LocalLoadPlan> plan = md.ok() ? planner::PlanLoad(sd, *md, opts.allow_partial, dir)
-                                                : Result<planner::LocalLoadPlan>(md.status());
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, plan.status()));
+  // 2. Local plan.
+  Result<planner::LocalLoadPlan> plan =
+      md.ok() ? planner::PlanLoad(sd, *md, opts.allow_partial, dir)
+              : Result<planner::LocalLoadPlan>(md.status());
   const auto t2 = Clock::now();
 
-  // 3. Read.
-  st = ExecuteReads(sd, *md, *plan, dir, opts, fs, &result);
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
+  // 3. Who reads what: shared shards get one balanced reader each (every rank computes the
+  //    same plan from the same gathered identities); planning errors are agreed on here.
+  const bool broadcast = opts.broadcast && comm->size() > 1 && comm->moves_tensor_data();
+  planner::BroadcastPlan bplan;
+  std::vector<std::shared_ptr<Comm>> groups;
+  std::vector<MyShard> mine;
+  std::vector<bool> shared_dst;  // per read item: filled by the shared phase instead
+  if (broadcast) {
+    Destinations dests;
+    if (plan.ok()) dests = DestinationsOf(sd, *md);
+    DCP_ASSIGN_OR_RETURN(bplan, ExchangeIdentities(*comm, plan.status(),
+                                                   plan.ok() ? IdentityOf(sd, *md, dests)
+                                                             : planner::LoadIdentity()));
+    DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
+    std::map<ChunkRef, size_t> shard_of;
+    mine.resize(bplan.shards.size());
+    for (size_t i = 0; i < bplan.shards.size(); ++i) {
+      const auto& s = bplan.shards[i];
+      if (!groups[s.group]) continue;
+      const ChunkRef ref = dests.at({s.tensor, s.box});
+      mine[i].dst = sd.entries()[ref.first].chunks[ref.second].view.bytes();
+      shard_of[ref] = i;
+    }
+    shared_dst.assign(plan->reads.size(), false);
+    for (uint32_t r = 0; r < plan->reads.size(); ++r) {
+      const auto& item = plan->reads[r];
+      auto it = shard_of.find({item.entry, item.dst_chunk});
+      if (it == shard_of.end()) continue;
+      shared_dst[r] = true;
+      if (bplan.shards[it->second].reader == me) mine[it->second].read_items.push_back(r);
+    }
+  } else {
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, plan.status()));
+  }
   const auto t3 = Clock::now();
+
+  // 4. Shared shards first (others wait for them), then private ones grouped by file.
+  ChunkReads reads(sd, *md, dir, opts, fs, &result);
+  Status read_failure;
+  if (broadcast) {
+    DCP_RETURN_IF_ERROR(
+        RunSharedPhase(*comm, bplan, groups, mine, *plan, reads, opts, &result, &read_failure));
+  }
+  const auto t4 = Clock::now();
+  if (read_failure.ok()) {
+    std::vector<uint32_t> private_items;
+    for (uint32_t r = 0; r < plan->reads.size(); ++r) {
+      if (shared_dst.empty() || !shared_dst[r]) private_items.push_back(r);
+    }
+    read_failure = reads.Read(*plan, private_items);
+  }
+  if (read_failure.ok()) read_failure = reads.ReadBytesEntries(*plan);
+  // A read failure anywhere is a load failure everywhere.
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, read_failure));
+  const auto t5 = Clock::now();
 
   result.entries_loaded = sd.size() - plan->skipped.size();
   result.entries_skipped = plan->skipped.size();
   result.metadata_seconds = Seconds(t0, t1);
   result.plan_seconds = Seconds(t1, t2);
-  result.read_seconds = Seconds(t2, t3);
-  result.total_seconds = Seconds(t0, t3);
+  result.exchange_seconds = Seconds(t2, t3);
+  result.shared_seconds = Seconds(t3, t4);
+  result.private_seconds = Seconds(t4, t5);
+  result.read_seconds = Seconds(t3, t5);
+  result.total_seconds = Seconds(t0, t5);
   return result;
 }
 

@@ -113,6 +113,7 @@ class FileCommImpl final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view backend() const override { return "file"; }
+  bool moves_tensor_data() const override { return false; }
 
   Result<std::vector<std::string>> AllGather(std::string_view mine) override {
     uint64_t seq = seq_++;

@@ -1,0 +1,40 @@
+// The shared phase of a load: shared shards read once and broadcast (DESIGN.md section 3).
+//
+// Every member of a shard's group walks the shared shards in the plan's global order. The
+// reader reads the whole shard (all its read items, possibly from several files) into its
+// destination, then starts the broadcast at once and goes on reading the next; receivers
+// post their side in the same order. Small shards travel together per (group, reader) in
+// one staging buffer; at most `max_broadcasts_in_flight` requests are outstanding.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "checkpoint/chunk_reads.h"
+#include "dcp/comm.h"
+#include "planner/broadcast_plan.h"
+
+namespace dcp::checkpoint {
+
+// The communicator of every group this rank belongs to (null for the others), created
+// collectively where any member lacks it and cached across loads on the same `world`; a
+// group equal to the world is `world` itself. Adds the number created to stats.
+Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<Comm>& world,
+                                                         const planner::BroadcastPlan& plan,
+                                                         uint64_t* created);
+
+struct MyShard {
+  std::byte* dst = nullptr;           // this rank's destination memory; null: not a member
+  std::vector<uint32_t> read_items;   // indices into the load plan's reads (reader only)
+};
+
+// Runs the shared phase. A read failure on this rank does not stop the protocol (peers
+// wait on its broadcasts): it is returned in *read_failure after every broadcast was posted
+// and completed; the return value is a communication failure, which ends the load at once.
+Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
+                      const std::vector<std::shared_ptr<Comm>>& groups,
+                      const std::vector<MyShard>& mine, const planner::LocalLoadPlan& load_plan,
+                      ChunkReads& reads, const LoadOptions& opts, LoadResult* stats,
+                      Status* read_failure);
+
+}  // namespace dcp::checkpoint
