@@ -23,7 +23,7 @@ struct BenchOptions {
   bool optimizer = false;   // add fp32 exp_avg / exp_avg_sq per parameter
   std::string save_layout;  // default "dp<ranks>"
   std::string load_layout;  // the reshard phase's layout; default "tp<ranks>"
-  std::vector<std::string> phases = {"save", "load", "reshard"};  // + "async" (not yet)
+  std::vector<std::string> phases = {"save", "load", "reshard"};  // and/or "async"
   bool cold = true;  // cold page cache before loads (else warm: read just before)
   int repeat = 1;
   std::string dir;           // scratch directory (emptied); default under the temp dir
@@ -33,8 +33,8 @@ struct BenchOptions {
 };
 
 struct PhaseReport {
-  std::string name;  // "save", "load.broadcast", "load.no_broadcast", "reshard...."
-  std::string kind;  // "save", "load", "reshard"
+  std::string name;  // "save", "async", "load.broadcast", "load.no_broadcast", "reshard...."
+  std::string kind;  // "save", "async", "load", "reshard"
   std::string layout;
   bool broadcast = false;
   std::vector<double> seconds;  // one per repetition, barrier to barrier
@@ -47,7 +47,11 @@ struct PhaseReport {
   uint64_t batches = 0;
   uint64_t shards_read_for_others = 0;
   uint64_t bytes_sent = 0;
-  uint64_t plan_cache_hits = 0;         // save: repetitions whose plan came from the cache
+  uint64_t plan_cache_hits = 0;  // save: repetitions whose plan came from the cache
+  // async: how long Save blocked the caller (staging copy), barrier to barrier.
+  std::vector<double> blocked_seconds;
+  double median_blocked_seconds = 0;
+  uint64_t bytes_staged = 0;            // async: sum over ranks
   double resident_fraction_before = 0;  // loads: page-cache residency right before (max)
   std::string reference;                // "write", "read_cold" or "read_warm"
   double reference_seconds = 0;         // median
