@@ -96,6 +96,45 @@ TEST(MultiRankMpi, AsyncSaveThroughFileCoordinator) {
   AsyncSaveThroughFileCoordinator(World(), d.path());
 }
 
+// Read-once broadcast with real processes (4 ranks unless said otherwise).
+TEST(BroadcastMpi, PureDataParallelReadsEachByteOnce) {
+  if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  SharedDir d;
+  BroadcastLoad(World(), d.path(), "dp4", "dp4");
+}
+
+TEST(BroadcastMpi, ReshardingLayouts) {
+  if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  SharedDir d;
+  BroadcastLoad(World(), d.path(), "tp4", "tp2,dp2");
+  BroadcastLoad(World(), d.path(), "tp2,dp2", "tp4");
+  BroadcastLoad(World(), d.path(), "dp2,tp2", "tp2,dp2");
+  BroadcastLoad(World(), d.path(), "ep4", "ep2,dp2");
+}
+
+TEST(BroadcastMpi, InterleavedGroups) {
+  if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  SharedDir d;
+  BroadcastLoad(World(), d.path(), "dp2,tp2", "dp2,tp2");
+}
+
+TEST(BroadcastMpi, ManyInFlight) {
+  SharedDir d;
+  BroadcastManyInFlight(World(), d.path());
+}
+
+TEST(BroadcastMpi, CorruptShardFailsEveryRank) {
+  SharedDir d;
+  BroadcastReadFailure(World(), d.path());
+}
+
+TEST(BroadcastMpi, EightRanks) {
+  if (World()->size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  SharedDir d;
+  BroadcastLoad(World(), d.path(), "tp2,dp4", "tp4,dp2");
+  BroadcastLoad(World(), d.path(), "dp8", "dp8");
+}
+
 }  // namespace
 }  // namespace dcp::testing
 

@@ -1,0 +1,137 @@
+#include "planner/broadcast_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+namespace dcp::planner {
+namespace {
+
+ShardIdentity Shard(uint32_t tensor, int64_t offset, int64_t length, uint64_t nbytes,
+                    bool broadcastable = true) {
+  return {tensor, Box{{offset}, {length}}, nbytes, broadcastable};
+}
+
+// One class per rank.
+std::vector<std::vector<int>> Singletons(int n) {
+  std::vector<std::vector<int>> h(n);
+  for (int r = 0; r < n; ++r) h[r] = {r};
+  return h;
+}
+
+TEST(PlanBroadcastTest, TwoRanksAgreeOnOneReaderAndUniqueShardsStayPrivate) {
+  LoadIdentity a{{Shard(0, 0, 4, 16), Shard(1, 0, 4, 16)}};
+  LoadIdentity b{{Shard(0, 0, 4, 16), Shard(2, 0, 4, 16)}};
+  BroadcastPlan p = PlanBroadcast({a, b}, Singletons(2), 2);
+  ASSERT_EQ(p.shards.size(), 1u);
+  EXPECT_EQ(p.shards[0].tensor, 0u);
+  EXPECT_EQ(p.shards[0].reader, 0);
+  EXPECT_EQ(p.groups[p.shards[0].group], (std::vector<int>{0, 1}));
+  // Private bytes count toward each rank's reads.
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{32, 16}));
+}
+
+TEST(PlanBroadcastTest, FourEqualShardsOnFourRanksGetFourReaders) {
+  LoadIdentity id;
+  for (uint32_t t = 0; t < 4; ++t) id.shards.push_back(Shard(t, 0, 8, 64));
+  BroadcastPlan p = PlanBroadcast({id, id, id, id}, Singletons(4), 4);
+  ASSERT_EQ(p.shards.size(), 4u);
+  std::vector<int> readers;
+  for (const auto& s : p.shards) readers.push_back(s.reader);
+  std::sort(readers.begin(), readers.end());
+  EXPECT_EQ(readers, (std::vector<int>{0, 1, 2, 3}));
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0], (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(PlanBroadcastTest, LargestFirstToTheLeastLoaded) {
+  // Sizes 8, 4, 2, 1 on two ranks: 8 -> r0, 4 -> r1, 2 -> r1 (4 < 8), 1 -> r1 (6 < 8).
+  LoadIdentity id{{Shard(0, 0, 1, 2), Shard(1, 0, 1, 8), Shard(2, 0, 1, 1), Shard(3, 0, 1, 4)}};
+  BroadcastPlan p = PlanBroadcast({id, id}, Singletons(2), 2);
+  ASSERT_EQ(p.shards.size(), 4u);
+  // Execution order is (tensor, box), independent of size.
+  for (uint32_t t = 0; t < 4; ++t) EXPECT_EQ(p.shards[t].tensor, t);
+  EXPECT_EQ(p.shards[1].reader, 0);  // 8
+  EXPECT_EQ(p.shards[3].reader, 1);  // 4
+  EXPECT_EQ(p.shards[0].reader, 1);  // 2
+  EXPECT_EQ(p.shards[2].reader, 1);  // 1
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{8, 7}));
+}
+
+TEST(PlanBroadcastTest, NotBroadcastableOnAnyRankMakesTheShardPrivate) {
+  LoadIdentity a{{Shard(0, 0, 4, 16), Shard(1, 0, 4, 16)}};
+  LoadIdentity b{{Shard(0, 0, 4, 16, /*broadcastable=*/false), Shard(1, 0, 4, 16)}};
+  BroadcastPlan p = PlanBroadcast({a, b}, Singletons(2), 2);
+  ASSERT_EQ(p.shards.size(), 1u);
+  EXPECT_EQ(p.shards[0].tensor, 1u);
+  // Each rank reads tensor 0 itself.
+  EXPECT_EQ(p.read_bytes[0] + p.read_bytes[1], 16u * 2 + 16u);
+}
+
+TEST(PlanBroadcastTest, InterleavedGroupsSplitTheirShards) {
+  // Ranks 0 and 2 hold piece 0 of two tensors, ranks 1 and 3 piece 1.
+  LoadIdentity even{{Shard(0, 0, 4, 16), Shard(1, 0, 4, 16)}};
+  LoadIdentity odd{{Shard(0, 4, 4, 16), Shard(1, 4, 4, 16)}};
+  BroadcastPlan p = PlanBroadcast({even, odd, even, odd}, Singletons(4), 4);
+  ASSERT_EQ(p.groups.size(), 2u);
+  EXPECT_EQ(p.groups[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(p.groups[1], (std::vector<int>{1, 3}));
+  std::vector<int> readers;
+  for (const auto& s : p.shards) readers.push_back(s.reader);
+  std::sort(readers.begin(), readers.end());
+  EXPECT_EQ(readers, (std::vector<int>{0, 1, 2, 3}));  // each pair splits its two shards
+}
+
+TEST(PlanBroadcastTest, ResultDoesNotDependOnClassOrder) {
+  std::mt19937 rng(7);
+  std::vector<LoadIdentity> ids(4);
+  for (uint32_t t = 0; t < 30; ++t) {
+    for (int r = 0; r < 4; ++r) {
+      if (rng() % 3) ids[r].shards.push_back(Shard(t, 0, 4, 1 + rng() % 1000));
+    }
+  }
+  // Identities as every rank sees them: same sizes for the same shard.
+  for (auto& id : ids) {
+    for (auto& s : id.shards) s.nbytes = 100 + s.tensor * 37 % 11;
+  }
+  BroadcastPlan a = PlanBroadcast(ids, Singletons(4), 4);
+  // Same ranks, classes listed in another order.
+  std::vector<LoadIdentity> rev(ids.rbegin(), ids.rend());
+  std::vector<std::vector<int>> holders{{3}, {2}, {1}, {0}};
+  BroadcastPlan b = PlanBroadcast(rev, holders, 4);
+  ASSERT_EQ(a.shards.size(), b.shards.size());
+  for (size_t i = 0; i < a.shards.size(); ++i) {
+    EXPECT_EQ(a.shards[i].tensor, b.shards[i].tensor);
+    EXPECT_EQ(a.shards[i].reader, b.shards[i].reader);
+    EXPECT_EQ(a.groups[a.shards[i].group], b.groups[b.shards[i].group]);
+  }
+  EXPECT_EQ(a.read_bytes, b.read_bytes);
+}
+
+TEST(PlanBroadcastTest, PlanClassesEqualPerRankPlans) {
+  // 8 ranks, data-parallel over tp2: ranks {0,2,4,6} hold piece A, {1,3,5,7} piece B.
+  LoadIdentity a{{Shard(0, 0, 4, 64), Shard(1, 0, 4, 32), Shard(2, 0, 2, 8)}};
+  LoadIdentity b{{Shard(0, 4, 4, 64), Shard(1, 4, 4, 32), Shard(2, 2, 2, 8)}};
+  BroadcastPlan classes = PlanBroadcast({a, b}, {{0, 2, 4, 6}, {1, 3, 5, 7}}, 8);
+  BroadcastPlan per_rank = PlanBroadcast({a, b, a, b, a, b, a, b}, Singletons(8), 8);
+  ASSERT_EQ(classes.shards.size(), per_rank.shards.size());
+  for (size_t i = 0; i < classes.shards.size(); ++i) {
+    EXPECT_EQ(classes.shards[i].reader, per_rank.shards[i].reader);
+  }
+  EXPECT_EQ(classes.read_bytes, per_rank.read_bytes);
+}
+
+TEST(PlanBroadcastTest, IdentityRoundTripAndGarbage) {
+  LoadIdentity id{{Shard(3, 2, 5, 40, false), {7, Box{{1, 2}, {3, 4}}, 24, true}}};
+  auto back = DecodeLoadIdentity(EncodeLoadIdentity(id));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->shards, id.shards);
+  std::string enc = EncodeLoadIdentity(id);
+  for (size_t n = 0; n < enc.size(); ++n) {
+    EXPECT_FALSE(DecodeLoadIdentity(enc.substr(0, n)).ok()) << n;
+  }
+}
+
+}  // namespace
+}  // namespace dcp::planner
