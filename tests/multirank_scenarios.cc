@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "async/async_saver.h"
 #include "checkpoint/load.h"
@@ -399,6 +400,135 @@ void AsyncSaveThroughFileCoordinator(const std::shared_ptr<Comm>& comm, const st
   ASSERT_NO_THROW(h.Get());
   ASSERT_TRUE(comm->Barrier().ok());
   LoadAndVerify(comm, model, layout, ckpt);
+}
+
+}  // namespace dcp::testing
+
+namespace dcp::testing {
+
+namespace {
+
+LoadResult LoadVerified(const std::shared_ptr<Comm>& comm, const workload::ModelSpec& model,
+                        const workload::LayoutSpec& layout, const std::string& ckpt,
+                        LoadOptions opts) {
+  auto dst = workload::MakeEmptyLike(model, layout, comm->rank());
+  EXPECT_TRUE(dst.ok());
+  opts.comm = comm;
+  LoadResult r;
+  EXPECT_NO_THROW(r = load(dst->sd, ckpt, opts));
+  Status v = workload::VerifyStateDict(dst->sd);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  return r;
+}
+
+uint64_t Sum(const std::vector<uint64_t>& v) {
+  uint64_t s = 0;
+  for (uint64_t x : v) s += x;
+  return s;
+}
+
+}  // namespace
+
+void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
+                   const std::string& save_layout, const std::string& load_layout) {
+  SCOPED_TRACE(save_layout + " -> " + load_layout);
+  const auto model = SmallModel();
+  auto sd = workload::PopulateStateDict(model, Layout(save_layout), comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string ckpt = dir + "/bcast-" + save_layout + "-" + load_layout;
+  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+  const auto layout = Layout(load_layout);
+
+  LoadResult off = LoadVerified(comm, model, layout, ckpt, {.broadcast = false});
+  LoadResult on = LoadVerified(comm, model, layout, ckpt, {});
+  LoadResult again = LoadVerified(comm, model, layout, ckpt, {});
+  EXPECT_EQ(off.broadcasts, 0u);
+  EXPECT_EQ(again.groups_created, 0u) << "groups were not reused by the second load";
+
+  const uint64_t read_off = Sum(GatherU64(*comm, off.bytes_read));
+  const uint64_t read_on = Sum(GatherU64(*comm, on.bytes_read));
+  const uint64_t shared = Sum(GatherU64(*comm, on.shared_shards));
+  const uint64_t broadcasts = Sum(GatherU64(*comm, on.broadcasts));
+  EXPECT_LE(read_on, read_off);
+  EXPECT_EQ(Sum(GatherU64(*comm, on.bytes_sent)) > 0, shared > 0);
+  if (shared > 0) {
+    EXPECT_LT(read_on, read_off);
+    EXPECT_LT(broadcasts, shared) << "small shards were not batched";
+  }
+  auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(md.ok());
+  uint64_t tensor_bytes = 0, bytes_entries = 0;
+  for (const auto& t : md->tensors) {
+    for (const auto& c : t.chunks) tensor_bytes += c.byte_length;
+  }
+  for (const auto& b : md->bytes) bytes_entries += b.byte_length;
+  if (save_layout == load_layout && save_layout.rfind("dp", 0) == 0) {
+    // Pure replication: every unique tensor byte read from storage exactly once in total
+    // (bytes entries are read by every rank itself).
+    EXPECT_EQ(read_on, tensor_bytes + bytes_entries * comm->size());
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  const auto layout = Layout("dp" + std::to_string(comm->size()));
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string ckpt = dir + "/inflight";
+  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+  for (uint64_t batch : {uint64_t{0}, uint64_t{4096}}) {
+    for (int limit : {1, 2, 8}) {
+      SCOPED_TRACE("batch " + std::to_string(batch) + " in flight " + std::to_string(limit));
+      LoadResult r = LoadVerified(comm, model, layout, ckpt,
+                                  {.broadcast_batch_bytes = batch, .max_broadcasts_in_flight = limit});
+      EXPECT_GT(r.broadcasts, 8u);
+      if (batch == 0) {
+        EXPECT_EQ(r.batches, 0u);
+        EXPECT_EQ(r.broadcasts, r.shared_shards);
+      }
+    }
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  const auto layout = Layout("dp" + std::to_string(comm->size()));
+  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string ckpt = dir + "/corrupt";
+  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+  ASSERT_TRUE(comm->Barrier().ok());
+  std::string file;
+  if (comm->rank() == 0) {
+    // Corrupt the largest chunk: it is shared by every rank and read by one of them.
+    auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+    ASSERT_TRUE(md.ok());
+    const metadata::StoredChunk* big = nullptr;
+    for (const auto& t : md->tensors) {
+      for (const auto& c : t.chunks) {
+        if (!big || c.byte_length > big->byte_length) big = &c;
+      }
+    }
+    file = ckpt + "/" + md->files[big->file].name;
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(big->byte_offset + 17));
+    f.put('\x7f');
+  }
+  ASSERT_TRUE(comm->Broadcast(file, 0).ok());
+  auto dst = workload::MakeEmptyLike(model, layout, comm->rank());
+  ASSERT_TRUE(dst.ok());
+  try {
+    load(dst->sd, ckpt, {.comm = comm});
+    ADD_FAILURE() << "load of a corrupt checkpoint succeeded on rank " << comm->rank();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("checksum mismatch"), std::string::npos) << m;
+    EXPECT_NE(m.find(file), std::string::npos) << m;
+    EXPECT_NE(m.find("tensor '"), std::string::npos) << m;
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
 }
 
 }  // namespace dcp::testing

@@ -54,3 +54,21 @@ void AsyncSaveOneRankFails(const std::shared_ptr<Comm>& comm, const std::string&
 void AsyncSaveThroughFileCoordinator(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
 }  // namespace dcp::testing
+
+namespace dcp::testing {
+
+// Read-once broadcast: saves under `save_layout`, loads under `load_layout` (same world
+// size) with broadcast off and on, checks every byte both times, that broadcast never reads
+// more from storage, and (same layout, pure replication) that storage bytes read across all
+// ranks equal the unique bytes exactly. A second load reuses the group communicators.
+void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
+                   const std::string& save_layout, const std::string& load_layout);
+
+// More shards than the in-flight limit, with batching off and with tiny batches.
+void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+// A corrupted stored chunk read by a broadcast reader fails the load on every rank, naming
+// the file and the fqn, without a hang.
+void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+}  // namespace dcp::testing
