@@ -6,7 +6,7 @@ export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
 
-.PHONY: all setup build demo test bench bench-metadata clean
+.PHONY: all setup build demo test bench bench-metadata fuzz clean
 
 all: build
 
@@ -37,6 +37,11 @@ bench: build
 
 bench-metadata: build
 	$(BUILD)/bench/metadata_bench
+
+# Each fuzz target for FUZZ_SECONDS (clang++ -fsanitize=fuzzer; see scripts/fuzz.sh).
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	./scripts/fuzz.sh run $(BUILD)/fuzz $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD)

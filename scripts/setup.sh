@@ -9,6 +9,7 @@ PACKAGES=(
   libxxhash-dev nlohmann-json3-dev libcli11-dev
   libopenmpi-dev openmpi-bin
   python3 python3-venv python3-pip
+  clang libclang-rt-14-dev  # fuzz targets (scripts/fuzz.sh): -fsanitize=fuzzer runtime
 )
 
 missing=()

@@ -9,6 +9,7 @@ namespace dcp::tools {
 void AddInspect(CLI::App& app, int* exit_code);
 void AddVerify(CLI::App& app, int* exit_code);
 void AddDemo(CLI::App& app, int* exit_code);
+void AddConvert(CLI::App& app, int* exit_code);
 void AddBench(CLI::App& app, int* exit_code);
 void AddSimulate(CLI::App& app, int* exit_code);
 

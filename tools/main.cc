@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   dcp::tools::AddInspect(app, &exit_code);
   dcp::tools::AddVerify(app, &exit_code);
   dcp::tools::AddDemo(app, &exit_code);
+  dcp::tools::AddConvert(app, &exit_code);
   dcp::tools::AddBench(app, &exit_code);
   dcp::tools::AddSimulate(app, &exit_code);
   try {

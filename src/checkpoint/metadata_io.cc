@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "checkpoint/names.h"
+#include "hf/hf_checkpoint.h"
 #include "metadata/codec.h"
 #include "metadata/merge.h"
+#include "metadata/rename.h"
 
 namespace dcp::checkpoint {
 
@@ -38,9 +40,31 @@ Result<std::string> ReadRankMetadata(storage::FileSystem& fs, const std::string&
   return metadata::Encode(*merged);
 }
 
+// A HuggingFace source has no dcp metadata: it is built from the safetensors headers.
+Result<std::string> ReadHfMetadata(storage::FileSystem& fs, const std::string& source) {
+  DCP_ASSIGN_OR_RETURN(hf::HfSource src, hf::OpenSource(fs, source));
+  return metadata::Encode(hf::ToMetadata(src));
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
 }  // namespace
 
+std::string DataDirOf(const std::string& source) { return hf::DataDirOf(source); }
+
+Result<metadata::Metadata> WithRenamedTensors(metadata::Metadata md, const LoadOptions& opts,
+                                              const std::string& dir) {
+  Status s = metadata::RenameTensors(md, opts.strip_prefix, opts.add_prefix);
+  if (!s.ok()) return s.Annotate("checkpoint " + dir + ": ");
+  return md;
+}
+
 Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string& dir) {
+  if (EndsWith(dir, ".safetensors") && hf::DetectSource(fs, dir) == hf::SourceKind::kFile) {
+    return ReadHfMetadata(fs, dir);
+  }
   const std::string path = storage::JoinPath(dir, std::string(kMetadataName));
   auto data = storage::ReadWholeFile(fs, path);
   if (data.ok()) return data;
@@ -49,6 +73,7 @@ Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string
   }
   auto ranks = ReadRankMetadata(fs, dir);
   if (ranks.ok() || ranks.status().code() != StatusCode::kNotFound) return ranks;
+  if (hf::DetectSource(fs, dir) != hf::SourceKind::kNone) return ReadHfMetadata(fs, dir);
   return FailedPrecondition("checkpoint " + dir + " has no committed metadata (" +
                             std::string(kMetadataName) +
                             " is missing): not a checkpoint, or its save did not finish");

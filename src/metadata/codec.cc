@@ -73,7 +73,7 @@ std::string Encode(const Metadata& md) {
   }
   std::memcpy(out.data(), kMagic, sizeof(kMagic));
   PutFixed32(out, kVersionOffset, kFormatVersion);
-  PutFixed32(out, kFlagsOffset, 0);
+  PutFixed32(out, kFlagsOffset, md.has_checksums ? 0 : kFlagNoChecksums);
   PutFixed64(out, kBodyLengthOffset, out.size() - kHeaderSize);
   PutFixed64(out, kBodyHashOffset, XXH3_64bits(out.data() + kHeaderSize, out.size() - kHeaderSize));
   return out;
@@ -92,9 +92,9 @@ Result<Metadata> Decode(std::string_view data) {
   // The header is not covered by the body checksum; a flag this build does not know would
   // change how the body reads, so refuse it rather than guess.
   uint32_t flags = static_cast<uint32_t>(GetFixed(data.data() + kFlagsOffset, 4));
-  if (flags != 0) {
+  if ((flags & ~kFlagNoChecksums) != 0) {
     return FailedPrecondition("metadata header flags " + std::to_string(flags) +
-                              " are not supported (this build reads flags 0)");
+                              " are not supported (this build reads flags 0 and 1)");
   }
   uint64_t body_len = GetFixed(data.data() + kBodyLengthOffset, 8);
   if (body_len != data.size() - kHeaderSize) {
@@ -108,6 +108,7 @@ Result<Metadata> Decode(std::string_view data) {
 
   Reader r(body);
   Metadata md;
+  md.has_checksums = (flags & kFlagNoChecksums) == 0;
   md.save_id = r.Fixed64();
   uint64_t world_size = r.Varint();
   if (r.ok() && (world_size == 0 || world_size > UINT32_MAX)) {

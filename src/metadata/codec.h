@@ -15,6 +15,8 @@ namespace dcp::metadata {
 
 inline constexpr char kMagic[8] = {'\x89', 'D', 'C', 'P', 'M', 'E', 'T', 'A'};
 inline constexpr size_t kHeaderSize = 32;
+// Header flags (docs/format.md). Any other bit is refused.
+inline constexpr uint32_t kFlagNoChecksums = 1;  // Metadata::has_checksums == false
 
 std::string Encode(const Metadata& md);
 

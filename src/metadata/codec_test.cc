@@ -323,7 +323,20 @@ TEST(CodecTest, RejectsOtherVersions) {
 
 TEST(CodecTest, RejectsUnknownFlags) {
   std::string body = Body(Encode(SmallMetadata()));
-  ExpectError(Seal(body, kFormatVersion, 1), StatusCode::kFailedPrecondition, "flags 1");
+  ExpectError(Seal(body, kFormatVersion, 2), StatusCode::kFailedPrecondition, "flags 2");
+  ExpectError(Seal(body, kFormatVersion, 3), StatusCode::kFailedPrecondition, "flags 3");
+}
+
+TEST(CodecTest, NoChecksumsFlagRoundTrips) {
+  Metadata md = SmallMetadata();
+  EXPECT_TRUE(Decode(Encode(md))->has_checksums);
+  md.has_checksums = false;
+  std::string enc = Encode(md);
+  EXPECT_EQ(enc.substr(12, 4), std::string("\x01\x00\x00\x00", 4));
+  auto out = Decode(enc);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_FALSE(out->has_checksums);
+  EXPECT_EQ(out->tensors.size(), md.tensors.size());
 }
 
 TEST(CodecTest, RejectsEveryTruncation) {

@@ -47,6 +47,9 @@ struct BytesMeta {
 struct Metadata {
   uint64_t save_id = 0;   // names this save's data files; new for every save
   uint32_t world_size = 1;  // ranks that wrote it
+  // False for sources written without checksums (HuggingFace files): every xxh3 is 0 and
+  // loaders check sizes only. Encoded as header flag kFlagNoChecksums.
+  bool has_checksums = true;
   std::vector<FileInfo> files;
   std::vector<TensorMeta> tensors;  // sorted by fqn
   std::vector<BytesMeta> bytes;     // sorted by fqn

@@ -1,0 +1,298 @@
+#include "hf/convert.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/load.h"
+#include "checkpoint/metadata_io.h"
+#include "checkpoint/save.h"
+#include "hf/hf_checkpoint.h"
+
+namespace dcp::hf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A read-only shared mapping of a whole file; unmapped on destruction. Its pages are page
+// cache, shared with the file, not anonymous process memory.
+class MappedFile {
+ public:
+  static Result<std::unique_ptr<MappedFile>> Open(const std::string& path, uint64_t size) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus("open", path, errno);
+    void* p = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    int err = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) return ErrnoStatus("mmap", path, err);
+    // Read once, front to back: read ahead aggressively, and let pages go after use.
+    if (p) ::madvise(p, size, MADV_SEQUENTIAL);
+    return std::unique_ptr<MappedFile>(new MappedFile(static_cast<std::byte*>(p), size));
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(data_, size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::byte* data() const { return data_; }
+
+ private:
+  MappedFile(std::byte* d, uint64_t s) : data_(d), size_(s) {}
+  std::byte* data_;
+  uint64_t size_;
+};
+
+std::string ShardName(size_t i, size_t n) {
+  if (n == 1) return std::string(kSingleFileName);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+// The safetensors header of a shard: 8-byte length, JSON padded with spaces to a multiple
+// of 8 so the data starts aligned.
+std::string ShardHeader(const std::vector<OutTensor>& tensors, const OutShard& shard) {
+  nlohmann::ordered_json h;
+  h["__metadata__"] = {{"format", "pt"}};
+  uint64_t pos = 0;
+  for (size_t i : shard.tensors) {
+    const OutTensor& t = tensors[i];
+    nlohmann::ordered_json shape = nlohmann::ordered_json::array();
+    for (int64_t d : t.shape) shape.push_back(d);
+    h[t.fqn] = {{"dtype", std::string(DTypeName(t.dtype))},
+                {"shape", shape},
+                {"data_offsets", {pos, pos + t.bytes}}};
+    pos += t.bytes;
+  }
+  std::string json = h.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(uint64_t{json.size()} >> (8 * i));
+  return out + json;
+}
+
+// Writes one output shard: header, then the tensors group by group, each group filled by a
+// dcp load into `buffer`. Written under a temporary name and renamed when complete.
+Status WriteShard(const std::string& src, const std::string& dst,
+                  const std::vector<OutTensor>& tensors, const OutShard& shard,
+                  const ToHfOptions& opts, storage::FileSystem& fs, std::vector<std::byte>& buffer,
+                  ToHfResult* out) {
+  const std::string path = storage::JoinPath(dst, shard.file);
+  const std::string tmp = path + ".tmp";
+  DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
+  const std::string header = ShardHeader(tensors, shard);
+  DCP_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(header.data(), header.size()))));
+  for (size_t i = 0; i < shard.tensors.size();) {
+    // A group: consecutive tensors up to the budget, at least one.
+    uint64_t group_bytes = 0;
+    size_t j = i;
+    while (j < shard.tensors.size() &&
+           (j == i || group_bytes + tensors[shard.tensors[j]].bytes <= opts.buffer_bytes)) {
+      group_bytes += tensors[shard.tensors[j]].bytes;
+      ++j;
+    }
+    // Grown to the largest group, never shrunk: no zero-filling pass over fresh memory
+    // beyond the first use.
+    if (buffer.size() < std::max<uint64_t>(group_bytes, 1))
+      buffer.resize(std::max<uint64_t>(group_bytes, 1));
+    StateDict sd;
+    uint64_t pos = 0;
+    for (size_t k = i; k < j; ++k) {
+      const OutTensor& t = tensors[shard.tensors[k]];
+      sd.add(t.fqn, TensorView{buffer.data() + pos, t.dtype, t.shape});
+      pos += t.bytes;
+    }
+    auto loaded = checkpoint::Load(sd, src, LoadOptions{}, fs);
+    if (!loaded.ok()) return loaded.status();
+    DCP_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(buffer.data(), group_bytes)));
+    out->tensors += j - i;
+    out->bytes += group_bytes;
+    if (opts.progress) opts.progress(out->bytes, out->tensors);
+    i = j;
+  }
+  DCP_RETURN_IF_ERROR(file->Sync());
+  DCP_RETURN_IF_ERROR(file->Close());
+  DCP_RETURN_IF_ERROR(fs.Rename(tmp, path));
+  ++out->shards;
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<uint64_t> ParseByteSize(std::string_view text) {
+  std::string s;
+  for (char c : text) {
+    if (!std::isspace(static_cast<unsigned char>(c))) s.push_back(c);
+  }
+  size_t n = 0;
+  while (n < s.size() && (std::isdigit(static_cast<unsigned char>(s[n])) || s[n] == '.')) ++n;
+  std::string unit = s.substr(n);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},           {"K", 1e3},           {"M", 1e6},
+      {"G", 1e9},        {"T", 1e12},          {"KI", 1024},
+      {"MI", 1048576.0}, {"GI", 1073741824.0}, {"TI", 1099511627776.0}};
+  double scale = 0;
+  for (const auto& [name, f] : kUnits) {
+    if (unit == name) scale = f;
+  }
+  double value = 0;
+  bool number_ok = n > 0 && std::count(s.begin(), s.begin() + n, '.') <= 1 &&
+                   std::sscanf(s.substr(0, n).c_str(), "%lf", &value) == 1;
+  double bytes = std::floor(value * scale);
+  if (!number_ok || scale == 0 || !(bytes >= 1) || bytes > 1.8e19) {
+    return InvalidArgument("bad size '" + std::string(text) +
+                           "' (expected e.g. 5GB, 500MB, 2GiB or a byte count)");
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world) {
+  std::vector<size_t> order(file_bytes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return file_bytes[a] > file_bytes[b]; });
+  std::vector<uint64_t> load(std::max(world, 1), 0);
+  std::vector<int> owner(file_bytes.size(), 0);
+  for (size_t f : order) {
+    int best = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[f] = best;
+    load[best] += file_bytes[f];
+  }
+  return owner;
+}
+
+Result<ToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
+                            const ToDcpOptions& opts, storage::FileSystem& fs) {
+  const auto t0 = Clock::now();
+  std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
+  ToDcpResult result;
+  // Every rank opens (and checks) the whole source, so all agree on the file assignment.
+  auto source = OpenSource(fs, src);
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, source.status()));
+  result.total_bytes = source->TotalTensorBytes();
+  std::vector<uint64_t> sizes;
+  for (const ShardFile& f : source->files) sizes.push_back(f.size);
+  const std::vector<int> owner = AssignFiles(sizes, comm->size());
+
+  std::vector<std::unique_ptr<MappedFile>> maps;
+  StateDict sd;
+  Status st;
+  for (size_t i = 0; i < source->files.size() && st.ok(); ++i) {
+    if (owner[i] != comm->rank()) continue;
+    const ShardFile& f = source->files[i];
+    auto m = MappedFile::Open(storage::JoinPath(source->data_dir, f.name), f.size);
+    if (!m.ok()) {
+      st = m.status();
+      break;
+    }
+    std::byte* data = (*m)->data() + f.header.data_start();
+    for (const HeaderTensor& t : f.header.tensors) {
+      sd.add(t.name, TensorView{data + t.begin, t.dtype, t.shape});
+      ++result.tensors;
+      result.bytes += t.end - t.begin;
+    }
+    maps.push_back(std::move(m).value());
+    ++result.files;
+  }
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
+  if (opts.on_start) opts.on_start(result.total_bytes, result.bytes);
+  // The mappings stay until the save returned.
+  DCP_ASSIGN_OR_RETURN(result.save, checkpoint::Save(sd, dst, SaveOptions{.comm = comm}, fs));
+  result.seconds = Since(t0);
+  return result;
+}
+
+std::vector<OutShard> PlanShards(const std::vector<OutTensor>& tensors, uint64_t max_shard_bytes) {
+  std::vector<OutShard> shards;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (shards.empty() || (!shards.back().tensors.empty() &&
+                           shards.back().bytes + tensors[i].bytes > max_shard_bytes)) {
+      shards.emplace_back();
+    }
+    shards.back().tensors.push_back(i);
+    shards.back().bytes += tensors[i].bytes;
+  }
+  for (size_t s = 0; s < shards.size(); ++s) {
+    shards[s].file = ShardName(s, shards.size());
+    std::stable_sort(shards[s].tensors.begin(), shards[s].tensors.end(), [&](size_t a, size_t b) {
+      return DTypeBits(tensors[a].dtype) > DTypeBits(tensors[b].dtype);
+    });
+  }
+  return shards;
+}
+
+Result<ToHfResult> DcpToHf(const std::string& src, const std::string& dst, const ToHfOptions& opts,
+                           storage::FileSystem& fs) {
+  const auto t0 = Clock::now();
+  std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
+  const int rank = comm->rank(), world = comm->size();
+  ToHfResult result;
+
+  // Every rank reads the metadata and plans the same shards.
+  auto md = checkpoint::ReadMetadata(fs, src);
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, md.status()));
+  std::vector<OutTensor> tensors;
+  Status st;
+  for (const metadata::TensorMeta& t : md->tensors) {
+    auto bytes = DTypeBytes(t.dtype, t.global_shape.NumElements().value_or(0));
+    if (!bytes) {
+      st = InvalidArgument("checkpoint " + src + ": tensor '" + t.fqn + "' of shape " +
+                           t.global_shape.ToString() + " and dtype " +
+                           std::string(DTypeName(t.dtype)) +
+                           " does not fill whole bytes, which safetensors cannot store");
+      break;
+    }
+    tensors.push_back({t.fqn, t.dtype, t.global_shape, *bytes});
+    result.total_bytes += *bytes;
+  }
+  for (const metadata::BytesMeta& b : md->bytes) result.skipped_bytes_entries.push_back(b.fqn);
+  result.total_tensors = tensors.size();
+  if (st.ok()) st = fs.CreateDirs(dst);
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
+
+  const std::vector<OutShard> shards = PlanShards(tensors, opts.max_shard_bytes);
+  result.shards_total = shards.size();
+  if (opts.on_start) {
+    uint64_t my_bytes = 0, my_tensors = 0;
+    for (size_t s = rank; s < shards.size(); s += world) {
+      my_bytes += shards[s].bytes;
+      my_tensors += shards[s].tensors.size();
+    }
+    opts.on_start(my_bytes, my_tensors);
+  }
+  std::vector<std::byte> buffer;
+  for (size_t s = 0; s < shards.size() && st.ok(); ++s) {
+    if (static_cast<int>(s % world) != rank) continue;
+    st = WriteShard(src, dst, tensors, shards[s], opts, fs, buffer, &result);
+  }
+  buffer = {};
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));  // every shard is complete past this point
+
+  if (rank == 0 && shards.size() > 1) {
+    nlohmann::json index;
+    index["metadata"] = {{"total_size", result.total_bytes}};
+    index["weight_map"] = nlohmann::json::object();
+    for (const OutShard& shard : shards) {
+      for (size_t i : shard.tensors) index["weight_map"][tensors[i].fqn] = shard.file;
+    }
+    st = storage::WriteFileAtomic(fs, storage::JoinPath(dst, std::string(kIndexFileName)),
+                                  index.dump(2) + "\n", ".tmp");
+  }
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
+  result.seconds = Since(t0);
+  return result;
+}
+
+}  // namespace dcp::hf

@@ -1,0 +1,463 @@
+// HuggingFace safetensors in and out: conversions both ways, direct loads, and the errors a
+// malformed source gives through the public entry points.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "checkpoint/verify.h"
+#include "dcp/checkpoint.h"
+#include "hf/convert.h"
+#include "hf/hf_checkpoint.h"
+#include "hf/safetensors_header.h"
+#include "storage/data_files.h"
+#include "test_util.h"
+
+namespace dcp {
+namespace {
+
+using testing::TempDir;
+
+storage::FileSystem& Fs() { return storage::PosixFileSystem(); }
+
+struct T {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::vector<std::byte> data;
+};
+
+T Random(std::string name, DType dtype, Shape shape, uint32_t seed) {
+  T t{std::move(name), dtype, shape, {}};
+  t.data.resize(*DTypeBytes(dtype, *shape.NumElements()));
+  std::mt19937 rng(seed);
+  for (auto& b : t.data) b = std::byte(rng());
+  return t;
+}
+
+void WriteHf(const std::string& path, const std::vector<T>& tensors) {
+  std::vector<storage::TensorToWrite> items;
+  for (const T& t : tensors) items.push_back({t.name, t.dtype, t.shape, t.data});
+  auto w = storage::WriteSafetensorsFile(Fs(), path, items);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Every tensor of an HF source by name: dtype, shape and bytes, read through the parser.
+std::map<std::string, T> ReadHf(const std::string& path) {
+  std::map<std::string, T> out;
+  auto src = hf::OpenSource(Fs(), path);
+  EXPECT_TRUE(src.ok()) << src.status().ToString();
+  if (!src.ok()) return out;
+  for (const hf::ShardFile& f : src->files) {
+    std::string bytes = Slurp(storage::JoinPath(src->data_dir, f.name));
+    for (const hf::HeaderTensor& h : f.header.tensors) {
+      T t{h.name, h.dtype, h.shape, {}};
+      const char* p = bytes.data() + f.header.data_start() + h.begin;
+      t.data.assign(reinterpret_cast<const std::byte*>(p),
+                    reinterpret_cast<const std::byte*>(p) + (h.end - h.begin));
+      out[h.name] = std::move(t);
+    }
+  }
+  return out;
+}
+
+void ExpectSame(const std::vector<T>& want, const std::map<std::string, T>& got) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const T& w : want) {
+    auto it = got.find(w.name);
+    ASSERT_NE(it, got.end()) << w.name;
+    EXPECT_EQ(it->second.dtype, w.dtype) << w.name;
+    EXPECT_EQ(it->second.shape, w.shape) << w.name;
+    EXPECT_TRUE(it->second.data == w.data) << w.name << ": bytes differ";
+  }
+}
+
+// One tensor of every dtype (8 x 6 elements: whole bytes for F4 and F6 too), a scalar and an
+// empty one.
+std::vector<T> EveryDType() {
+  std::vector<T> out;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    DType d = static_cast<DType>(i);
+    out.push_back(Random("model.layers." + std::to_string(i) + "." + std::string(DTypeName(d)), d,
+                         Shape{8, 6}, 100 + i));
+  }
+  out.push_back(Random("model.scalar", DType::kF32, Shape{}, 7));
+  out.push_back(Random("model.empty", DType::kBF16, Shape{0, 4}, 8));
+  return out;
+}
+
+hf::ToHfOptions ToHf(uint64_t max_shard = 5'000'000'000, uint64_t buffer = 256 << 20) {
+  hf::ToHfOptions o;
+  o.max_shard_bytes = max_shard;
+  o.buffer_bytes = buffer;
+  return o;
+}
+
+TEST(HfConvertTest, SingleFileRoundTripEveryDType) {
+  TempDir tmp;
+  const std::vector<T> model = EveryDType();
+  WriteHf(tmp.Sub("model.safetensors"), model);
+
+  auto to_dcp = hf::HfToDcp(tmp.Sub("model.safetensors"), tmp.Sub("dcp"), {}, Fs());
+  ASSERT_TRUE(to_dcp.ok()) << to_dcp.status().ToString();
+  EXPECT_EQ(to_dcp->tensors, model.size());
+  auto verified = checkpoint::Verify(Fs(), tmp.Sub("dcp"));  // a real dcp checkpoint
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_EQ(verified->tensors, model.size());
+
+  auto to_hf = hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(), Fs());
+  ASSERT_TRUE(to_hf.ok()) << to_hf.status().ToString();
+  EXPECT_EQ(to_hf->shards_total, 1u);
+  EXPECT_TRUE(testing::ListFiles(tmp.Sub("hf"), "model.safetensors.index").empty());
+  ExpectSame(model, ReadHf(tmp.Sub("hf")));
+
+  // The output header: __metadata__ {"format": "pt"}, padded to 8.
+  auto h = hf::ReadSafetensorsHeader(Fs(), tmp.Sub("hf/model.safetensors"));
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
+  EXPECT_EQ(h->data_start() % 8, 0u);
+  // Bitwise the same tensor bytes as the source file.
+  ExpectSame(model, ReadHf(tmp.Sub("model.safetensors")));
+}
+
+TEST(HfConvertTest, ShardedRoundTripWithIndex) {
+  TempDir tmp;
+  // Source: an indexed directory of two shards.
+  std::vector<T> a = {Random("embed", DType::kBF16, Shape{64, 32}, 1),  // 4096 B
+                      Random("huge", DType::kF32, Shape{100, 50}, 2),   // 20000 B > cap
+                      Random("ln.bias", DType::kF64, Shape{3}, 3)};     // 24 B
+  std::vector<T> b = {Random("ln.weight", DType::kU8, Shape{5}, 4),     // 5 B
+                      Random("proj", DType::kI32, Shape{200}, 5),       // 800 B
+                      Random("q", DType::kF16, Shape{1000}, 6),         // 2000 B
+                      Random("v", DType::kF4, Shape{2, 50}, 7)};        // 50 B
+  std::filesystem::create_directories(tmp.Sub("src"));
+  WriteHf(tmp.Sub("src/model-00001-of-00002.safetensors"), a);
+  WriteHf(tmp.Sub("src/model-00002-of-00002.safetensors"), b);
+  nlohmann::json index;
+  for (const T& t : a) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  for (const T& t : b) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+  std::ofstream(tmp.Sub("src/model.safetensors.index.json")) << index.dump();
+  std::vector<T> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+
+  ASSERT_TRUE(hf::HfToDcp(tmp.Sub("src"), tmp.Sub("dcp"), {}, Fs()).ok());
+  // Cap 5000 bytes, and a small buffer so shards are written in several groups.
+  auto r = hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(5000, 1000), Fs());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // fqn order: embed(4096) | huge(20000) | ln.bias ln.weight proj q v (2879) -> 3 shards.
+  EXPECT_EQ(r->shards_total, 3u);
+  ExpectSame(all, ReadHf(tmp.Sub("hf")));
+
+  auto idx = nlohmann::json::parse(Slurp(tmp.Sub("hf/model.safetensors.index.json")));
+  uint64_t sum = 0;
+  for (const T& t : all) sum += t.data.size();
+  EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), sum);
+  EXPECT_EQ(idx["weight_map"].size(), all.size());
+  EXPECT_EQ(idx["weight_map"]["huge"], "model-00002-of-00003.safetensors");
+  EXPECT_EQ(idx["weight_map"]["embed"], "model-00001-of-00003.safetensors");
+  EXPECT_EQ(idx["weight_map"]["q"], "model-00003-of-00003.safetensors");
+  // The tensor larger than the cap sits alone in its shard.
+  auto huge = hf::ReadSafetensorsHeader(Fs(), tmp.Sub("hf/model-00002-of-00003.safetensors"));
+  ASSERT_TRUE(huge.ok());
+  EXPECT_EQ(huge->tensors.size(), 1u);
+  // Every tensor aligned to its element size in the file.
+  auto third = hf::ReadSafetensorsHeader(Fs(), tmp.Sub("hf/model-00003-of-00003.safetensors"));
+  ASSERT_TRUE(third.ok());
+  for (const hf::HeaderTensor& t : third->tensors) {
+    uint64_t elem = std::max(1, DTypeBits(t.dtype) / 8);
+    EXPECT_EQ((third->data_start() + t.begin) % elem, 0u) << t.name;
+  }
+  // Index text as transformers writes it: indent 2, keys sorted.
+  const std::string text = Slurp(tmp.Sub("hf/model.safetensors.index.json"));
+  EXPECT_EQ(text.rfind("{\n  \"metadata\": {\n    \"total_size\": ", 0), 0u) << text;
+  EXPECT_LT(text.find("\"embed\""), text.find("\"huge\""));
+}
+
+TEST(HfConvertTest, ShardPlan) {
+  std::vector<hf::OutTensor> t = {{"a", DType::kU8, Shape{3}, 3},
+                                  {"b", DType::kF64, Shape{1}, 8},
+                                  {"c", DType::kU8, Shape{20}, 20},
+                                  {"d", DType::kU8, Shape{1}, 1}};
+  auto shards = hf::PlanShards(t, 12);
+  ASSERT_EQ(shards.size(), 3u);
+  EXPECT_EQ(shards[0].tensors, (std::vector<size_t>{1, 0}));  // widest first
+  EXPECT_EQ(shards[0].bytes, 11u);
+  EXPECT_EQ(shards[1].tensors, (std::vector<size_t>{2}));
+  EXPECT_EQ(shards[2].tensors, (std::vector<size_t>{3}));
+  EXPECT_EQ(shards[2].file, "model-00003-of-00003.safetensors");
+  EXPECT_EQ(hf::PlanShards(t, 100).size(), 1u);
+  EXPECT_EQ(hf::PlanShards(t, 100)[0].file, "model.safetensors");
+}
+
+TEST(HfConvertTest, ParseByteSize) {
+  EXPECT_EQ(*hf::ParseByteSize("5GB"), 5'000'000'000u);
+  EXPECT_EQ(*hf::ParseByteSize("500MB"), 500'000'000u);
+  EXPECT_EQ(*hf::ParseByteSize("10kb"), 10'000u);
+  EXPECT_EQ(*hf::ParseByteSize("2GiB"), uint64_t{2} << 30);
+  EXPECT_EQ(*hf::ParseByteSize("1.5 MB"), 1'500'000u);
+  EXPECT_EQ(*hf::ParseByteSize("4096"), 4096u);
+  for (const char* bad : {"", "GB", "5XB", "-1GB", "0", "1.2.3MB"}) {
+    EXPECT_FALSE(hf::ParseByteSize(bad).ok()) << bad;
+  }
+}
+
+TEST(HfConvertTest, BytesEntriesAreSkipped) {
+  TempDir tmp;
+  std::vector<float> w(16, 1.5f);
+  StateDict sd;
+  sd.add("w", TensorView{w.data(), DType::kF32, Shape{4, 4}});
+  sd.add_bytes("optim.state", std::string_view("opaque"));
+  save(sd, tmp.Sub("dcp"));
+  auto r = hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(), Fs());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->skipped_bytes_entries, std::vector<std::string>{"optim.state"});
+  EXPECT_EQ(ReadHf(tmp.Sub("hf")).size(), 1u);
+}
+
+// A sharded dcp checkpoint (4 chunks per tensor) consolidates into full tensors.
+TEST(HfConvertTest, ConsolidatesChunks) {
+  TempDir tmp;
+  T full = Random("w", DType::kBF16, Shape{8, 6}, 9);
+  StateDict sd;
+  for (int r = 0; r < 4; ++r) {
+    sd.add("w", TensorView{full.data.data() + r * 2 * 6 * 2, DType::kBF16, Shape{2, 6}},
+           Chunk{Shape{8, 6}, Shape{2 * r, 0}});
+  }
+  save(sd, tmp.Sub("dcp"));
+  ASSERT_TRUE(hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(), Fs()).ok());
+  ExpectSame({full}, ReadHf(tmp.Sub("hf")));
+}
+
+void RunRanks(int n, const std::function<void(const std::shared_ptr<Comm>&)>& body) {
+  auto comms = MakeThreadComms(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    comms[r]->set_timeout(std::chrono::seconds(120));
+    threads.emplace_back([&, r] { body(comms[r]); });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Several ranks: each converts a share of the source files, one collective save; back to HF,
+// shard i written by rank i % world.
+TEST(HfConvertTest, MultiRankBothWays) {
+  TempDir tmp;
+  std::vector<T> all;
+  nlohmann::json index;
+  std::filesystem::create_directories(tmp.Sub("src"));
+  for (int f = 0; f < 5; ++f) {
+    std::vector<T> part;
+    for (int k = 0; k < 3; ++k) {
+      part.push_back(Random("l" + std::to_string(f) + ".t" + std::to_string(k), DType::kF32,
+                            Shape{10 + f, 7}, 10 * f + k));
+    }
+    const std::string name = "part" + std::to_string(f) + ".safetensors";
+    WriteHf(tmp.Sub("src/" + name), part);
+    for (const T& t : part) index["weight_map"][t.name] = name;
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  std::ofstream(tmp.Sub("src/model.safetensors.index.json")) << index.dump();
+
+  std::vector<Status> st(4);
+  RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
+    auto r = hf::HfToDcp(tmp.Sub("src"), tmp.Sub("dcp"), {.comm = c}, Fs());
+    st[c->rank()] = r.status();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(checkpoint::Verify(Fs(), tmp.Sub("dcp")).ok());
+
+  std::vector<uint64_t> shards_by_rank(3);
+  RunRanks(3, [&](const std::shared_ptr<Comm>& c) {
+    hf::ToHfOptions o = ToHf(1000, 600);
+    o.comm = c;
+    auto r = hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), o, Fs());
+    st[c->rank()] = r.status();
+    if (r.ok()) shards_by_rank[c->rank()] = r->shards;
+  });
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(st[i].ok()) << st[i].ToString();
+  EXPECT_GT(shards_by_rank[1], 0u);
+  EXPECT_GT(shards_by_rank[2], 0u);
+  ExpectSame(all, ReadHf(tmp.Sub("hf")));
+}
+
+TEST(HfConvertTest, AssignFilesBalancesBytes) {
+  EXPECT_EQ(hf::AssignFiles({10, 50, 30, 20}, 2), (std::vector<int>{0, 0, 1, 1}));  // 50, 30, 20, then 10 at a tie
+  EXPECT_EQ(hf::AssignFiles({5, 5, 5}, 4), (std::vector<int>{0, 1, 2}));
+}
+
+// ---- Loading a HuggingFace checkpoint directly.
+
+TEST(HfLoadTest, LoadsFileAndDirectory) {
+  TempDir tmp;
+  const std::vector<T> model = EveryDType();
+  WriteHf(tmp.Sub("model.safetensors"), model);
+  for (const std::string& source : {tmp.Sub("model.safetensors"), tmp.path()}) {
+    SCOPED_TRACE(source);
+    std::vector<std::vector<std::byte>> bufs;
+    StateDict sd;
+    for (const T& t : model) {
+      bufs.emplace_back(t.data.size() + 1);  // +1: never a null pointer for empty tensors
+      sd.add(t.name, TensorView{bufs.back().data(), t.dtype, t.shape});
+    }
+    LoadResult r = load(sd, source);  // checksums requested, skipped: HF has none
+    EXPECT_EQ(r.entries_loaded, model.size());
+    for (size_t i = 0; i < model.size(); ++i) {
+      EXPECT_TRUE(std::equal(model[i].data.begin(), model[i].data.end(), bufs[i].begin()))
+          << model[i].name;
+    }
+  }
+}
+
+TEST(HfLoadTest, StripAndAddPrefix) {
+  TempDir tmp;
+  T a = Random("model.layers.0.w", DType::kF32, Shape{4}, 1);
+  T b = Random("lm_head.weight", DType::kF32, Shape{4}, 2);
+  WriteHf(tmp.Sub("model.safetensors"), {a, b});
+  std::vector<std::byte> x(16), y(16);
+  StateDict sd;
+  sd.add("backbone.layers.0.w", TensorView{x.data(), DType::kF32, Shape{4}});
+  sd.add("backbone.lm_head.weight", TensorView{y.data(), DType::kF32, Shape{4}});
+  load(sd, tmp.path(), {.strip_prefix = "model.", .add_prefix = "backbone."});
+  EXPECT_TRUE(x == a.data);
+  EXPECT_TRUE(y == b.data);
+
+  // Without the mapping the names do not match.
+  EXPECT_THROW(load(sd, tmp.path()), Error);
+  // Two names mapped onto one: a clear error.
+  WriteHf(tmp.Sub("model.safetensors"), {a, Random("layers.0.w", DType::kF32, Shape{4}, 3)});
+  try {
+    load(sd, tmp.path(), {.strip_prefix = "model."});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("maps both 'layers.0.w' and 'model.layers.0.w' to "
+                                         "'layers.0.w'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(HfLoadTest, RenameAppliesToDcpCheckpointsToo) {
+  TempDir tmp;
+  std::vector<float> w(4, 2.0f), out(4, 0.0f);
+  StateDict sd;
+  sd.add("net.w", TensorView{w.data(), DType::kF32, Shape{4}});
+  save(sd, tmp.path());
+  StateDict dst;
+  dst.add("w", TensorView{out.data(), DType::kF32, Shape{4}});
+  load(dst, tmp.path(), {.strip_prefix = "net."});
+  EXPECT_EQ(out, w);
+}
+
+TEST(HfLoadTest, MalformedSourcesFailClearly) {
+  TempDir tmp;
+  std::vector<std::byte> buf(16);
+  StateDict sd;
+  sd.add("a", TensorView{buf.data(), DType::kF32, Shape{4}});
+  auto expect = [&](const std::string& source, const std::string& fragment) {
+    try {
+      load(sd, source);
+      FAIL() << "no error for " << source;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  std::filesystem::create_directories(tmp.Sub("idx"));
+  std::ofstream(tmp.Sub("idx/model.safetensors.index.json"))
+      << R"({"weight_map": {"a": "model-00001-of-00001.safetensors"}})";
+  expect(tmp.Sub("idx"), "names shard model-00001-of-00001.safetensors, which is missing");
+  std::ofstream(tmp.Sub("bad.safetensors")) << std::string("\x02\0\0\0\0\0\0\0{}xx", 12);
+  expect(tmp.Sub("bad.safetensors"), "2 trailing bytes");
+}
+
+// Four ranks load a TP4 slice of every tensor straight from a HuggingFace directory.
+TEST(HfLoadTest, ThreadRanksLoadTensorParallelSlices) {
+  TempDir tmp;
+  std::vector<T> model = {Random("model.embed.weight", DType::kBF16, Shape{16, 12}, 1),
+                          Random("model.mlp.up.weight", DType::kF32, Shape{8, 20}, 2),
+                          Random("model.norm.weight", DType::kF32, Shape{8}, 3)};
+  std::filesystem::create_directories(tmp.Sub("hf"));
+  WriteHf(tmp.Sub("hf/model-00001-of-00002.safetensors"), {model[0]});
+  WriteHf(tmp.Sub("hf/model-00002-of-00002.safetensors"), {model[1], model[2]});
+  nlohmann::json index;
+  index["weight_map"] = {{model[0].name, "model-00001-of-00002.safetensors"},
+                         {model[1].name, "model-00002-of-00002.safetensors"},
+                         {model[2].name, "model-00002-of-00002.safetensors"}};
+  std::ofstream(tmp.Sub("hf/model.safetensors.index.json")) << index.dump();
+
+  std::vector<std::string> errors(4);
+  RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
+    const int r = c->rank();
+    std::vector<std::vector<std::byte>> bufs;
+    StateDict sd;
+    for (const T& t : model) {
+      // Rows [r*n/4, (r+1)*n/4) of each tensor.
+      const int64_t rows = t.shape[0] / 4;
+      Shape local = t.shape, offsets = Shape::Zeros(t.shape.rank());
+      local[0] = rows;
+      offsets[0] = rows * r;
+      bufs.emplace_back(t.data.size() / 4);
+      sd.add(t.name, TensorView{bufs.back().data(), t.dtype, local}, Chunk{t.shape, offsets});
+    }
+    try {
+      load(sd, tmp.Sub("hf"), {.comm = c});
+    } catch (const Error& e) {
+      errors[r] = e.what();
+      return;
+    }
+    for (size_t i = 0; i < model.size(); ++i) {
+      const size_t slice = model[i].data.size() / 4;
+      if (!std::equal(bufs[i].begin(), bufs[i].end(), model[i].data.begin() + r * slice)) {
+        errors[r] = "rank " + std::to_string(r) + ": " + model[i].name + " differs";
+      }
+    }
+  });
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(HfLoadTest, VerifyChecksSizesOnly) {
+  TempDir tmp;
+  WriteHf(tmp.Sub("model.safetensors"), {Random("a", DType::kF32, Shape{4}, 1)});
+  auto r = checkpoint::Verify(Fs(), tmp.Sub("model.safetensors"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tensors, 1u);
+  EXPECT_EQ(r->bytes_checked, 0u);
+}
+
+TEST(HfCliTest, ConvertBothWays) {
+  TempDir tmp;
+  const std::vector<T> model = EveryDType();
+  WriteHf(tmp.Sub("model.safetensors"), model);
+  std::string out;
+  const std::string cli = DCP_CLI_PATH;
+  ASSERT_EQ(testing::RunCommand(
+                cli + " convert " + tmp.Sub("model.safetensors") + " " + tmp.Sub("dcp"), &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("to dcp checkpoint"), std::string::npos) << out;
+  ASSERT_EQ(testing::RunCommand(cli + " convert " + tmp.Sub("dcp") + " " + tmp.Sub("hf") +
+                                    " --to hf --max-shard-size 1KB",
+                                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("shard(s)"), std::string::npos) << out;
+  ExpectSame(model, ReadHf(tmp.Sub("hf")));
+  EXPECT_EQ(testing::RunCommand(cli + " convert " + tmp.Sub("nothing") + " " + tmp.Sub("x"), &out),
+            1);
+  EXPECT_NE(out.find("dcp convert: "), std::string::npos) << out;
+  EXPECT_NE(out.find("is not a HuggingFace checkpoint"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunCommand(cli + " convert " + tmp.Sub("dcp") + " " + tmp.Sub("y") +
+                                    " --to hf --max-shard-size 5XB",
+                                &out),
+            1);
+  EXPECT_NE(out.find("bad size '5XB'"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace dcp
