@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <unordered_map>
 
@@ -13,6 +14,7 @@
 #include "checkpoint/chunk_reads.h"
 #include "checkpoint/exchange.h"
 #include "checkpoint/metadata_io.h"
+#include "core/log.h"
 #include "core/wire.h"
 #include "planner/broadcast_plan.h"
 #include "planner/load_plan.h"
@@ -182,6 +184,21 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   result.private_seconds = Seconds(t4, t5);
   result.read_seconds = Seconds(t3, t5);
   result.total_seconds = Seconds(t0, t5);
+  if (LogEnabled()) {
+    std::fprintf(stderr,
+                 "dcp load %s rank %d/%d: metadata %.3f s, plan %.3f s, exchange %.3f s, shared "
+                 "%.3f s, private %.3f s, total %.3f s; read %llu B from %llu files, %llu shared "
+                 "shards (%llu read for others), %llu broadcasts (%llu batches), sent %llu B, "
+                 "received %llu B, %llu groups created\n",
+                 dir.c_str(), me, comm->size(), result.metadata_seconds, result.plan_seconds,
+                 result.exchange_seconds, result.shared_seconds, result.private_seconds,
+                 result.total_seconds, (unsigned long long)result.bytes_read,
+                 (unsigned long long)result.files_opened, (unsigned long long)result.shared_shards,
+                 (unsigned long long)result.shards_read_for_others,
+                 (unsigned long long)result.broadcasts, (unsigned long long)result.batches,
+                 (unsigned long long)result.bytes_sent, (unsigned long long)result.bytes_received,
+                 (unsigned long long)result.groups_created);
+  }
   return result;
 }
 

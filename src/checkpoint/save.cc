@@ -17,6 +17,7 @@
 #include "checkpoint/exchange.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
+#include "core/log.h"
 #include "core/wire.h"
 #include "planner/save_plan.h"
 #include "storage/data_files.h"
@@ -385,6 +386,17 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   result.write_seconds = Seconds(t1, t2);
   result.commit_seconds = Seconds(t2, t3);
   result.total_seconds = Seconds(t0, t3);
+  if (LogEnabled()) {
+    std::fprintf(stderr,
+                 "dcp save %s rank %d/%d: plan %.3f s%s, write %.3f s, commit %.3f s, total "
+                 "%.3f s; wrote %llu B in %llu items, %llu files\n",
+                 dir.c_str(), rank, world, result.plan_seconds,
+                 result.plan_cache_hit ? " (cache hit)" : "", result.write_seconds,
+                 result.commit_seconds, result.total_seconds,
+                 (unsigned long long)result.bytes_written,
+                 (unsigned long long)result.items_written,
+                 (unsigned long long)result.files_written);
+  }
   return result;
 }
 
