@@ -121,6 +121,13 @@ TEST(SimulateCliTest, SixtyFourRanksKeysAndDedupInvariants) {
   EXPECT_GE(j["load"]["read_bytes_per_rank_no_broadcast"]["sum"].get<uint64_t>(),
             j["load"]["read_bytes_once"].get<uint64_t>());
   EXPECT_EQ(j["load"]["read_bytes_once"], j["unique_bytes"]);
+  // Read-once broadcast: every destination byte read by exactly one rank of its group.
+  const json& b = j["load"]["broadcast"];
+  ASSERT_TRUE(b.is_object());
+  ExpectKeys(b, {"groups", "shared_shards", "broadcasts", "batches", "read_bytes_per_rank"},
+             "broadcast");
+  EXPECT_EQ(b["groups"], 5);  // 4 tp shards x 16 replicas, and the replicated norms
+  EXPECT_EQ(b["read_bytes_per_rank"]["sum"], j["model_bytes"]);
 }
 
 TEST(SimulateCliTest, LayoutMustMatchRanks) {

@@ -10,11 +10,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dcp/checkpoint.h"
 #include "dcp/layout.h"
 #include "dcp/state_dict.h"
 #include "metadata/codec.h"
 #include "metadata/json.h"
 #include "metadata/metadata.h"
+#include "planner/broadcast_plan.h"
 #include "planner/load_plan.h"
 #include "planner/save_plan.h"
 #include "workload/layout_spec.h"
@@ -229,6 +231,80 @@ StateDict DestinationFor(const planner::LocalSavePlan& plan) {
   return sd;
 }
 
+// The identity Load gathers for read-once broadcast: the rank's non-empty destination
+// shards by (metadata tensor index, box), as checkpoint/load.cc builds it.
+planner::LoadIdentity IdentityFor(const planner::LocalSavePlan& plan,
+                                  const metadata::Metadata& md) {
+  planner::LoadIdentity id;
+  for (const planner::SaveItem& it : plan.items) {
+    if (it.is_bytes || it.box.Empty()) continue;
+    const metadata::TensorMeta* t = md.FindTensor(it.fqn);
+    if (!t) continue;
+    id.shards.push_back({static_cast<uint32_t>(t - md.tensors.data()), it.box, it.nbytes, true});
+  }
+  std::sort(id.shards.begin(), id.shards.end(), [](const auto& a, const auto& b) {
+    return a.tensor != b.tensor ? a.tensor < b.tensor : a.box < b.box;
+  });
+  return id;
+}
+
+// Read-once broadcast for the load classes: the plan every rank would compute, and the
+// broadcasts and batches its execution would issue (checkpoint/broadcast_load.cc: a shard
+// of at least `batch_bytes` travels alone; smaller ones fill one open batch per (group,
+// reader), sent when the next would overflow it, the rest at the end).
+void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
+                    const std::vector<std::vector<int>>& holders, const metadata::Metadata& md,
+                    int n, SimulateReport* r) {
+  std::vector<planner::LoadIdentity> ids;
+  r->identity_exchange_bytes_per_rank = 8 * static_cast<uint64_t>(n);
+  for (const auto& p : plans) {
+    ids.push_back(IdentityFor(p, md));
+    r->identity_exchange_bytes_per_rank += planner::EncodeLoadIdentity(ids.back()).size();
+  }
+  const auto t0 = Clock::now();
+  planner::BroadcastPlan bp = planner::PlanBroadcast(ids, holders, n);
+  r->broadcast_plan_seconds = Since(t0);
+  r->broadcast_planned = true;
+  r->broadcast_groups = bp.groups.size();
+  r->shared_shards = bp.shards.size();
+  r->broadcast_batch_bytes = LoadOptions{}.broadcast_batch_bytes;
+  std::vector<uint64_t> ops_of_group(bp.groups.size(), 0);
+  std::map<std::pair<uint32_t, int>, uint64_t> open;  // (group, reader) -> bytes batched
+  for (const planner::SharedShard& sh : bp.shards) {
+    if (r->broadcast_batch_bytes == 0 || sh.nbytes >= r->broadcast_batch_bytes) {
+      ++ops_of_group[sh.group];
+      continue;
+    }
+    auto [it, inserted] = open.try_emplace({sh.group, sh.reader}, 0);
+    if (!inserted && it->second + sh.nbytes > r->broadcast_batch_bytes) {
+      ++ops_of_group[sh.group];
+      ++r->broadcast_batches;
+      it->second = 0;
+    }
+    it->second += sh.nbytes;
+  }
+  for (const auto& [key, bytes] : open) {
+    if (bytes == 0) continue;
+    ++ops_of_group[key.first];
+    ++r->broadcast_batches;
+  }
+  std::vector<uint64_t> per_rank(n, 0);
+  for (size_t g = 0; g < bp.groups.size(); ++g) {
+    r->broadcast_ops += ops_of_group[g];
+    for (int rank : bp.groups[g]) per_rank[rank] += ops_of_group[g];
+  }
+  auto dist = [n](const std::vector<uint64_t>& v) {
+    Distribution d;
+    d.min = v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+    d.max = v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+    for (uint64_t x : v) d.sum += x;
+    d.mean = n ? static_cast<double>(d.sum) / n : 0;
+    return d;
+  };
+  r->broadcasts_per_rank = dist(per_rank);
+  r->read_bytes_broadcast = dist(bp.read_bytes);
+}
+
 }  // namespace
 
 Result<SimulateReport> Simulate(const SimulateOptions& o) {
@@ -359,11 +435,7 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
   for (uint64_t key : needed)
     r.read_bytes_once += md.tensors[key >> 32].chunks[key & 0xffffffff].byte_length;
   for (const auto& b : md.bytes) r.read_bytes_once += b.byte_length;
-  // TODO(broadcast planner): once planner/broadcast_plan.h is in, build one LoadIdentity per
-  // load class from load.plans (tensor index in `md`, box, nbytes) and call
-  // PlanBroadcast(identities, load.holders, n): report read_bytes per rank with broadcast,
-  // the number of groups and shared shards, and (with LoadOptions::broadcast_batch_bytes)
-  // the broadcasts and batches each rank would issue, next to its planning time.
+  PlanBroadcasts(load.plans, load.holders, md, n, &r);
   return r;
 }
 
@@ -415,8 +487,18 @@ std::string FormatReport(const SimulateReport& r) {
       HumanBytes(static_cast<uint64_t>(r.read_bytes_no_broadcast.mean)).c_str(),
       HumanBytes(r.read_bytes_no_broadcast.sum).c_str(), HumanBytes(r.read_bytes_once).c_str(),
       (unsigned long long)r.files_opened_no_broadcast.max);
-  if (!r.broadcast_planned) {
-    out += "  with read-once broadcast: not planned yet (global load planner pending)\n";
+  if (r.broadcast_planned) {
+    add("  with read-once broadcast: PlanBroadcast %.3f s; identities exchanged %s per rank; "
+        "%llu groups, %llu shared shards; %llu broadcasts (%llu batches of < %s) job-wide, "
+        "max %llu per rank\n",
+        r.broadcast_plan_seconds, HumanBytes(r.identity_exchange_bytes_per_rank).c_str(),
+        (unsigned long long)r.broadcast_groups, (unsigned long long)r.shared_shards,
+        (unsigned long long)r.broadcast_ops, (unsigned long long)r.broadcast_batches,
+        HumanBytes(r.broadcast_batch_bytes).c_str(), (unsigned long long)r.broadcasts_per_rank.max);
+    add("    read per rank: max %s, mean %s; job total %s (destination bytes)\n",
+        HumanBytes(r.read_bytes_broadcast.max).c_str(),
+        HumanBytes(static_cast<uint64_t>(r.read_bytes_broadcast.mean)).c_str(),
+        HumanBytes(r.read_bytes_broadcast.sum).c_str());
   }
   return out;
 }
@@ -470,7 +552,18 @@ std::string ReportJson(const SimulateReport& r) {
                {"read_bytes_per_rank_no_broadcast", dist(r.read_bytes_no_broadcast)},
                {"files_opened_per_rank_no_broadcast", dist(r.files_opened_no_broadcast)},
                {"read_bytes_once", r.read_bytes_once},
-               {"broadcast", nullptr}};
+               {"broadcast",
+                r.broadcast_planned
+                    ? json{{"plan_seconds", r.broadcast_plan_seconds},
+                           {"identity_exchange_bytes_per_rank", r.identity_exchange_bytes_per_rank},
+                           {"groups", r.broadcast_groups},
+                           {"shared_shards", r.shared_shards},
+                           {"broadcasts", r.broadcast_ops},
+                           {"batches", r.broadcast_batches},
+                           {"batch_bytes", r.broadcast_batch_bytes},
+                           {"broadcasts_per_rank", dist(r.broadcasts_per_rank)},
+                           {"read_bytes_per_rank", dist(r.read_bytes_broadcast)}}
+                    : json(nullptr)}};
   return j.dump(2) + "\n";
 }
 

@@ -74,9 +74,19 @@ struct SimulateReport {
   Distribution read_bytes_no_broadcast;  // per rank: whole stored chunks it reads itself
   Distribution files_opened_no_broadcast;
   uint64_t read_bytes_once = 0;  // every stored chunk some rank needs, read once: the floor
-  // TODO(broadcast planner): with read-once broadcast, read bytes per rank, groups,
-  // broadcasts and batches, from the global load planner (see simulate.cc).
+  // With read-once broadcast (planner::PlanBroadcast over the distinct load identities).
   bool broadcast_planned = false;
+  double broadcast_plan_seconds = 0;
+  uint64_t identity_exchange_bytes_per_rank = 0;  // 8 B hash x ranks + distinct identities
+  uint64_t broadcast_groups = 0;
+  uint64_t shared_shards = 0;
+  uint64_t broadcast_ops = 0;          // job-wide: single-shard broadcasts + batches
+  uint64_t broadcast_batches = 0;      // job-wide
+  uint64_t broadcast_batch_bytes = 0;  // the LoadOptions default used for batching
+  Distribution broadcasts_per_rank;    // operations each rank takes part in
+  // Destination bytes each rank reads from storage: shared shards it reads for its group
+  // plus shards only it needs (PlanBroadcast's read_bytes; whole stored chunks may add more).
+  Distribution read_bytes_broadcast;
 };
 
 Result<SimulateReport> Simulate(const SimulateOptions& opts);
