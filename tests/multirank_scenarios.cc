@@ -15,6 +15,7 @@
 #include "checkpoint/save.h"
 #include "dcp/async.h"
 #include "dcp/checkpoint.h"
+#include "hf/convert.h"
 #include "storage/fault_file_system.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
@@ -528,6 +529,48 @@ void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& 
     EXPECT_NE(m.find(file), std::string::npos) << m;
     EXPECT_NE(m.find("tensor '"), std::string::npos) << m;
   }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+}  // namespace dcp::testing
+
+namespace dcp::testing {
+
+void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  const std::string hf_dir = dir + "/hf", dcp_dir = dir + "/from";
+  // All ranks write the source (a collective save), then convert it together.
+  auto whole = workload::PopulateStateDict(model, Layout("dp" + std::to_string(comm->size())),
+                                           comm->rank());
+  ASSERT_TRUE(whole.ok());
+  ASSERT_NO_THROW(save(whole->sd, dcp_dir, {.comm = comm}));
+  auto converted = hf::DcpToHf(dcp_dir, hf_dir, {.comm = comm, .max_shard_bytes = 4'000'000},
+                               storage::PosixFileSystem());
+  ASSERT_TRUE(converted.ok()) << converted.status().ToString();
+  ASSERT_TRUE(comm->Barrier().ok());
+
+  const auto layout = Layout("tp" + std::to_string(comm->size()));
+  uint64_t read[2];
+  for (bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "broadcast on" : "broadcast off");
+    auto dst = workload::MakeEmptyLike(model, layout, comm->rank());
+    ASSERT_TRUE(dst.ok());
+    // Bytes entries do not exist in a HuggingFace checkpoint.
+    LoadResult r;
+    ASSERT_NO_THROW(r = load(dst->sd, hf_dir,
+                             {.comm = comm, .allow_partial = true, .broadcast = broadcast}));
+    EXPECT_EQ(r.entries_skipped, 2u);
+    for (auto& e : dst->sd.entries()) {
+      if (e.kind == StateEntry::Kind::kBytes) {
+        auto expected = workload::ExpectedBytesEntry(e.fqn);
+        e.bytes.assign(expected.begin(), expected.end());
+      }
+    }
+    Status v = workload::VerifyStateDict(dst->sd);
+    EXPECT_TRUE(v.ok()) << v.ToString();
+    read[broadcast] = Sum(GatherU64(*comm, r.bytes_read));
+  }
+  EXPECT_GT(read[0], read[1]);
   ASSERT_TRUE(comm->Barrier().ok());
 }
 

@@ -72,3 +72,12 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
 void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
 }  // namespace dcp::testing
+
+namespace dcp::testing {
+
+// A HuggingFace directory (written by `dcp convert --to hf` from the small model) loaded
+// straight into a TP layout on every rank, broadcast off and on: every byte checked, and
+// with broadcast on the storage bytes read across ranks equal the unique bytes.
+void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+}  // namespace dcp::testing

@@ -126,3 +126,14 @@ TEST(BroadcastThreads, EightRanks) {
 
 }  // namespace
 }  // namespace dcp::testing
+
+namespace dcp::testing {
+namespace {
+
+TEST(HuggingFaceThreads, DirectTensorParallelLoadReadsEachByteOnce) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { HuggingFaceDirectLoad(c, tmp.path()); });
+}
+
+}  // namespace
+}  // namespace dcp::testing

@@ -135,6 +135,12 @@ TEST(BroadcastMpi, EightRanks) {
   BroadcastLoad(World(), d.path(), "dp8", "dp8");
 }
 
+TEST(HuggingFaceMpi, DirectTensorParallelLoadReadsEachByteOnce) {
+  if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  SharedDir d;
+  HuggingFaceDirectLoad(World(), d.path());
+}
+
 }  // namespace
 }  // namespace dcp::testing
 
