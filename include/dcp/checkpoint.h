@@ -70,6 +70,8 @@ struct LoadResult {
   // Read-once broadcast (this rank).
   uint64_t shared_shards = 0;   // destination shards this rank shares with others
   uint64_t shards_read_for_others = 0;  // shared shards this rank read and sent
+  // Stored chunks several ranks needed parts of (resharding): read whole once, broadcast.
+  uint64_t shared_chunks = 0;
   uint64_t broadcasts = 0;      // broadcast operations this rank took part in
   uint64_t batches = 0;         // of those, batches of several small shards
   uint64_t bytes_sent = 0;      // as broadcast root

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -59,12 +60,18 @@ class InFlight {
 
   struct Op {
     std::unique_ptr<CommRequest> request;
-    std::vector<std::byte> staging;                        // batches only
+    std::vector<std::byte> staging;                        // batches and whole stored chunks
     std::vector<std::pair<std::byte*, uint64_t>> scatter;  // receiver of a batch: where to
+    std::function<void(std::span<const std::byte>)> done;  // run on staging once complete
   };
 
   Status Post(Comm& group, int root, std::span<std::byte> buf, Op op) {
-    while (ops_.size() >= limit_) DCP_RETURN_IF_ERROR(WaitOldest());
+    // Bounded by count, and by staging memory (one oversized buffer may go alone).
+    while (!ops_.empty() &&
+           (ops_.size() >= limit_ || staged_ + op.staging.size() > kMaxStagedBytes)) {
+      DCP_RETURN_IF_ERROR(WaitOldest());
+    }
+    staged_ += op.staging.size();
     DCP_ASSIGN_OR_RETURN(op.request, group.IBroadcast(buf, root));
     ++stats_->broadcasts;
     ops_.push_back(std::move(op));
@@ -73,6 +80,7 @@ class InFlight {
   Status WaitOldest() {
     Op op = std::move(ops_.front());
     ops_.pop_front();
+    staged_ -= op.staging.size();
     if (Status s = op.request->Wait(); !s.ok()) {
       // The backend may still write into the staging buffer after a failed wait (MPI
       // cannot cancel a collective): leave it allocated rather than risk a use after free.
@@ -84,6 +92,7 @@ class InFlight {
       std::memcpy(dst, op.staging.data() + off, n);
       off += n;
     }
+    if (op.done) op.done(op.staging);
     return OkStatus();
   }
   Status Drain() {
@@ -96,8 +105,10 @@ class InFlight {
   }
 
  private:
+  static constexpr uint64_t kMaxStagedBytes = uint64_t{1} << 30;
   size_t limit_;
   LoadResult* stats_;
+  uint64_t staged_ = 0;
   std::deque<Op> ops_;
 };
 
@@ -152,7 +163,7 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
 
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
-                      const std::vector<MyShard>& mine, const planner::LocalLoadPlan& load_plan,
+                      const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine, const planner::LocalLoadPlan& load_plan,
                       ChunkReads& reads, const LoadOptions& opts, LoadResult* stats,
                       Status* read_failure) {
   const int me = world.rank();
@@ -195,6 +206,67 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     std::span<std::byte> buf(op.staging);
     return in_flight.Post(group, root, buf, std::move(op));
   };
+
+  // Shared stored chunks: each destination region they feed is complete before any shard
+  // broadcast below starts (drained in between), so shard readers send finished data.
+  // Small chunks travel together per (group, reader), like small shards below; the reader
+  // reads them into the batch's staging buffer when the batch is sent.
+  struct ChunkBatch {
+    uint32_t group;
+    int reader;
+    uint64_t bytes = 0;
+    std::vector<size_t> chunks;  // indices into plan.chunks
+  };
+  std::vector<ChunkBatch> open_chunks;
+  auto send_chunks = [&](ChunkBatch& b) -> Status {
+    InFlight::Op op;
+    op.staging.resize(b.bytes);
+    uint64_t off = 0;
+    for (size_t i : b.chunks) {
+      const planner::SharedChunk& c = plan.chunks[i];
+      if (b.reader == me && read_failure->ok()) {
+        *read_failure = reads.ReadWhole(c.tensor, c.stored,
+                                        std::span(op.staging.data() + off, c.nbytes));
+      }
+      off += c.nbytes;
+    }
+    account(b.reader, b.bytes);
+    if (b.chunks.size() > 1) ++stats->batches;
+    op.done = [&plan, &my_chunks, ids = b.chunks](std::span<const std::byte> staging) {
+      uint64_t at = 0;
+      for (size_t i : ids) {
+        const uint64_t n = plan.chunks[i].nbytes;
+        for (const storage::ChunkTarget& t : my_chunks[i].targets) {
+          storage::ScatterFromMemory(t, staging.subspan(at, n));
+        }
+        at += n;
+      }
+    };
+    std::span<std::byte> buf(op.staging);
+    return in_flight.Post(*groups[b.group], root_of(b.group, b.reader), buf, std::move(op));
+  };
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const planner::SharedChunk& c = plan.chunks[i];
+    if (!my_chunks[i].member) continue;
+    ++stats->shared_chunks;
+    const uint64_t limit = std::max<uint64_t>(opts.broadcast_batch_bytes, 1);
+    auto it = std::find_if(open_chunks.begin(), open_chunks.end(), [&](const ChunkBatch& b) {
+      return b.group == c.group && b.reader == c.reader;
+    });
+    if (it != open_chunks.end() && it->bytes + c.nbytes > limit) {
+      DCP_RETURN_IF_ERROR(send_chunks(*it));
+      open_chunks.erase(it);
+      it = open_chunks.end();
+    }
+    if (it == open_chunks.end()) {
+      open_chunks.push_back({c.group, c.reader, 0, {}});
+      it = open_chunks.end() - 1;
+    }
+    it->chunks.push_back(i);
+    it->bytes += c.nbytes;
+  }
+  for (ChunkBatch& b : open_chunks) DCP_RETURN_IF_ERROR(send_chunks(b));
+  DCP_RETURN_IF_ERROR(in_flight.Drain());
 
   for (size_t i = 0; i < plan.shards.size(); ++i) {
     const planner::SharedShard& s = plan.shards[i];

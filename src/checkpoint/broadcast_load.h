@@ -13,6 +13,8 @@
 #include "checkpoint/chunk_reads.h"
 #include "dcp/comm.h"
 #include "planner/broadcast_plan.h"
+#include "planner/copy_runs.h"
+#include "storage/chunk_reader.h"
 
 namespace dcp::checkpoint {
 
@@ -23,17 +25,25 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
                                                          const planner::BroadcastPlan& plan,
                                                          uint64_t* created);
 
+// This rank's part in a shared stored chunk: where its regions go once it has arrived.
+struct MyChunk {
+  bool member = false;
+  std::vector<storage::ChunkTarget> targets;  // runs point into `runs`
+  std::vector<planner::CopyRuns> runs;
+};
+
 struct MyShard {
   std::byte* dst = nullptr;           // this rank's destination memory; null: not a member
   std::vector<uint32_t> read_items;   // indices into the load plan's reads (reader only)
 };
 
-// Runs the shared phase. A read failure on this rank does not stop the protocol (peers
+// Runs the shared phase: shared stored chunks first (each read whole by one consumer and
+// broadcast, every consumer scattering its regions), then shared destination shards. A read failure on this rank does not stop the protocol (peers
 // wait on its broadcasts): it is returned in *read_failure after every broadcast was posted
 // and completed; the return value is a communication failure, which ends the load at once.
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
-                      const std::vector<MyShard>& mine, const planner::LocalLoadPlan& load_plan,
+                      const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine, const planner::LocalLoadPlan& load_plan,
                       ChunkReads& reads, const LoadOptions& opts, LoadResult* stats,
                       Status* read_failure);
 

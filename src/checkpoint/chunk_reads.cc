@@ -89,6 +89,23 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
   return OkStatus();
 }
 
+Status ChunkReads::ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::byte> dst) {
+  const metadata::TensorMeta& t = md_.tensors[tensor];
+  const metadata::StoredChunk& sc = t.chunks[stored];
+  auto file = Open(sc.file);
+  Status s = file.status();
+  if (s.ok()) {
+    s = storage::ReadRangeInto(**file, {sc.byte_offset, sc.byte_length, sc.xxh3}, verify_,
+                               dst.data(), &stats_->bytes_read);
+  }
+  if (!s.ok()) {
+    return s.Annotate("checkpoint " + ckpt_ + ": tensor '" + t.fqn + "' chunk " +
+                      sc.box.ToString() + ": ");
+  }
+  ++stats_->chunks_read;
+  return OkStatus();
+}
+
 Status ChunkReads::ReadBytesEntries(const planner::LocalLoadPlan& plan) {
   for (const planner::BytesRead& br : plan.bytes) {
     const metadata::BytesMeta& b = md_.bytes[br.bytes];

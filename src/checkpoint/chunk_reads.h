@@ -27,6 +27,8 @@ class ChunkReads {
   // chunk are adjacent). Errors name the checkpoint, the file and the fqn.
   Status Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items);
   Status ReadBytesEntries(const planner::LocalLoadPlan& plan);
+  // Reads stored chunk `stored` of metadata tensor `tensor` whole into `dst`.
+  Status ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::byte> dst);
 
   // Called between stored chunks, e.g. to let in-flight broadcasts progress.
   void set_between_chunks(std::function<void()> f) { between_chunks_ = std::move(f); }

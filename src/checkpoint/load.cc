@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/wire.h"
 #include "planner/broadcast_plan.h"
+#include "planner/copy_runs.h"
 #include "planner/load_plan.h"
 
 namespace dcp::checkpoint {
@@ -61,19 +62,33 @@ planner::LoadIdentity IdentityOf(const StateDict& sd, const metadata::Metadata& 
 }
 
 // Gathers identities (each distinct one sent once) and computes the broadcast plan. Also
-// the point where ranks agree on planning errors.
+// the point where ranks agree on planning errors, and on the options every rank must share.
 Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan_status,
-                                                  const planner::LoadIdentity& id) {
+                                                  const planner::LoadIdentity& id,
+                                                  const metadata::Metadata* md,
+                                                  const LoadOptions& opts) {
   const std::string encoded = plan_status.ok() ? planner::EncodeLoadIdentity(id) : std::string();
+  const bool verify = opts.verify_checksums && md && md->has_checksums;
   std::string hello;
-  wire::Writer(hello).Fixed64(XXH3_64bits(encoded.data(), encoded.size()));
+  wire::Writer w(hello);
+  w.Fixed64(XXH3_64bits(encoded.data(), encoded.size()));
+  w.Varint(opts.broadcast_batch_bytes);
+  w.Byte(verify ? 1 : 0);
   DCP_ASSIGN_OR_RETURN(auto hellos, AllGatherOrFail(comm, plan_status, hello));
   const int world = comm.size();
   std::unordered_map<uint64_t, int> class_of;
   std::vector<std::vector<int>> holders;
   std::vector<int> first(world);
   for (int r = 0; r < world; ++r) {
-    const uint64_t h = wire::Reader(hellos[r]).Fixed64();
+    wire::Reader rd(hellos[r]);
+    const uint64_t h = rd.Fixed64();
+    // Batching and chunk sharing must be decided alike everywhere, or collectives diverge.
+    if (hellos[r] != hellos[r].substr(0, 8) + hello.substr(8)) {
+      return InvalidArgument("ranks 0.." + std::to_string(world - 1) +
+                             " disagree on broadcast_batch_bytes or verify_checksums (rank " +
+                             std::to_string(r) + " differs from rank " +
+                             std::to_string(comm.rank()) + ")");
+    }
     auto [it, inserted] = class_of.try_emplace(h, static_cast<int>(holders.size()));
     if (inserted) holders.emplace_back();
     holders[it->second].push_back(r);
@@ -86,7 +101,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     DCP_ASSIGN_OR_RETURN(auto d, planner::DecodeLoadIdentity(lists[h.front()]));
     distinct.push_back(std::move(d));
   }
-  return planner::PlanBroadcast(distinct, holders, world);
+  return planner::PlanBroadcast(distinct, holders, world, {md, verify});
 }
 
 }  // namespace
@@ -125,14 +140,17 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   planner::BroadcastPlan bplan;
   std::vector<std::shared_ptr<Comm>> groups;
   std::vector<MyShard> mine;
-  std::vector<bool> shared_dst;  // per read item: filled by the shared phase instead
+  std::vector<MyChunk> my_chunks;
+  std::vector<bool> not_from_storage;  // per read item: not in the private phase
   if (broadcast) {
     Destinations dests;
     if (plan.ok()) dests = DestinationsOf(sd, *md);
     DCP_ASSIGN_OR_RETURN(bplan, ExchangeIdentities(*comm, plan.status(),
                                                    plan.ok() ? IdentityOf(sd, *md, dests)
-                                                             : planner::LoadIdentity()));
+                                                             : planner::LoadIdentity(),
+                                                   md.ok() ? &*md : nullptr, opts));
     DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
+    // Destination shards: this rank's memory, and (as reader) its read items.
     std::map<ChunkRef, size_t> shard_of;
     mine.resize(bplan.shards.size());
     for (size_t i = 0; i < bplan.shards.size(); ++i) {
@@ -142,13 +160,41 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
       mine[i].dst = sd.entries()[ref.first].chunks[ref.second].view.bytes();
       shard_of[ref] = i;
     }
-    shared_dst.assign(plan->reads.size(), false);
+    // Stored chunks read once for several ranks.
+    std::map<std::pair<uint32_t, uint32_t>, size_t> chunk_of;
+    my_chunks.resize(bplan.chunks.size());
+    for (size_t i = 0; i < bplan.chunks.size(); ++i) {
+      my_chunks[i].member = groups[bplan.chunks[i].group] != nullptr;
+      chunk_of[{bplan.chunks[i].tensor, bplan.chunks[i].stored}] = i;
+    }
+    not_from_storage.assign(plan->reads.size(), false);
     for (uint32_t r = 0; r < plan->reads.size(); ++r) {
       const auto& item = plan->reads[r];
-      auto it = shard_of.find({item.entry, item.dst_chunk});
-      if (it == shard_of.end()) continue;
-      shared_dst[r] = true;
-      if (bplan.shards[it->second].reader == me) mine[it->second].read_items.push_back(r);
+      auto shard = shard_of.find({item.entry, item.dst_chunk});
+      if (shard != shard_of.end() && bplan.shards[shard->second].reader != me) {
+        not_from_storage[r] = true;  // arrives with the shard's broadcast
+        continue;
+      }
+      if (auto c = chunk_of.find({item.tensor, item.stored}); c != chunk_of.end()) {
+        not_from_storage[r] = true;  // copied out of the shared stored chunk
+        MyChunk& m = my_chunks[c->second];
+        const TensorChunk& dst = sd.entries()[item.entry].chunks[item.dst_chunk];
+        auto runs = planner::CopyRuns::Make(md->tensors[item.tensor].dtype,
+                                            md->tensors[item.tensor].chunks[item.stored].box,
+                                            dst.box, item.region);
+        if (!runs.ok()) return runs.status().Annotate("checkpoint " + dir + ": ");
+        m.runs.push_back(std::move(runs).value());
+        m.targets.push_back({nullptr, dst.view.bytes()});
+        continue;
+      }
+      if (shard != shard_of.end()) {
+        not_from_storage[r] = true;  // read before the shard's broadcast, not privately
+        mine[shard->second].read_items.push_back(r);
+      }
+    }
+    // CopyRuns addresses are stable only once every vector is filled.
+    for (MyChunk& m : my_chunks) {
+      for (size_t k = 0; k < m.targets.size(); ++k) m.targets[k].runs = &m.runs[k];
     }
   } else {
     DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, plan.status()));
@@ -160,13 +206,14 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   Status read_failure;
   if (broadcast) {
     DCP_RETURN_IF_ERROR(
-        RunSharedPhase(*comm, bplan, groups, mine, *plan, reads, opts, &result, &read_failure));
+        RunSharedPhase(*comm, bplan, groups, my_chunks, mine, *plan, reads, opts, &result,
+                       &read_failure));
   }
   const auto t4 = Clock::now();
   if (read_failure.ok()) {
     std::vector<uint32_t> private_items;
     for (uint32_t r = 0; r < plan->reads.size(); ++r) {
-      if (shared_dst.empty() || !shared_dst[r]) private_items.push_back(r);
+      if (not_from_storage.empty() || !not_from_storage[r]) private_items.push_back(r);
     }
     read_failure = reads.Read(*plan, private_items);
   }

@@ -5,6 +5,7 @@
 
 #include "core/wire.h"
 #include "planner/balancer.h"
+#include "planner/copy_runs.h"
 
 namespace dcp::planner {
 
@@ -40,8 +41,71 @@ Result<LoadIdentity> DecodeLoadIdentity(std::string_view data) {
   return id;
 }
 
+namespace {
+
+// Storage bytes a rank fetches to copy `region` out of a stored chunk: the whole chunk when
+// checksums are verified, else the span from its first to its last needed byte.
+uint64_t ReadCost(const metadata::TensorMeta& t, const metadata::StoredChunk& sc, const Box& dst,
+                  const Box& region, bool whole_chunk_reads) {
+  if (whole_chunk_reads) return sc.byte_length;
+  auto runs = CopyRuns::Make(t.dtype, sc.box, dst, region);
+  if (!runs.ok() || runs->num_runs() == 0) return sc.byte_length;
+  return runs->src_offset(runs->num_runs() - 1) + runs->run_bytes() - runs->src_offset(0);
+}
+
+// Decides which stored chunks are read once and broadcast whole (see SharedChunk), given
+// who performs the reads of every destination shard.
+void ShareStoredChunks(const StoredChunkSharing& sharing,
+                       const std::vector<std::pair<std::pair<uint32_t, Box>, std::vector<int>>>&
+                           performed,
+                       std::map<std::vector<int>, uint32_t>& group_of_ranks, BroadcastPlan& plan) {
+  const metadata::Metadata& md = *sharing.md;
+  // (tensor, stored chunk) -> rank -> bytes that rank would fetch from it.
+  std::map<std::pair<uint32_t, uint32_t>, std::map<int, uint64_t>> uses;
+  for (const auto& [key, ranks] : performed) {
+    const metadata::TensorMeta& t = md.tensors[key.first];
+    for (uint32_t si = 0; si < t.chunks.size(); ++si) {
+      auto region = Intersect(key.second, t.chunks[si].box);
+      if (!region || region->Empty()) continue;
+      const uint64_t cost =
+          ReadCost(t, t.chunks[si], key.second, *region, sharing.whole_chunk_reads);
+      auto& per_rank = uses[{key.first, si}];
+      for (int r : ranks) {
+        uint64_t& c = per_rank[r];
+        c = std::min<uint64_t>(c + cost, t.chunks[si].byte_length);
+      }
+    }
+  }
+  std::vector<uint64_t> reads(plan.read_bytes.size(), 0);
+  for (const auto& [key, per_rank] : uses) {
+    const uint64_t nbytes = md.tensors[key.first].chunks[key.second].byte_length;
+    uint64_t separately = 0;
+    for (const auto& [r, c] : per_rank) separately += c;
+    if (per_rank.size() < 2 || separately <= nbytes) {
+      for (const auto& [r, c] : per_rank) reads[r] += c;
+      continue;
+    }
+    std::vector<int> ranks;
+    for (const auto& [r, c] : per_rank) ranks.push_back(r);
+    // The consumer with the fewest bytes to read so far (ties: lowest rank) reads it.
+    int reader = ranks[0];
+    for (int r : ranks) {
+      if (reads[r] < reads[reader]) reader = r;
+    }
+    reads[reader] += nbytes;
+    auto [it, inserted] =
+        group_of_ranks.try_emplace(ranks, static_cast<uint32_t>(plan.groups.size()));
+    if (inserted) plan.groups.push_back(std::move(ranks));
+    plan.chunks.push_back({key.first, key.second, nbytes, it->second, reader});
+  }
+  plan.read_bytes = std::move(reads);
+}
+
+}  // namespace
+
 BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
-                            const std::vector<std::vector<int>>& holders, int world_size) {
+                            const std::vector<std::vector<int>>& holders, int world_size,
+                            const StoredChunkSharing& sharing) {
   struct Acc {
     uint64_t nbytes = 0;
     bool broadcastable = true;
@@ -99,6 +163,26 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     plan.read_bytes[reader] += plan.shards[p.index].nbytes;
   }
 
+  if (sharing.md != nullptr) {
+    // Who performs the reads of each destination shard: its reader when shared, else
+    // every holder.
+    std::vector<std::pair<std::pair<uint32_t, Box>, std::vector<int>>> performed;
+    size_t next_shared = 0;
+    for (auto& [key, a] : shards) {
+      std::vector<int> ranks;
+      if (next_shared < plan.shards.size() && plan.shards[next_shared].tensor == key.first &&
+          plan.shards[next_shared].box == key.second) {
+        ranks.push_back(plan.shards[next_shared++].reader);
+      } else {
+        for (int c : a.classes) ranks.insert(ranks.end(), holders[c].begin(), holders[c].end());
+      }
+      performed.push_back({key, std::move(ranks)});
+    }
+    std::map<std::vector<int>, uint32_t> group_of_ranks;
+    for (uint32_t g = 0; g < plan.groups.size(); ++g) group_of_ranks[plan.groups[g]] = g;
+    ShareStoredChunks(sharing, performed, group_of_ranks, plan);
+  }
+
   // Groups in a canonical order (by member list) so that creation order agrees everywhere.
   std::vector<uint32_t> order(plan.groups.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -112,6 +196,7 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   }
   plan.groups = std::move(sorted_groups);
   for (SharedShard& s : plan.shards) s.group = renumber[s.group];
+  for (SharedChunk& c : plan.chunks) c.group = renumber[c.group];
   return plan;
 }
 

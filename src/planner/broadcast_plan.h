@@ -15,6 +15,7 @@
 
 #include "dcp/box.h"
 #include "dcp/status.h"
+#include "metadata/metadata.h"
 
 namespace dcp::planner {
 
@@ -46,15 +47,38 @@ struct SharedShard {
   int reader = -1;     // world rank that reads and broadcasts it
 };
 
+// A stored chunk that several ranks would each read (in part) for different destination
+// shards, so that reading it separately would fetch more than its bytes from storage
+// (resharding with checksums on, or column slices of row-major data): one consumer reads it
+// whole and broadcasts it; every consumer copies its regions out of the received copy.
+struct SharedChunk {
+  uint32_t tensor = 0;  // metadata tensor
+  uint32_t stored = 0;  // stored chunk index within it
+  uint64_t nbytes = 0;
+  uint32_t group = 0;   // the consumers
+  int reader = -1;
+};
+
 struct BroadcastPlan {
   std::vector<SharedShard> shards;       // global execution order: (tensor, box)
+  std::vector<SharedChunk> chunks;       // executed first, in (tensor, stored) order
   std::vector<std::vector<int>> groups;  // distinct member lists, sorted, each sorted
-  std::vector<uint64_t> read_bytes;      // per rank: shared bytes it reads + private bytes
+  // Per rank, the storage bytes it is expected to read.
+  std::vector<uint64_t> read_bytes;
+};
+
+struct StoredChunkSharing {
+  // The checkpoint's metadata; null: no stored-chunk sharing (and read_bytes count
+  // destination bytes).
+  const metadata::Metadata* md = nullptr;
+  // Whether a partial read of a stored chunk costs the whole chunk (checksums verified).
+  bool whole_chunk_reads = true;
 };
 
 // `holders[i]` are the ranks whose identity equals `identities[i]` (sorted, disjoint,
 // covering 0..world_size-1).
 BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
-                            const std::vector<std::vector<int>>& holders, int world_size);
+                            const std::vector<std::vector<int>>& holders, int world_size,
+                            const StoredChunkSharing& sharing = {});
 
 }  // namespace dcp::planner

@@ -122,6 +122,59 @@ TEST(PlanBroadcastTest, PlanClassesEqualPerRankPlans) {
   EXPECT_EQ(classes.read_bytes, per_rank.read_bytes);
 }
 
+// A [8, 8] F32 tensor stored as two row halves (as saved by tp2).
+metadata::Metadata TwoRowHalves() {
+  metadata::Metadata md;
+  md.files = {{"f", 1024}};
+  metadata::TensorMeta t{"w", DType::kF32, {8, 8}, {}};
+  t.chunks.push_back({Box{{0, 0}, {4, 8}}, 0, 0, 128, 0});
+  t.chunks.push_back({Box{{4, 0}, {4, 8}}, 0, 128, 128, 0});
+  md.tensors.push_back(t);
+  return md;
+}
+
+ShardIdentity Rows(int64_t offset, int64_t length) {
+  return {0, Box{{offset, 0}, {length, 8}}, static_cast<uint64_t>(length) * 32, true};
+}
+ShardIdentity Cols(int64_t offset, int64_t length) {
+  return {0, Box{{0, offset}, {8, length}}, static_cast<uint64_t>(length) * 32, true};
+}
+
+TEST(PlanBroadcastTest, ReshardWithChecksumsSharesEachStoredChunkOnce) {
+  // tp2 -> tp4: each stored half feeds two ranks, which would each read it whole.
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(4), 4, {&md, /*whole_chunk_reads=*/true});
+  EXPECT_TRUE(p.shards.empty());
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.groups[p.chunks[0].group], (std::vector<int>{0, 1}));
+  EXPECT_EQ(p.groups[p.chunks[1].group], (std::vector<int>{2, 3}));
+  EXPECT_EQ(p.chunks[0].reader, 0);
+  EXPECT_EQ(p.chunks[1].reader, 2);
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{128, 0, 128, 0}));
+}
+
+TEST(PlanBroadcastTest, ContiguousPartialReadsWithoutChecksumsAreNotShared) {
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(4), 4, {&md, /*whole_chunk_reads=*/false});
+  EXPECT_TRUE(p.chunks.empty());
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{64, 64, 64, 64}));
+}
+
+TEST(PlanBroadcastTest, ColumnSlicesWithoutChecksumsAreShared) {
+  // Each rank's column quarter spans almost all of both stored halves.
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Cols(0, 2)}}, {{Cols(2, 2)}}, {{Cols(4, 2)}}, {{Cols(6, 2)}}};
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(4), 4, {&md, /*whole_chunk_reads=*/false});
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.groups[p.chunks[0].group], (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NE(p.chunks[0].reader, p.chunks[1].reader);  // balanced
+  uint64_t total = 0;
+  for (uint64_t b : p.read_bytes) total += b;
+  EXPECT_EQ(total, 256u);
+}
+
 TEST(PlanBroadcastTest, IdentityRoundTripAndGarbage) {
   LoadIdentity id{{Shard(3, 2, 5, 40, false), {7, Box{{1, 2}, {3, 4}}, 24, true}}};
   auto back = DecodeLoadIdentity(EncodeLoadIdentity(id));

@@ -42,6 +42,10 @@ class Hasher {
 
 }  // namespace
 
+void ScatterFromMemory(const ChunkTarget& target, std::span<const std::byte> chunk) {
+  Scatter(target, 0, chunk);
+}
+
 Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, std::byte* dst,
                      uint64_t* bytes_read) {
   Hasher hasher;

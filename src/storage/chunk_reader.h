@@ -27,6 +27,9 @@ struct StoredRange {
   uint64_t xxh3 = 0;
 };
 
+// Copies `target`'s runs out of a whole stored chunk already in memory.
+void ScatterFromMemory(const ChunkTarget& target, std::span<const std::byte> chunk);
+
 // Reads the whole range into `dst` (range.byte_length bytes), checking the checksum when
 // `verify`.
 Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, std::byte* dst,
