@@ -47,8 +47,13 @@ struct AsyncSaverOptions {
   // state dict's worth, i.e. a Save waits until the previous save released its buffers.
   // A state dict needing more than a non-zero cap fails (kInvalidArgument, naming sizes).
   uint64_t max_staging_bytes = 0;
-  // Threads copying into the staging pool, the calling thread included (>= 1).
-  int staging_threads = 4;
+  // Threads copying into the staging pool, the calling thread included. 0: the CPUs this
+  // process may run on divided by the ranks on this node (from Open MPI's or MPICH's
+  // launcher environment), between 1 and 8: more threads than free cores slow copying down.
+  int staging_threads = 0;
+  // Nice value for the persisting thread (Linux: per thread), so that writing and
+  // checksumming yield the CPU to training when cores are short. 0: the caller's priority.
+  int persist_nice = 10;
 };
 
 // What staging one save did (on this rank).

@@ -11,9 +11,15 @@
 // so the saver's collectives are issued in the same order on every rank.
 #include "async/async_saver.h"
 
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -80,6 +86,17 @@ struct Job {
   bool agree = false;  // run the first exchange so that every rank learns `error`
 };
 
+// staging_threads = 0: this process's CPUs shared among the ranks of this node.
+int AutoStagingThreads() {
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  int local_ranks = 1;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* v = std::getenv(var)) local_ranks = std::max(1, std::atoi(v));
+  }
+  return std::clamp(cpus / local_ranks, 1, 8);
+}
+
 }  // namespace
 
 struct AsyncSaverAccess {
@@ -91,7 +108,7 @@ struct AsyncSaver::Impl {
   explicit Impl(const AsyncSaverOptions& o)
       : opts(o),
         pool(async::NewHostAllocator(), o.max_staging_bytes),
-        copiers(std::max(1, o.staging_threads)) {
+        copiers(o.staging_threads > 0 ? o.staging_threads : AutoStagingThreads()) {
     // Statics the persisting thread uses must outlive a saver destroyed at exit (the default
     // one waits for its last save then): constructing them first destroys them later.
     (void)storage::PosixFileSystem();
@@ -218,6 +235,10 @@ struct AsyncSaver::Impl {
   }
 
   void PersistLoop() {
+    if (opts.persist_nice != 0) {
+      // Linux applies a nice value to the calling thread alone; a failure only costs priority.
+      (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), opts.persist_nice);
+    }
     while (true) {
       Job job;
       {
