@@ -288,7 +288,8 @@ TEST(HfConvertTest, MultiRankBothWays) {
 }
 
 TEST(HfConvertTest, AssignFilesBalancesBytes) {
-  EXPECT_EQ(hf::AssignFiles({10, 50, 30, 20}, 2), (std::vector<int>{0, 0, 1, 1}));  // 50, 30, 20, then 10 at a tie
+  EXPECT_EQ(hf::AssignFiles({10, 50, 30, 20}, 2),
+            (std::vector<int>{0, 0, 1, 1}));  // 50, 30, 20, then 10 at a tie
   EXPECT_EQ(hf::AssignFiles({5, 5, 5}, 4), (std::vector<int>{0, 1, 2}));
 }
 

@@ -168,8 +168,7 @@ void OneRankFailsToWrite(const std::shared_ptr<Comm>& comm, const std::string& d
     if (comm->rank() == failing) fs.FailAt(fail_at);
     auto r = checkpoint::Save(sd->sd, ckpt, {.comm = comm}, fs);
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("rank " + std::to_string(failing) + ":"),
-              std::string::npos)
+    EXPECT_NE(r.status().message().find("rank " + std::to_string(failing) + ":"), std::string::npos)
         << r.status().message();
     EXPECT_NE(r.status().message().find("injected failure"), std::string::npos)
         << r.status().message();
@@ -188,7 +187,8 @@ void OneRankFailsToWrite(const std::shared_ptr<Comm>& comm, const std::string& d
 void FileCoordinatorMatches(const std::shared_ptr<Comm>& comm, const std::string& dir) {
   const auto model = SmallModel();
   const int n = comm->size();
-  const auto layout = Layout(n % 2 == 0 ? "tp2,dp" + std::to_string(n / 2) : "dp" + std::to_string(n));
+  const auto layout =
+      Layout(n % 2 == 0 ? "tp2,dp" + std::to_string(n / 2) : "dp" + std::to_string(n));
   auto sd = workload::PopulateStateDict(model, layout, comm->rank());
   ASSERT_TRUE(sd.ok());
   const std::string a = dir + "/via-comm", b = dir + "/via-files";
@@ -482,8 +482,9 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
   for (uint64_t batch : {uint64_t{0}, uint64_t{4096}}) {
     for (int limit : {1, 2, 8}) {
       SCOPED_TRACE("batch " + std::to_string(batch) + " in flight " + std::to_string(limit));
-      LoadResult r = LoadVerified(comm, model, layout, ckpt,
-                                  {.broadcast_batch_bytes = batch, .max_broadcasts_in_flight = limit});
+      LoadResult r =
+          LoadVerified(comm, model, layout, ckpt,
+                       {.broadcast_batch_bytes = batch, .max_broadcasts_in_flight = limit});
       EXPECT_GT(r.broadcasts, 8u);
       if (batch == 0) {
         EXPECT_EQ(r.batches, 0u);
@@ -541,8 +542,8 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
   const auto model = SmallModel();
   const std::string hf_dir = dir + "/hf", dcp_dir = dir + "/from";
   // All ranks write the source (a collective save), then convert it together.
-  auto whole = workload::PopulateStateDict(model, Layout("dp" + std::to_string(comm->size())),
-                                           comm->rank());
+  auto whole =
+      workload::PopulateStateDict(model, Layout("dp" + std::to_string(comm->size())), comm->rank());
   ASSERT_TRUE(whole.ok());
   ASSERT_NO_THROW(save(whole->sd, dcp_dir, {.comm = comm}));
   auto converted = hf::DcpToHf(dcp_dir, hf_dir, {.comm = comm, .max_shard_bytes = 4'000'000},
@@ -558,8 +559,8 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
     ASSERT_TRUE(dst.ok());
     // Bytes entries do not exist in a HuggingFace checkpoint.
     LoadResult r;
-    ASSERT_NO_THROW(r = load(dst->sd, hf_dir,
-                             {.comm = comm, .allow_partial = true, .broadcast = broadcast}));
+    ASSERT_NO_THROW(
+        r = load(dst->sd, hf_dir, {.comm = comm, .allow_partial = true, .broadcast = broadcast}));
     EXPECT_EQ(r.entries_skipped, 2u);
     for (auto& e : dst->sd.entries()) {
       if (e.kind == StateEntry::Kind::kBytes) {

@@ -23,7 +23,9 @@ void RunRanks(int n, const std::function<void(const std::shared_ptr<Comm>&)>& bo
 
 TEST(MultiRankThreads, TensorParallelTimesDataParallel) {
   TempDir tmp;
-  RunRanks(4, [&](const auto& c) { SaveThenReshard(c, tmp.path(), "tp2,dp2", {"tp4", "tp2", "ep4"}); });
+  RunRanks(4, [&](const auto& c) {
+    SaveThenReshard(c, tmp.path(), "tp2,dp2", {"tp4", "tp2", "ep4"});
+  });
 }
 
 TEST(MultiRankThreads, PureDataParallel) {

@@ -237,8 +237,8 @@ TEST(SaveLoad, RandomizedReshardingProperty) {
     for (int k = 0; k < tensors; ++k) {
       const StateEntry& e = dst.entries()[k];
       for (const auto& c : e.chunks) {
-        ASSERT_TRUE(FillOrCheck(false, iter * 31 + k, e.dtype, e.global_shape, c.box,
-                                c.view.bytes()));
+        ASSERT_TRUE(
+            FillOrCheck(false, iter * 31 + k, e.dtype, e.global_shape, c.box, c.view.bytes()));
       }
     }
   }
@@ -391,10 +391,11 @@ TEST_F(Checks, DeletedGarbageAndForeignMetadata) {
   other_version[8] = 7;
   std::string corrupt_body = good;
   corrupt_body[good.size() - 3] ^= 1;
-  for (const Case& c : {Case{"garbage", "this is not metadata at all, not at all!!", "not a dcp metadata file"},
-                        Case{"other version", other_version, "version 7"},
-                        Case{"corrupt body", corrupt_body, "checksum"},
-                        Case{"truncated", good.substr(0, good.size() - 5), "truncated"}}) {
+  for (const Case& c :
+       {Case{"garbage", "this is not metadata at all, not at all!!", "not a dcp metadata file"},
+        Case{"other version", other_version, "version 7"},
+        Case{"corrupt body", corrupt_body, "checksum"},
+        Case{"truncated", good.substr(0, good.size() - 5), "truncated"}}) {
     SCOPED_TRACE(c.name);
     write(c.data);
     StateDict d = Dest();
@@ -474,7 +475,8 @@ TEST(SaveLoad, CrashAtEveryStepKeepsACompleteCheckpoint) {
     }
     if (r.ok()) {
       // Only possible when the failure hit after the metadata rename (directory sync).
-      EXPECT_TRUE(FillOrCheck(false, 1, DType::kF32, global, Box::Whole(global), md.bufs[0].data()));
+      EXPECT_TRUE(
+          FillOrCheck(false, 1, DType::kF32, global, Box::Whole(global), md.bufs[0].data()));
     } else {
       EXPECT_NE(r.status().message().find("no committed metadata"), std::string::npos)
           << "op " << n << ": " << r.status().message();
@@ -500,7 +502,8 @@ TEST(SaveLoad, CrashAtEveryStepKeepsACompleteCheckpoint) {
     std::string s(reinterpret_cast<const char*>(step.data()), step.size());
     const uint64_t seed = s == "100" ? 1 : 2;
     (s == "100" ? old_seen : new_seen)++;
-    EXPECT_TRUE(FillOrCheck(false, seed, DType::kF32, global, Box::Whole(global), md.bufs[0].data()))
+    EXPECT_TRUE(
+        FillOrCheck(false, seed, DType::kF32, global, Box::Whole(global), md.bufs[0].data()))
         << "mix of old and new after a crash at op " << n;
     if (ok) break;
   }

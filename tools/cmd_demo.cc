@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -150,10 +150,9 @@ int RunDemo(const DemoArgs& a) {
   };
 
   auto model = workload::MakeModel(a.model, a.layers, a.width_scale);
-  auto save_layout = workload::ParseLayout(
-      !a.save_layout.empty() ? a.save_layout
-      : world == 4           ? std::string("tp2,dp2")
-                             : "dp" + std::to_string(world));
+  auto save_layout = workload::ParseLayout(!a.save_layout.empty() ? a.save_layout
+                                           : world == 4           ? std::string("tp2,dp2")
+                                                                  : "dp" + std::to_string(world));
   auto load_layout = workload::ParseLayout(a.load_layout);
   for (const Status& s : {model.status(), save_layout.status(), load_layout.status()}) {
     if (!s.ok()) throw Error(s);
@@ -181,7 +180,8 @@ int RunDemo(const DemoArgs& a) {
   const std::string ckpt = dir + "/step_100";
 
   char line[512];
-  std::snprintf(line, sizeof(line), "dcp demo: %s, %d layers, width x%.2f: %zu tensors, %s bf16, %d rank(s) (%s)",
+  std::snprintf(line, sizeof(line),
+                "dcp demo: %s, %d layers, width x%.2f: %zu tensors, %s bf16, %d rank(s) (%s)",
                 a.model.c_str(), a.layers, a.width_scale, model->tensors.size(),
                 metadata::HumanBytes(model->TotalBytes()).c_str(), world,
                 std::string(comm->backend()).c_str());
@@ -278,12 +278,14 @@ int RunDemo(const DemoArgs& a) {
 }  // namespace
 
 void AddDemo(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("demo", "Save a model-shaped state dict, load it resharded, check every byte");
+  auto* cmd = app.add_subcommand(
+      "demo", "Save a model-shaped state dict, load it resharded, check every byte");
   auto a = std::make_shared<DemoArgs>();
   cmd->add_option("--dir", a->dir, "keep the checkpoints in this directory");
   cmd->add_option("--model", a->model, "qwen3-30b-a3b or llama-dense")->capture_default_str();
   cmd->add_option("--layers", a->layers, "transformer layers")->capture_default_str();
-  cmd->add_option("--width-scale", a->width_scale, "shrink widths, keep the tensor count")->capture_default_str();
+  cmd->add_option("--width-scale", a->width_scale, "shrink widths, keep the tensor count")
+      ->capture_default_str();
   cmd->add_option("--save-layout", a->save_layout, "e.g. dp4, tp2,dp2 (default dp<ranks>)");
   cmd->add_option("--load-layout", a->load_layout, "e.g. tp4, ep4")->capture_default_str();
   cmd->callback([=] { *exit_code = RunDemo(*a); });

@@ -8,7 +8,8 @@
 namespace dcp::tools {
 
 void AddInspect(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("inspect", "Describe a checkpoint: tensors, chunks, files, totals");
+  auto* cmd =
+      app.add_subcommand("inspect", "Describe a checkpoint: tensors, chunks, files, totals");
   auto dir = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto chunks = std::make_shared<bool>(false);

@@ -9,7 +9,8 @@
 namespace dcp::tools {
 
 void AddVerify(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("verify", "Check every data file and every checksum of a checkpoint");
+  auto* cmd =
+      app.add_subcommand("verify", "Check every data file and every checksum of a checkpoint");
   auto dir = std::make_shared<std::string>();
   cmd->add_option("checkpoint", *dir, "checkpoint directory")->required();
   cmd->callback([=] {
@@ -19,11 +20,11 @@ void AddVerify(CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    std::printf("OK: %s: %llu tensors, %llu chunks, %llu bytes entries, %llu files, %s checked in %.2f s\n",
-                dir->c_str(), (unsigned long long)report->tensors,
-                (unsigned long long)report->chunks, (unsigned long long)report->bytes_entries,
-                (unsigned long long)report->files,
-                metadata::HumanBytes(report->bytes_checked).c_str(), report->seconds);
+    std::printf(
+        "OK: %s: %llu tensors, %llu chunks, %llu bytes entries, %llu files, %s checked in %.2f s\n",
+        dir->c_str(), (unsigned long long)report->tensors, (unsigned long long)report->chunks,
+        (unsigned long long)report->bytes_entries, (unsigned long long)report->files,
+        metadata::HumanBytes(report->bytes_checked).c_str(), report->seconds);
   });
 }
 

@@ -36,9 +36,9 @@ struct SaveResult {
   uint64_t files_written = 0;  // by this rank
   uint64_t unique_bytes = 0;   // in the whole checkpoint
   bool plan_cache_hit = false;
-  double plan_seconds = 0;     // local plan + exchange + global plan
-  double write_seconds = 0;    // data files, durable
-  double commit_seconds = 0;   // gather results + metadata commit
+  double plan_seconds = 0;    // local plan + exchange + global plan
+  double write_seconds = 0;   // data files, durable
+  double commit_seconds = 0;  // gather results + metadata commit
   double total_seconds = 0;
 };
 
@@ -62,13 +62,13 @@ struct LoadOptions {
 };
 
 struct LoadResult {
-  uint64_t bytes_read = 0;     // from storage, by this rank
-  uint64_t files_opened = 0;   // by this rank
-  uint64_t chunks_read = 0;    // stored chunks this rank read from
+  uint64_t bytes_read = 0;    // from storage, by this rank
+  uint64_t files_opened = 0;  // by this rank
+  uint64_t chunks_read = 0;   // stored chunks this rank read from
   uint64_t entries_loaded = 0;
   uint64_t entries_skipped = 0;  // partial load
   // Read-once broadcast (this rank).
-  uint64_t shared_shards = 0;   // destination shards this rank shares with others
+  uint64_t shared_shards = 0;           // destination shards this rank shares with others
   uint64_t shards_read_for_others = 0;  // shared shards this rank read and sent
   // Stored chunks several ranks needed parts of (resharding): read whole once, broadcast.
   uint64_t shared_chunks = 0;
@@ -84,7 +84,7 @@ struct LoadResult {
   double shared_seconds = 0;    // shared shards: read + broadcast, overlapped
   double private_seconds = 0;   // shards no one else needs
   double teardown_seconds = 0;
-  double read_seconds = 0;      // shared + private
+  double read_seconds = 0;  // shared + private
   double total_seconds = 0;
 };
 

@@ -47,7 +47,9 @@ class [[nodiscard]] Status {
 };
 
 inline Status OkStatus() { return Status(); }
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
@@ -65,7 +67,7 @@ Status ErrnoStatus(std::string_view op, std::string_view path, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT: must not be ok
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -110,10 +112,10 @@ T ValueOrThrow(Result<T> r) {
 #define DCP_CONCAT_INNER_(a, b) a##b
 #define DCP_CONCAT_(a, b) DCP_CONCAT_INNER_(a, b)
 
-#define DCP_RETURN_IF_ERROR(expr)               \
-  do {                                          \
-    ::dcp::Status dcp_status_ = (expr);         \
-    if (!dcp_status_.ok()) return dcp_status_;  \
+#define DCP_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::dcp::Status dcp_status_ = (expr);        \
+    if (!dcp_status_.ok()) return dcp_status_; \
   } while (0)
 
 #define DCP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

@@ -10,18 +10,26 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 namespace dcp::bench {
 
 Status WriteSequential(storage::FileSystem& fs, const std::string& path, uint64_t bytes) {
-  // Non-zero, non-repeating-per-block content, so no layer can shortcut zero pages.
-  std::vector<std::byte> block(std::min(bytes, kIoBlockBytes));
-  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<std::byte>((i * 131 + 7) >> 3);
+  // Pseudo-random content like a checkpoint's, and no 4 KiB block written twice (each
+  // write stamps a counter into every block), so no layer below can compress or dedup it.
+  std::vector<uint64_t> block(std::min(bytes, kIoBlockBytes) / 8 + 1);
+  uint64_t x = std::hash<std::string>{}(path) | 1;
+  for (uint64_t& w : block) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+    w = x;
+  }
   DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(path));
+  uint64_t stamp = 0;
   for (uint64_t left = bytes; left > 0;) {
-    const size_t n = std::min<uint64_t>(left, block.size());
-    DCP_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(block.data(), n)));
+    const size_t n = std::min<uint64_t>(left, kIoBlockBytes);
+    for (size_t w = 0; w < block.size(); w += 4096 / 8) block[w] = ++stamp;
+    DCP_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(block)).first(n)));
     left -= n;
   }
   DCP_RETURN_IF_ERROR(file->Sync());

@@ -163,9 +163,9 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
 
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
-                      const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine, const planner::LocalLoadPlan& load_plan,
-                      ChunkReads& reads, const LoadOptions& opts, LoadResult* stats,
-                      Status* read_failure) {
+                      const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
+                      const planner::LocalLoadPlan& load_plan, ChunkReads& reads,
+                      const LoadOptions& opts, LoadResult* stats, Status* read_failure) {
   const int me = world.rank();
   InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight), stats);
   reads.set_between_chunks([&] { in_flight.Progress(); });
@@ -225,8 +225,8 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     for (size_t i : b.chunks) {
       const planner::SharedChunk& c = plan.chunks[i];
       if (b.reader == me && read_failure->ok()) {
-        *read_failure = reads.ReadWhole(c.tensor, c.stored,
-                                        std::span(op.staging.data() + off, c.nbytes));
+        *read_failure =
+            reads.ReadWhole(c.tensor, c.stored, std::span(op.staging.data() + off, c.nbytes));
       }
       off += c.nbytes;
     }
@@ -280,8 +280,8 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     }
     if (opts.broadcast_batch_bytes == 0 || s.nbytes >= opts.broadcast_batch_bytes) {
       account(s.reader, s.nbytes);
-      DCP_RETURN_IF_ERROR(
-          in_flight.Post(*groups[s.group], root_of(s.group, s.reader), std::span(m.dst, s.nbytes), {}));
+      DCP_RETURN_IF_ERROR(in_flight.Post(*groups[s.group], root_of(s.group, s.reader),
+                                         std::span(m.dst, s.nbytes), {}));
       continue;
     }
     auto it = std::find_if(open.begin(), open.end(), [&](const Batch& b) {

@@ -33,18 +33,19 @@ struct MyChunk {
 };
 
 struct MyShard {
-  std::byte* dst = nullptr;           // this rank's destination memory; null: not a member
-  std::vector<uint32_t> read_items;   // indices into the load plan's reads (reader only)
+  std::byte* dst = nullptr;          // this rank's destination memory; null: not a member
+  std::vector<uint32_t> read_items;  // indices into the load plan's reads (reader only)
 };
 
 // Runs the shared phase: shared stored chunks first (each read whole by one consumer and
-// broadcast, every consumer scattering its regions), then shared destination shards. A read failure on this rank does not stop the protocol (peers
-// wait on its broadcasts): it is returned in *read_failure after every broadcast was posted
-// and completed; the return value is a communication failure, which ends the load at once.
+// broadcast, every consumer scattering its regions), then shared destination shards. A read failure
+// on this rank does not stop the protocol (peers wait on its broadcasts): it is returned in
+// *read_failure after every broadcast was posted and completed; the return value is a communication
+// failure, which ends the load at once.
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
-                      const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine, const planner::LocalLoadPlan& load_plan,
-                      ChunkReads& reads, const LoadOptions& opts, LoadResult* stats,
-                      Status* read_failure);
+                      const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
+                      const planner::LocalLoadPlan& load_plan, ChunkReads& reads,
+                      const LoadOptions& opts, LoadResult* stats, Status* read_failure);
 
 }  // namespace dcp::checkpoint

@@ -129,9 +129,9 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   const auto t1 = Clock::now();
 
   // 2. Local plan.
-  Result<planner::LocalLoadPlan> plan =
-      md.ok() ? planner::PlanLoad(sd, *md, opts.allow_partial, dir)
-              : Result<planner::LocalLoadPlan>(md.status());
+  Result<planner::LocalLoadPlan> plan = md.ok()
+                                            ? planner::PlanLoad(sd, *md, opts.allow_partial, dir)
+                                            : Result<planner::LocalLoadPlan>(md.status());
   const auto t2 = Clock::now();
 
   // 3. Who reads what: shared shards get one balanced reader each (every rank computes the
@@ -145,10 +145,10 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   if (broadcast) {
     Destinations dests;
     if (plan.ok()) dests = DestinationsOf(sd, *md);
-    DCP_ASSIGN_OR_RETURN(bplan, ExchangeIdentities(*comm, plan.status(),
-                                                   plan.ok() ? IdentityOf(sd, *md, dests)
-                                                             : planner::LoadIdentity(),
-                                                   md.ok() ? &*md : nullptr, opts));
+    DCP_ASSIGN_OR_RETURN(
+        bplan, ExchangeIdentities(*comm, plan.status(),
+                                  plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
+                                  md.ok() ? &*md : nullptr, opts));
     DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
     // Destination shards: this rank's memory, and (as reader) its read items.
     std::map<ChunkRef, size_t> shard_of;
@@ -205,9 +205,8 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   ChunkReads reads(sd, *md, dir, opts, fs, &result);
   Status read_failure;
   if (broadcast) {
-    DCP_RETURN_IF_ERROR(
-        RunSharedPhase(*comm, bplan, groups, my_chunks, mine, *plan, reads, opts, &result,
-                       &read_failure));
+    DCP_RETURN_IF_ERROR(RunSharedPhase(*comm, bplan, groups, my_chunks, mine, *plan, reads, opts,
+                                       &result, &read_failure));
   }
   const auto t4 = Clock::now();
   if (read_failure.ok()) {

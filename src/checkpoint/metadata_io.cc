@@ -30,7 +30,8 @@ Result<std::string> ReadRankMetadata(storage::FileSystem& fs, const std::string&
                                 RankMetadataName(static_cast<int>(i)) + " is missing");
     }
     const std::string name = RankMetadataName(ranks[i]);
-    DCP_ASSIGN_OR_RETURN(std::string data, storage::ReadWholeFile(fs, storage::JoinPath(dir, name)));
+    DCP_ASSIGN_OR_RETURN(std::string data,
+                         storage::ReadWholeFile(fs, storage::JoinPath(dir, name)));
     auto md = metadata::Decode(data);
     if (!md.ok()) return md.status().Annotate("checkpoint " + dir + ": " + name + ": ");
     parts.push_back(std::move(md).value());
@@ -92,11 +93,10 @@ Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::stri
   return DecodeMetadata(data, dir);
 }
 
-Status CommitMetadata(storage::FileSystem& fs, const std::string& dir,
-                      const metadata::Metadata& md, int rank) {
+Status CommitMetadata(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,
+                      int rank) {
   const std::string name = rank < 0 ? std::string(kMetadataName) : RankMetadataName(rank);
-  return storage::WriteFileAtomic(fs, storage::JoinPath(dir, name),
-                                  metadata::Encode(md),
+  return storage::WriteFileAtomic(fs, storage::JoinPath(dir, name), metadata::Encode(md),
                                   std::string(kTmpSuffixPrefix) + SaveIdHex(md.save_id));
 }
 

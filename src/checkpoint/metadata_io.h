@@ -12,9 +12,10 @@ namespace dcp::checkpoint {
 // The committed metadata of `dir` (the global file, or else the merged per-rank files; or,
 // when `dir` is a HuggingFace source -- a .safetensors file, a directory with
 // model.safetensors or model.safetensors.index.json -- metadata built from its headers, file
-// names relative to DataDirOf(dir), has_checksums false). Errors name the directory: kFailedPrecondition when no
-// metadata was committed (not a checkpoint, or a save that never finished), kDataLoss when
-// it is corrupt or foreign, kFailedPrecondition for an unsupported version.
+// names relative to DataDirOf(dir), has_checksums false). Errors name the directory:
+// kFailedPrecondition when no metadata was committed (not a checkpoint, or a save that never
+// finished), kDataLoss when it is corrupt or foreign, kFailedPrecondition for an unsupported
+// version.
 Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::string& dir);
 // Decodes metadata bytes read from `dir` (for ranks that received them by broadcast).
 Result<metadata::Metadata> DecodeMetadata(std::string_view data, const std::string& dir);
@@ -31,7 +32,7 @@ Result<metadata::Metadata> WithRenamedTensors(metadata::Metadata md, const LoadO
 
 // The commit point of a save: atomically replaces `dir`'s global metadata, or with
 // rank >= 0 that rank's own metadata (saves without collectives).
-Status CommitMetadata(storage::FileSystem& fs, const std::string& dir,
-                      const metadata::Metadata& md, int rank = -1);
+Status CommitMetadata(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,
+                      int rank = -1);
 
 }  // namespace dcp::checkpoint

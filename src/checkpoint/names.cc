@@ -52,7 +52,8 @@ std::string RankMetadataName(int rank) {
 
 int ParseRankMetadataName(std::string_view name) {
   const std::string prefix = std::string(kMetadataName) + ".rank";
-  if (!name.starts_with(prefix) || name.size() == prefix.size() || name.size() > prefix.size() + 9) {
+  if (!name.starts_with(prefix) || name.size() == prefix.size() ||
+      name.size() > prefix.size() + 9) {
     return -1;
   }
   int r = 0;

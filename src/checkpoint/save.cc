@@ -104,7 +104,8 @@ Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSaveP
       for (const auto& cand : e->chunks) {
         if (cand.box == c.box) tc = &cand;
       }
-      if (!tc) return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
+      if (!tc)
+        return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
       std::string key = mine == 1 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(k++);
       w.tensors.push_back({std::move(key), t.dtype, c.box.lengths,
                            std::span<const std::byte>(tc->view.bytes(), c.nbytes)});
@@ -224,9 +225,9 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
                  SaveResult* result) {
   DCP_ASSIGN_OR_RETURN(MyWrites mine, CollectMyWrites(sd, plan, rank));
   if (!mine.tensors.empty()) {
-    DCP_ASSIGN_OR_RETURN(out->first,
-                         storage::WriteSafetensorsFile(
-                             fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors));
+    DCP_ASSIGN_OR_RETURN(
+        out->first, storage::WriteSafetensorsFile(
+                        fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors));
     ++result->files_written;
   }
   if (!mine.bytes.empty()) {
@@ -259,8 +260,8 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   const auto t1 = Clock::now();
   const uint64_t save_id = RandomId();
   std::vector<Written> written(rank + 1);
-  DCP_RETURN_IF_ERROR(WriteMine(sd, dir, *plan, rank, save_id, fs, &written[rank], &result)
-                          .Annotate(where));
+  DCP_RETURN_IF_ERROR(
+      WriteMine(sd, dir, *plan, rank, save_id, fs, &written[rank], &result).Annotate(where));
   const auto t2 = Clock::now();
   auto md = BuildMetadata(*plan, save_id, written, world);
   if (!md.ok()) return md.status().Annotate(where);
@@ -302,7 +303,8 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     w.Fixed64(cached ? cached->digest : 0);
     w.Fixed64(RandomId());
   }
-  auto gathered = AllGatherOrFail(*comm, st.ok() ? OkStatus() : st.Annotate("save to " + dir + ": "), hello);
+  auto gathered =
+      AllGatherOrFail(*comm, st.ok() ? OkStatus() : st.Annotate("save to " + dir + ": "), hello);
   if (!gathered.ok()) return gathered.status();
   std::vector<uint64_t> hashes(world), cached_digests(world);
   uint64_t save_id = 0;
@@ -393,8 +395,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
                  dir.c_str(), rank, world, result.plan_seconds,
                  result.plan_cache_hit ? " (cache hit)" : "", result.write_seconds,
                  result.commit_seconds, result.total_seconds,
-                 (unsigned long long)result.bytes_written,
-                 (unsigned long long)result.items_written,
+                 (unsigned long long)result.bytes_written, (unsigned long long)result.items_written,
                  (unsigned long long)result.files_written);
   }
   return result;

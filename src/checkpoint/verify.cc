@@ -61,15 +61,14 @@ Result<VerifyReport> Verify(storage::FileSystem& fs, const std::string& dir) {
       Status s = storage::ReadRangeInto(**file, r.range, /*verify=*/true, buf.data(),
                                         &report.bytes_checked);
       if (!s.ok()) {
-        std::string what = r.bytes ? "bytes entry '" + r.bytes->fqn + "'"
-                                   : "tensor '" + r.tensor->fqn + "' chunk " +
-                                         r.chunk->box.ToString();
+        std::string what = r.bytes
+                               ? "bytes entry '" + r.bytes->fqn + "'"
+                               : "tensor '" + r.tensor->fqn + "' chunk " + r.chunk->box.ToString();
         return s.Annotate("checkpoint " + dir + ": " + what + ": ");
       }
     }
   }
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }
 

@@ -1,10 +1,10 @@
 #include "metadata/codec.h"
 
-#include "core/wire.h"
-
 #include <xxhash.h>
 
 #include <cstring>
+
+#include "core/wire.h"
 
 namespace dcp::metadata {
 namespace {

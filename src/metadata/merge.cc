@@ -24,13 +24,15 @@ Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts) {
     const auto file_base = static_cast<uint32_t>(out.files.size());
     out.files.insert(out.files.end(), p.files.begin(), p.files.end());
     for (const TensorMeta& t : p.tensors) {
-      auto [it, inserted] = tensors.try_emplace(t.fqn, TensorMeta{t.fqn, t.dtype, t.global_shape, {}});
+      auto [it, inserted] =
+          tensors.try_emplace(t.fqn, TensorMeta{t.fqn, t.dtype, t.global_shape, {}});
       if (inserted) tensor_rank[t.fqn] = r;
       TensorMeta& m = it->second;
       if (m.dtype != t.dtype || !(m.global_shape == t.global_shape)) {
-        return InvalidArgument("tensor '" + t.fqn + "': rank " + std::to_string(tensor_rank[t.fqn]) +
-                               " saved " + std::string(DTypeName(m.dtype)) + " " +
-                               m.global_shape.ToString() + ", rank " + std::to_string(r) + " " +
+        return InvalidArgument("tensor '" + t.fqn + "': rank " +
+                               std::to_string(tensor_rank[t.fqn]) + " saved " +
+                               std::string(DTypeName(m.dtype)) + " " + m.global_shape.ToString() +
+                               ", rank " + std::to_string(r) + " " +
                                std::string(DTypeName(t.dtype)) + " " + t.global_shape.ToString());
       }
       for (StoredChunk c : t.chunks) {
@@ -47,9 +49,10 @@ Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts) {
     // Lowest rank first among identical boxes: stable sort keeps rank order.
     std::stable_sort(t.chunks.begin(), t.chunks.end(),
                      [](const StoredChunk& a, const StoredChunk& b) { return a.box < b.box; });
-    t.chunks.erase(std::unique(t.chunks.begin(), t.chunks.end(),
-                               [](const StoredChunk& a, const StoredChunk& b) { return a.box == b.box; }),
-                   t.chunks.end());
+    t.chunks.erase(
+        std::unique(t.chunks.begin(), t.chunks.end(),
+                    [](const StoredChunk& a, const StoredChunk& b) { return a.box == b.box; }),
+        t.chunks.end());
     out.tensors.push_back(std::move(t));
   }
   for (auto& [fqn, b] : bytes) out.bytes.push_back(std::move(b));

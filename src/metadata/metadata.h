@@ -17,8 +17,8 @@ namespace dcp::metadata {
 inline constexpr uint32_t kFormatVersion = 1;
 
 struct FileInfo {
-  std::string name;  // relative to the checkpoint directory
-  uint64_t size = 0; // expected size in bytes, checked on load and verify
+  std::string name;   // relative to the checkpoint directory
+  uint64_t size = 0;  // expected size in bytes, checked on load and verify
 };
 
 struct StoredChunk {
@@ -45,7 +45,7 @@ struct BytesMeta {
 };
 
 struct Metadata {
-  uint64_t save_id = 0;   // names this save's data files; new for every save
+  uint64_t save_id = 0;     // names this save's data files; new for every save
   uint32_t world_size = 1;  // ranks that wrote it
   // False for sources written without checksums (HuggingFace files): every xxh3 is 0 and
   // loaders check sizes only. Encoded as header flag kFlagNoChecksums.
@@ -55,7 +55,7 @@ struct Metadata {
   std::vector<BytesMeta> bytes;     // sorted by fqn
 
   uint64_t TotalChunks() const;
-  uint64_t TotalDataBytes() const;  // tensor chunks + bytes entries
+  uint64_t TotalDataBytes() const;                           // tensor chunks + bytes entries
   const TensorMeta* FindTensor(std::string_view fqn) const;  // binary search
   const BytesMeta* FindBytes(std::string_view fqn) const;
 };

@@ -55,10 +55,10 @@ uint64_t ReadCost(const metadata::TensorMeta& t, const metadata::StoredChunk& sc
 
 // Decides which stored chunks are read once and broadcast whole (see SharedChunk), given
 // who performs the reads of every destination shard.
-void ShareStoredChunks(const StoredChunkSharing& sharing,
-                       const std::vector<std::pair<std::pair<uint32_t, Box>, std::vector<int>>>&
-                           performed,
-                       std::map<std::vector<int>, uint32_t>& group_of_ranks, BroadcastPlan& plan) {
+void ShareStoredChunks(
+    const StoredChunkSharing& sharing,
+    const std::vector<std::pair<std::pair<uint32_t, Box>, std::vector<int>>>& performed,
+    std::map<std::vector<int>, uint32_t>& group_of_ranks, BroadcastPlan& plan) {
   const metadata::Metadata& md = *sharing.md;
   // (tensor, stored chunk) -> rank -> bytes that rank would fetch from it.
   std::map<std::pair<uint32_t, uint32_t>, std::map<int, uint64_t>> uses;

@@ -55,7 +55,7 @@ struct SharedChunk {
   uint32_t tensor = 0;  // metadata tensor
   uint32_t stored = 0;  // stored chunk index within it
   uint64_t nbytes = 0;
-  uint32_t group = 0;   // the consumers
+  uint32_t group = 0;  // the consumers
   int reader = -1;
 };
 

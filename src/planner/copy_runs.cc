@@ -38,8 +38,8 @@ Result<CopyRuns> CopyRuns::Make(DType dtype, const Box& src, const Box& dst, con
     src_base_el += static_cast<uint64_t>(region.offsets[d] - src.offsets[d]) * src_es[d];
     dst_base_el += static_cast<uint64_t>(region.offsets[d] - dst.offsets[d]) * dst_es[d];
   }
-  bool whole_bytes = (run_elems * bits) % 8 == 0 && (src_base_el * bits) % 8 == 0 &&
-                     (dst_base_el * bits) % 8 == 0;
+  bool whole_bytes =
+      (run_elems * bits) % 8 == 0 && (src_base_el * bits) % 8 == 0 && (dst_base_el * bits) % 8 == 0;
   r.num_runs_ = 1;
   for (int d = 0; d < r.outer_rank_; ++d) {
     r.outer_count_[d] = region.lengths[d];

@@ -56,11 +56,13 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
       return NotFound(where + " is not in the checkpoint");
     }
     if (e.kind == StateEntry::Kind::kBytes) {
-      if (!b) return InvalidArgument(where + " is a tensor in the checkpoint, bytes in the destination");
+      if (!b)
+        return InvalidArgument(where + " is a tensor in the checkpoint, bytes in the destination");
       plan.bytes.push_back({ei, static_cast<uint32_t>(b - md.bytes.data())});
       continue;
     }
-    if (!t) return InvalidArgument(where + " is bytes in the checkpoint, a tensor in the destination");
+    if (!t)
+      return InvalidArgument(where + " is bytes in the checkpoint, a tensor in the destination");
     DCP_RETURN_IF_ERROR(CheckDestination(e, *t, where));
     const auto ti = static_cast<uint32_t>(t - md.tensors.data());
     for (uint32_t ci = 0; ci < e.chunks.size(); ++ci) {
@@ -74,9 +76,8 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
       }
       if (covered != dst.NumElements()) {
         return InvalidArgument(where + ": destination chunk " + dst.ToString() +
-                               " is not covered by the stored chunks (" +
-                               std::to_string(covered) + " of " +
-                               std::to_string(dst.NumElements()) + " elements)");
+                               " is not covered by the stored chunks (" + std::to_string(covered) +
+                               " of " + std::to_string(dst.NumElements()) + " elements)");
       }
     }
   }

@@ -57,8 +57,8 @@ struct GlobalSavePlan {
     uint64_t nbytes = 0;
     int writer = -1;
   };
-  std::vector<Tensor> tensors;  // sorted by fqn
-  std::vector<Bytes> bytes;     // sorted by fqn
+  std::vector<Tensor> tensors;           // sorted by fqn
+  std::vector<Bytes> bytes;              // sorted by fqn
   std::vector<uint64_t> bytes_per_rank;  // bytes entries weigh 1
   uint64_t unique_bytes = 0;
 };

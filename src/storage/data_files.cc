@@ -12,8 +12,7 @@ namespace {
 constexpr size_t kPiece = size_t{8} << 20;
 
 Status AppendHashed(WritableFile& f, std::span<const std::byte> data, uint64_t* hash) {
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(),
-                                                              &XXH3_freeState);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(), &XXH3_freeState);
   XXH3_64bits_reset(st.get());
   for (size_t pos = 0; pos < data.size(); pos += kPiece) {
     auto piece = data.subspan(pos, std::min(kPiece, data.size() - pos));

@@ -59,8 +59,8 @@ class PosixReadableFile final : public ReadableFile {
     std::byte* p = dst.data();
     size_t left = dst.size();
     while (left > 0) {
-      ssize_t n = ::pread(fd_, p, std::min<size_t>(left, size_t{1} << 30),
-                          static_cast<off_t>(offset));
+      ssize_t n =
+          ::pread(fd_, p, std::min<size_t>(left, size_t{1} << 30), static_cast<off_t>(offset));
       if (n < 0) {
         if (errno == EINTR) continue;
         return ErrnoStatus("read", path_, errno);
@@ -159,8 +159,7 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
 Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
   DCP_ASSIGN_OR_RETURN(auto file, fs.OpenReadable(path));
   std::string data(file->size(), '\0');
-  DCP_RETURN_IF_ERROR(
-      file->ReadAt(0, std::as_writable_bytes(std::span(data.data(), data.size()))));
+  DCP_RETURN_IF_ERROR(file->ReadAt(0, std::as_writable_bytes(std::span(data.data(), data.size()))));
   return data;
 }
 
