@@ -121,12 +121,14 @@ TEST(SimulateCliTest, SixtyFourRanksKeysAndDedupInvariants) {
   EXPECT_GE(j["load"]["read_bytes_per_rank_no_broadcast"]["sum"].get<uint64_t>(),
             j["load"]["read_bytes_once"].get<uint64_t>());
   EXPECT_EQ(j["load"]["read_bytes_once"], j["unique_bytes"]);
-  // Read-once broadcast: every destination byte read by exactly one rank of its group.
+  // Read-once broadcast: every stored tensor byte read from storage exactly once.
   const json& b = j["load"]["broadcast"];
   ASSERT_TRUE(b.is_object());
   ExpectKeys(b, {"groups", "shared_shards", "broadcasts", "batches", "read_bytes_per_rank"},
              "broadcast");
-  EXPECT_EQ(b["groups"], 5);  // 4 tp shards x 16 replicas, and the replicated norms
+  // At least the 4 tp shards' 16 replicas and the world-replicated norms; stored chunks
+  // read once for several consumers add their own groups.
+  EXPECT_GE(b["groups"].get<int>(), 5);
   EXPECT_EQ(b["read_bytes_per_rank"]["sum"], j["model_bytes"]);
 }
 

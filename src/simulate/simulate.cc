@@ -262,13 +262,34 @@ void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
     r->identity_exchange_bytes_per_rank += planner::EncodeLoadIdentity(ids.back()).size();
   }
   const auto t0 = Clock::now();
-  planner::BroadcastPlan bp = planner::PlanBroadcast(ids, holders, n);
+  // As Load with checksums verified: stored chunks that several ranks would each fetch are
+  // read once, whole, and broadcast to their consumers.
+  planner::BroadcastPlan bp = planner::PlanBroadcast(ids, holders, n, {&md, true});
   r->broadcast_plan_seconds = Since(t0);
   r->broadcast_planned = true;
   r->broadcast_groups = bp.groups.size();
   r->shared_shards = bp.shards.size();
+  r->shared_chunks = bp.chunks.size();
   r->broadcast_batch_bytes = LoadOptions{}.broadcast_batch_bytes;
   std::vector<uint64_t> ops_of_group(bp.groups.size(), 0);
+  {
+    // Shared stored chunks first, batched per (group, reader) up to the same limit.
+    const uint64_t limit = std::max<uint64_t>(r->broadcast_batch_bytes, 1);
+    std::map<std::pair<uint32_t, int>, std::pair<uint64_t, int>> open;  // -> bytes, chunks
+    auto flush = [&](uint32_t group, std::pair<uint64_t, int>& b) {
+      if (b.second == 0) return;
+      ++ops_of_group[group];
+      if (b.second > 1) ++r->broadcast_batches;
+      b = {0, 0};
+    };
+    for (const planner::SharedChunk& c : bp.chunks) {
+      auto& b = open[{c.group, c.reader}];
+      if (b.second > 0 && b.first + c.nbytes > limit) flush(c.group, b);
+      b.first += c.nbytes;
+      ++b.second;
+    }
+    for (auto& [key, b] : open) flush(key.first, b);
+  }
   std::map<std::pair<uint32_t, int>, uint64_t> open;  // (group, reader) -> bytes batched
   for (const planner::SharedShard& sh : bp.shards) {
     if (r->broadcast_batch_bytes == 0 || sh.nbytes >= r->broadcast_batch_bytes) {
@@ -489,13 +510,15 @@ std::string FormatReport(const SimulateReport& r) {
       (unsigned long long)r.files_opened_no_broadcast.max);
   if (r.broadcast_planned) {
     add("  with read-once broadcast: PlanBroadcast %.3f s; identities exchanged %s per rank; "
-        "%llu groups, %llu shared shards; %llu broadcasts (%llu batches of < %s) job-wide, "
+        "%llu groups, %llu shared shards, %llu shared stored chunks; %llu broadcasts (%llu batches "
+        "of < %s) job-wide, "
         "max %llu per rank\n",
         r.broadcast_plan_seconds, HumanBytes(r.identity_exchange_bytes_per_rank).c_str(),
         (unsigned long long)r.broadcast_groups, (unsigned long long)r.shared_shards,
-        (unsigned long long)r.broadcast_ops, (unsigned long long)r.broadcast_batches,
-        HumanBytes(r.broadcast_batch_bytes).c_str(), (unsigned long long)r.broadcasts_per_rank.max);
-    add("    read per rank: max %s, mean %s; job total %s (destination bytes)\n",
+        (unsigned long long)r.shared_chunks, (unsigned long long)r.broadcast_ops,
+        (unsigned long long)r.broadcast_batches, HumanBytes(r.broadcast_batch_bytes).c_str(),
+        (unsigned long long)r.broadcasts_per_rank.max);
+    add("    read per rank: max %s, mean %s; job total %s\n",
         HumanBytes(r.read_bytes_broadcast.max).c_str(),
         HumanBytes(static_cast<uint64_t>(r.read_bytes_broadcast.mean)).c_str(),
         HumanBytes(r.read_bytes_broadcast.sum).c_str());
@@ -558,6 +581,7 @@ std::string ReportJson(const SimulateReport& r) {
                            {"identity_exchange_bytes_per_rank", r.identity_exchange_bytes_per_rank},
                            {"groups", r.broadcast_groups},
                            {"shared_shards", r.shared_shards},
+                           {"shared_chunks", r.shared_chunks},
                            {"broadcasts", r.broadcast_ops},
                            {"batches", r.broadcast_batches},
                            {"batch_bytes", r.broadcast_batch_bytes},

@@ -80,12 +80,12 @@ struct SimulateReport {
   uint64_t identity_exchange_bytes_per_rank = 0;  // 8 B hash x ranks + distinct identities
   uint64_t broadcast_groups = 0;
   uint64_t shared_shards = 0;
+  uint64_t shared_chunks = 0;          // stored chunks read once, whole, and broadcast
   uint64_t broadcast_ops = 0;          // job-wide: single-shard broadcasts + batches
   uint64_t broadcast_batches = 0;      // job-wide
   uint64_t broadcast_batch_bytes = 0;  // the LoadOptions default used for batching
   Distribution broadcasts_per_rank;    // operations each rank takes part in
-  // Destination bytes each rank reads from storage: shared shards it reads for its group
-  // plus shards only it needs (PlanBroadcast's read_bytes; whole stored chunks may add more).
+  // Storage bytes each rank reads (PlanBroadcast's read_bytes, stored-chunk sharing on).
   Distribution read_bytes_broadcast;
 };
 
