@@ -440,9 +440,11 @@ void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
   ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
   const auto layout = Layout(load_layout);
 
+  // One machine: broadcast within the host explicitly (by default ranks of one host read
+  // through their shared page cache; see HostAwareBroadcast).
   LoadResult off = LoadVerified(comm, model, layout, ckpt, {.broadcast = false});
-  LoadResult on = LoadVerified(comm, model, layout, ckpt, {});
-  LoadResult again = LoadVerified(comm, model, layout, ckpt, {});
+  LoadResult on = LoadVerified(comm, model, layout, ckpt, {.broadcast_within_host = true});
+  LoadResult again = LoadVerified(comm, model, layout, ckpt, {.broadcast_within_host = true});
   EXPECT_EQ(off.broadcasts, 0u);
   EXPECT_EQ(again.groups_created, 0u) << "groups were not reused by the second load";
 
@@ -484,7 +486,9 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
       SCOPED_TRACE("batch " + std::to_string(batch) + " in flight " + std::to_string(limit));
       LoadResult r =
           LoadVerified(comm, model, layout, ckpt,
-                       {.broadcast_batch_bytes = batch, .max_broadcasts_in_flight = limit});
+                       {.broadcast_batch_bytes = batch,
+                        .max_broadcasts_in_flight = limit,
+                        .broadcast_within_host = true});
       EXPECT_GT(r.broadcasts, 8u);
       if (batch == 0) {
         EXPECT_EQ(r.batches, 0u);
@@ -523,7 +527,7 @@ void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& 
   auto dst = workload::MakeEmptyLike(model, layout, comm->rank());
   ASSERT_TRUE(dst.ok());
   try {
-    load(dst->sd, ckpt, {.comm = comm});
+    load(dst->sd, ckpt, {.comm = comm, .broadcast_within_host = true});
     ADD_FAILURE() << "load of a corrupt checkpoint succeeded on rank " << comm->rank();
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -560,7 +564,11 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
     // Bytes entries do not exist in a HuggingFace checkpoint.
     LoadResult r;
     ASSERT_NO_THROW(
-        r = load(dst->sd, hf_dir, {.comm = comm, .allow_partial = true, .broadcast = broadcast}));
+        r = load(dst->sd, hf_dir,
+                 {.comm = comm,
+                  .allow_partial = true,
+                  .broadcast = broadcast,
+                  .broadcast_within_host = true}));
     EXPECT_EQ(r.entries_skipped, 2u);
     for (auto& e : dst->sd.entries()) {
       if (e.kind == StateEntry::Kind::kBytes) {
@@ -576,6 +584,31 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
   // (which every rank would fetch almost whole) are read once and broadcast whole.
   EXPECT_EQ(read[1], model.TotalBytes());
   EXPECT_GT(read[0], read[1]);
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+}  // namespace dcp::testing
+
+namespace dcp::testing {
+
+void HostAwareBroadcast(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  auto sd = workload::PopulateStateDict(model, Layout("tp4"), comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string ckpt = dir + "/hosts";
+  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+  // Ranks 0,1 on one host and 2,3 on another ($DCP_HOST_ID set by the test's launcher).
+  // tp2,dp2 puts the replicas of a piece on ranks {0,1} and {2,3}: each pair shares a host,
+  // reads through its page cache, and only the tensors every rank holds (norms, router)
+  // cross hosts and are broadcast.
+  LoadResult same = LoadVerified(comm, model, Layout("tp2,dp2"), ckpt, {});
+  uint64_t replicated = 0;
+  for (const auto& t : model.tensors) replicated += t.tp_dim < 0 ? t.NumBytes() : 0;
+  EXPECT_EQ(Sum(GatherU64(*comm, same.bytes_sent)), replicated);
+  // dp2,tp2 puts them on {0,2} and {1,3}: across hosts, read once and broadcast.
+  LoadResult across = LoadVerified(comm, model, Layout("dp2,tp2"), ckpt, {});
+  EXPECT_GT(Sum(GatherU64(*comm, across.broadcasts)), 0u);
+  EXPECT_LT(Sum(GatherU64(*comm, across.bytes_read)), Sum(GatherU64(*comm, same.bytes_read)));
   ASSERT_TRUE(comm->Barrier().ok());
 }
 

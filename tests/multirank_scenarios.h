@@ -81,3 +81,11 @@ namespace dcp::testing {
 void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
 }  // namespace dcp::testing
+
+namespace dcp::testing {
+
+// Under mpirun -np 4 with DCP_HOST_ID making ranks {0,1} and {2,3} two hosts: replicas within
+// a host read through the page cache (no broadcast), replicas across hosts are broadcast.
+void HostAwareBroadcast(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+}  // namespace dcp::testing

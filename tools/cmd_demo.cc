@@ -245,7 +245,10 @@ int RunDemo(const DemoArgs& a) {
     for (int v = rank; v < load_layout->WorldSize(); v += world) {
       auto dst = workload::MakeEmptyLike(*model, *load_layout, v);
       if (!dst.ok()) throw Error(dst.status());
-      LoadResult r = load(dst->sd, ckpt, {.comm = comm, .broadcast = broadcast});
+      // All ranks share this machine: broadcast within it explicitly to show read-once
+      // (by default ranks of one host read through their shared page cache instead).
+      LoadResult r = load(dst->sd, ckpt,
+                          {.comm = comm, .broadcast = broadcast, .broadcast_within_host = true});
       seconds += r.total_seconds;
       bytes += r.bytes_read;
       files += r.files_opened;

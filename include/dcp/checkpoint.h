@@ -54,6 +54,12 @@ struct LoadOptions {
   // Shards smaller than this travel together per (group, reader, dtype); 0: no batching.
   uint64_t broadcast_batch_bytes = uint64_t{6} << 20;
   int max_broadcasts_in_flight = 8;
+  // Ranks of one host share its page cache: by default, bytes wanted only by ranks of one
+  // host are read by each of them (storage is read once, the others copy from memory, which
+  // beats a broadcast between processes) and only groups spanning hosts broadcast. True
+  // broadcasts within a host too (the read-once machinery on one machine, or memory that
+  // page-cache copies cannot reach, such as device memory later).
+  bool broadcast_within_host = false;
   // Name mapping, applied to the checkpoint's names before they are matched with the state
   // dict: a stored fqn starting with `strip_prefix` loses it, then `add_prefix` is prepended
   // (e.g. strip "model." to load a HuggingFace checkpoint into a bare module).

@@ -14,6 +14,7 @@
 #include "checkpoint/chunk_reads.h"
 #include "checkpoint/exchange.h"
 #include "checkpoint/metadata_io.h"
+#include "comm/host_id.h"
 #include "core/log.h"
 #include "core/wire.h"
 #include "planner/broadcast_plan.h"
@@ -72,22 +73,26 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   std::string hello;
   wire::Writer w(hello);
   w.Fixed64(XXH3_64bits(encoded.data(), encoded.size()));
+  w.Fixed64(HostId());
+  const size_t options_at = hello.size();
   w.Varint(opts.broadcast_batch_bytes);
   w.Byte(verify ? 1 : 0);
+  w.Byte(opts.broadcast_within_host ? 1 : 0);
   DCP_ASSIGN_OR_RETURN(auto hellos, AllGatherOrFail(comm, plan_status, hello));
   const int world = comm.size();
   std::unordered_map<uint64_t, int> class_of;
   std::vector<std::vector<int>> holders;
   std::vector<int> first(world);
+  std::vector<uint64_t> host_of_rank(world);
   for (int r = 0; r < world; ++r) {
     wire::Reader rd(hellos[r]);
     const uint64_t h = rd.Fixed64();
-    // Batching and chunk sharing must be decided alike everywhere, or collectives diverge.
-    if (hellos[r] != hellos[r].substr(0, 8) + hello.substr(8)) {
-      return InvalidArgument("ranks 0.." + std::to_string(world - 1) +
-                             " disagree on broadcast_batch_bytes or verify_checksums (rank " +
-                             std::to_string(r) + " differs from rank " +
-                             std::to_string(comm.rank()) + ")");
+    host_of_rank[r] = rd.Fixed64();
+    // Batching and sharing must be decided alike everywhere, or collectives diverge.
+    if (hellos[r].substr(options_at) != hello.substr(options_at)) {
+      return InvalidArgument("ranks disagree on broadcast_batch_bytes, verify_checksums or "
+                             "broadcast_within_host: rank " + std::to_string(r) +
+                             " differs from rank " + std::to_string(comm.rank()));
     }
     auto [it, inserted] = class_of.try_emplace(h, static_cast<int>(holders.size()));
     if (inserted) holders.emplace_back();
@@ -101,7 +106,9 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     DCP_ASSIGN_OR_RETURN(auto d, planner::DecodeLoadIdentity(lists[h.front()]));
     distinct.push_back(std::move(d));
   }
-  return planner::PlanBroadcast(distinct, holders, world, {md, verify});
+  return planner::PlanBroadcast(
+      distinct, holders, world,
+      {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank});
 }
 
 }  // namespace

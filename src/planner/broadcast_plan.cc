@@ -43,6 +43,15 @@ Result<LoadIdentity> DecodeLoadIdentity(std::string_view data) {
 
 namespace {
 
+// Whether `ranks` live on more than one host (always, without host information).
+bool SpansHosts(const std::vector<int>& ranks, const std::vector<uint64_t>* host_of_rank) {
+  if (host_of_rank == nullptr) return ranks.size() > 1;
+  for (int r : ranks) {
+    if ((*host_of_rank)[r] != (*host_of_rank)[ranks[0]]) return true;
+  }
+  return false;
+}
+
 // Storage bytes a rank fetches to copy `region` out of a stored chunk: the whole chunk when
 // checksums are verified, else the span from its first to its last needed byte.
 uint64_t ReadCost(const metadata::TensorMeta& t, const metadata::StoredChunk& sc, const Box& dst,
@@ -56,7 +65,7 @@ uint64_t ReadCost(const metadata::TensorMeta& t, const metadata::StoredChunk& sc
 // Decides which stored chunks are read once and broadcast whole (see SharedChunk), given
 // who performs the reads of every destination shard.
 void ShareStoredChunks(
-    const StoredChunkSharing& sharing,
+    const BroadcastPlanOptions& sharing,
     const std::vector<std::pair<std::pair<uint32_t, Box>, std::vector<int>>>& performed,
     std::map<std::vector<int>, uint32_t>& group_of_ranks, BroadcastPlan& plan) {
   const metadata::Metadata& md = *sharing.md;
@@ -81,12 +90,12 @@ void ShareStoredChunks(
     const uint64_t nbytes = md.tensors[key.first].chunks[key.second].byte_length;
     uint64_t separately = 0;
     for (const auto& [r, c] : per_rank) separately += c;
-    if (per_rank.size() < 2 || separately <= nbytes) {
+    std::vector<int> ranks;
+    for (const auto& [r, c] : per_rank) ranks.push_back(r);
+    if (separately <= nbytes || !SpansHosts(ranks, sharing.host_of_rank)) {
       for (const auto& [r, c] : per_rank) reads[r] += c;
       continue;
     }
-    std::vector<int> ranks;
-    for (const auto& [r, c] : per_rank) ranks.push_back(r);
     // The consumer with the fewest bytes to read so far (ties: lowest rank) reads it.
     int reader = ranks[0];
     for (int r : ranks) {
@@ -105,7 +114,7 @@ void ShareStoredChunks(
 
 BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
                             const std::vector<std::vector<int>>& holders, int world_size,
-                            const StoredChunkSharing& sharing) {
+                            const BroadcastPlanOptions& sharing) {
   struct Acc {
     uint64_t nbytes = 0;
     bool broadcastable = true;
@@ -131,10 +140,26 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     const std::vector<int>* classes;
   };
   std::vector<Pending> pending;
+  // Per class: whether its ranks span hosts, and the host of its first rank.
+  std::vector<bool> class_spans(holders.size(), false);
+  for (size_t c = 0; c < holders.size(); ++c) {
+    class_spans[c] = sharing.host_of_rank ? SpansHosts(holders[c], sharing.host_of_rank)
+                                          : holders[c].size() > 1;
+  }
+  auto spans_hosts = [&](const std::vector<int>& classes) {
+    if (sharing.host_of_rank == nullptr) {
+      size_t members = 0;
+      for (int c : classes) members += holders[c].size();
+      return members > 1;
+    }
+    const uint64_t first = (*sharing.host_of_rank)[holders[classes[0]][0]];
+    for (int c : classes) {
+      if (class_spans[c] || (*sharing.host_of_rank)[holders[c][0]] != first) return true;
+    }
+    return false;
+  };
   for (auto& [key, a] : shards) {
-    size_t members = 0;
-    for (int c : a.classes) members += holders[c].size();
-    if (members < 2 || !a.broadcastable) {
+    if (!a.broadcastable || !spans_hosts(a.classes)) {
       // Private to one rank, or read by every holder itself.
       for (int c : a.classes) {
         for (int r : holders[c]) plan.read_bytes[r] += a.nbytes;

@@ -67,18 +67,24 @@ struct BroadcastPlan {
   std::vector<uint64_t> read_bytes;
 };
 
-struct StoredChunkSharing {
+struct BroadcastPlanOptions {
   // The checkpoint's metadata; null: no stored-chunk sharing (and read_bytes count
   // destination bytes).
   const metadata::Metadata* md = nullptr;
   // Whether a partial read of a stored chunk costs the whole chunk (checksums verified).
   bool whole_chunk_reads = true;
+  // The host of every rank; null: every rank on a host of its own. Ranks of one host share
+  // its page cache, so when every rank needing some bytes is on one host, each reads them
+  // itself (the first read fetches them from storage, the others copy them from memory,
+  // which is cheaper than a broadcast between processes); only groups spanning hosts
+  // broadcast.
+  const std::vector<uint64_t>* host_of_rank = nullptr;
 };
 
 // `holders[i]` are the ranks whose identity equals `identities[i]` (sorted, disjoint,
 // covering 0..world_size-1).
 BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
                             const std::vector<std::vector<int>>& holders, int world_size,
-                            const StoredChunkSharing& sharing = {});
+                            const BroadcastPlanOptions& opts = {});
 
 }  // namespace dcp::planner

@@ -188,3 +188,38 @@ TEST(PlanBroadcastTest, IdentityRoundTripAndGarbage) {
 
 }  // namespace
 }  // namespace dcp::planner
+
+namespace dcp::planner {
+namespace {
+
+TEST(PlanBroadcastTest, ReplicasOnOneHostReadThroughThePageCache) {
+  LoadIdentity id{{Shard(0, 0, 4, 64), Shard(1, 0, 4, 64)}};
+  const std::vector<uint64_t> one_host{7, 7, 7, 7};
+  BroadcastPlan p = PlanBroadcast({id, id, id, id}, Singletons(4), 4, {nullptr, true, &one_host});
+  EXPECT_TRUE(p.shards.empty());
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{128, 128, 128, 128}));
+  // Two hosts: the same replicas span them and are broadcast.
+  const std::vector<uint64_t> two_hosts{1, 1, 2, 2};
+  p = PlanBroadcast({id, id, id, id}, Singletons(4), 4, {nullptr, true, &two_hosts});
+  EXPECT_EQ(p.shards.size(), 2u);
+  // Pairs within hosts: {0,1} hold shard A, {2,3} shard B: nothing spans hosts.
+  LoadIdentity a{{Shard(0, 0, 4, 64)}}, b{{Shard(0, 4, 4, 64)}};
+  p = PlanBroadcast({a, a, b, b}, Singletons(4), 4, {nullptr, true, &two_hosts});
+  EXPECT_TRUE(p.shards.empty());
+  p = PlanBroadcast({a, b, a, b}, Singletons(4), 4, {nullptr, true, &two_hosts});
+  EXPECT_EQ(p.shards.size(), 2u);
+}
+
+TEST(PlanBroadcastTest, StoredChunksAreSharedOnlyAcrossHosts) {
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};
+  const std::vector<uint64_t> pairs{1, 1, 2, 2};  // consumers {0,1} and {2,3} share hosts
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(4), 4, {&md, true, &pairs});
+  EXPECT_TRUE(p.chunks.empty());
+  const std::vector<uint64_t> split{1, 2, 1, 2};
+  p = PlanBroadcast(ids, Singletons(4), 4, {&md, true, &split});
+  EXPECT_EQ(p.chunks.size(), 2u);
+}
+
+}  // namespace
+}  // namespace dcp::planner

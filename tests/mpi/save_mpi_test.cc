@@ -1,6 +1,7 @@
 // The multi-rank scenarios with real processes: run under `mpirun -np 4`.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "dcp/mpi_comm.h"
@@ -139,6 +140,14 @@ TEST(HuggingFaceMpi, DirectTensorParallelLoadReadsEachByteOnce) {
   if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
   SharedDir d;
   HuggingFaceDirectLoad(World(), d.path());
+}
+
+TEST(HostsMpi, BroadcastOnlyAcrossHosts) {
+  if (World()->size() != 4 || !std::getenv("DCP_HOST_ID")) {
+    GTEST_SKIP() << "needs 4 ranks and DCP_HOST_ID per rank";
+  }
+  SharedDir d;
+  HostAwareBroadcast(World(), d.path());
 }
 
 }  // namespace
