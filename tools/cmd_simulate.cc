@@ -46,6 +46,9 @@ void AddSimulate(CLI::App& app, int* exit_code) {
   cmd->add_option("--ranks", o.ranks, "world size")->required();
   cmd->add_option("--save-layout", o.save_layout, "e.g. tp8,ep8,dp256 (default dp<ranks>)");
   cmd->add_option("--load-layout", o.load_layout, "default: the save layout");
+  cmd->add_option("--ranks-per-host", o.ranks_per_host,
+                  "ranks sharing a host and its page cache (no broadcast among them)")
+      ->capture_default_str();
   cmd->add_flag("--check-classes", o.check_classes,
                 "also plan every rank and check the plan classes (slow at scale)");
   cmd->add_option("--json", a->json, "write the report as JSON to this file ('-': stdout only)");

@@ -254,7 +254,7 @@ planner::LoadIdentity IdentityFor(const planner::LocalSavePlan& plan,
 // reader), sent when the next would overflow it, the rest at the end).
 void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
                     const std::vector<std::vector<int>>& holders, const metadata::Metadata& md,
-                    int n, SimulateReport* r) {
+                    int n, int ranks_per_host, SimulateReport* r) {
   std::vector<planner::LoadIdentity> ids;
   r->identity_exchange_bytes_per_rank = 8 * static_cast<uint64_t>(n);
   for (const auto& p : plans) {
@@ -264,7 +264,9 @@ void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
   const auto t0 = Clock::now();
   // As Load with checksums verified: stored chunks that several ranks would each fetch are
   // read once, whole, and broadcast to their consumers.
-  planner::BroadcastPlan bp = planner::PlanBroadcast(ids, holders, n, {&md, true});
+  std::vector<uint64_t> hosts(n);
+  for (int i = 0; i < n; ++i) hosts[i] = static_cast<uint64_t>(i / std::max(ranks_per_host, 1));
+  planner::BroadcastPlan bp = planner::PlanBroadcast(ids, holders, n, {&md, true, &hosts});
   r->broadcast_plan_seconds = Since(t0);
   r->broadcast_planned = true;
   r->broadcast_groups = bp.groups.size();
@@ -456,7 +458,7 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
   for (uint64_t key : needed)
     r.read_bytes_once += md.tensors[key >> 32].chunks[key & 0xffffffff].byte_length;
   for (const auto& b : md.bytes) r.read_bytes_once += b.byte_length;
-  PlanBroadcasts(load.plans, load.holders, md, n, &r);
+  PlanBroadcasts(load.plans, load.holders, md, n, o.ranks_per_host, &r);
   return r;
 }
 

@@ -25,6 +25,9 @@ struct SimulateOptions {
   int ranks = 0;            // must equal both layouts' world size
   std::string save_layout;  // default "dp<ranks>"
   std::string load_layout;  // default: the save layout
+  // Ranks r and r' share a host (and its page cache) when r / ranks_per_host equals
+  // r' / ranks_per_host; replicas within a host are not broadcast, as in Load.
+  int ranks_per_host = 8;
   // Also build and hash every rank's local plan, and check that the plan classes found by
   // hash are exactly those the layout implies (O(ranks x items): small jobs and tests).
   bool check_classes = false;
