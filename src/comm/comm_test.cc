@@ -26,6 +26,8 @@ namespace fs = std::filesystem;
 struct Backend {
   std::string kind;  // "local", "threads" or "file"
   int n;
+  // How ctest and gtest print it.
+  friend void PrintTo(const Backend& b, std::ostream* os) { *os << b.kind << b.n; }
 };
 
 std::string Label(int rank) { return "rank-" + std::to_string(rank) + std::string(rank * 7, 'x'); }
