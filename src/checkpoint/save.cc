@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <unordered_map>
 
@@ -365,6 +366,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
                               0);
   if (!results.ok()) return results.status();
   Status commit;
+  std::optional<metadata::Metadata> committed;  // rank 0, for the clean-up below
   if (rank == 0) {
     auto payloads = UntagAll(*results);
     commit = payloads.status();
@@ -378,12 +380,15 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
       auto md = BuildMetadata(*plan, save_id, all, world);
       commit = md.status();
       if (md.ok()) commit = CommitMetadata(fs, dir, *md);
-      if (commit.ok()) CollectGarbage(fs, dir, *md, -1);
+      if (commit.ok()) committed = std::move(md).value();
       if (!commit.ok()) commit = commit.Annotate("save to " + dir + ": commit: ");
     }
   }
   DCP_RETURN_IF_ERROR(BroadcastStatus(*comm, 0, commit));
   const auto t3 = Clock::now();
+  // The checkpoint is committed and every rank knows it: removing the previous save's files
+  // (slow on some file systems) no longer holds anyone up but rank 0.
+  if (committed) CollectGarbage(fs, dir, *committed, -1);
   result.plan_seconds = Seconds(t0, t1);
   result.write_seconds = Seconds(t1, t2);
   result.commit_seconds = Seconds(t2, t3);
