@@ -18,6 +18,7 @@
 namespace dcp {
 namespace {
 
+using testing::RunRanks;
 using testing::TempDir;
 
 storage::FileSystem& Fs() { return storage::PosixFileSystem(); }
@@ -233,16 +234,6 @@ TEST(HfConvertTest, ConsolidatesChunks) {
   save(sd, tmp.Sub("dcp"));
   ASSERT_TRUE(hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(), Fs()).ok());
   ExpectSame({full}, ReadHf(tmp.Sub("hf")));
-}
-
-void RunRanks(int n, const std::function<void(const std::shared_ptr<Comm>&)>& body) {
-  auto comms = MakeThreadComms(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    comms[r]->set_timeout(std::chrono::seconds(120));
-    threads.emplace_back([&, r] { body(comms[r]); });
-  }
-  for (auto& t : threads) t.join();
 }
 
 // Several ranks: each converts a share of the source files, one collective save; back to HF,

@@ -11,16 +11,6 @@
 namespace dcp::testing {
 namespace {
 
-void RunRanks(int n, const std::function<void(const std::shared_ptr<Comm>&)>& body) {
-  auto comms = MakeThreadComms(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    comms[r]->set_timeout(std::chrono::seconds(120));
-    threads.emplace_back([&, r] { body(comms[r]); });
-  }
-  for (auto& t : threads) t.join();
-}
-
 TEST(MultiRankThreads, TensorParallelTimesDataParallel) {
   TempDir tmp;
   RunRanks(4, [&](const auto& c) {

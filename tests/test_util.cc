@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <thread>
 
 namespace dcp::testing {
 
@@ -53,6 +54,16 @@ void FlipByte(const std::string& path, uint64_t offset) {
   c = static_cast<char>(c ^ 0x5a);
   f.seekp(static_cast<std::streamoff>(offset));
   f.write(&c, 1);
+}
+
+void RunRanks(int n, const std::function<void(const std::shared_ptr<Comm>&)>& body) {
+  auto comms = MakeThreadComms(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    comms[r]->set_timeout(std::chrono::seconds(120));
+    threads.emplace_back([&, r] { body(comms[r]); });
+  }
+  for (auto& t : threads) t.join();
 }
 
 void TruncateFile(const std::string& path, uint64_t size) {

@@ -2,8 +2,12 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "dcp/comm.h"
 
 namespace dcp::testing {
 
@@ -28,6 +32,10 @@ int RunCommand(const std::string& cmd, std::string* output);
 std::vector<std::string> ListFiles(const std::string& dir, const std::string& prefix = "");
 
 void FlipByte(const std::string& path, uint64_t offset);
+
+// Runs `body` as `n` ranks, each a thread with its own ThreadComm (timeout 120 s), and
+// joins them.
+void RunRanks(int n, const std::function<void(const std::shared_ptr<Comm>&)>& body);
 void TruncateFile(const std::string& path, uint64_t size);
 
 }  // namespace dcp::testing
