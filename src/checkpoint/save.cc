@@ -20,6 +20,7 @@
 #include "checkpoint/names.h"
 #include "core/log.h"
 #include "core/wire.h"
+#include "planner/copy_runs.h"
 #include "planner/save_plan.h"
 #include "storage/data_files.h"
 
@@ -101,15 +102,21 @@ Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSaveP
     int k = 0;
     for (const auto& c : t.chunks) {
       if (c.writer != rank) continue;
+      // The held chunk this box is (or is a dimension-0 slice of: see split_replicas).
       const TensorChunk* tc = nullptr;
       for (const auto& cand : e->chunks) {
-        if (cand.box == c.box) tc = &cand;
+        if (cand.box.Contains(c.box)) tc = &cand;
       }
-      if (!tc)
-        return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
+      if (!tc) return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
+      auto runs = planner::CopyRuns::Make(t.dtype, tc->box, c.box, c.box);
+      if (!runs.ok() || runs->num_runs() > 1) {
+        return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn +
+                        "' is not contiguous in the held chunk " + tc->box.ToString());
+      }
+      const uint64_t offset = runs->num_runs() == 1 ? runs->src_offset(0) : 0;
       std::string key = mine == 1 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(k++);
       w.tensors.push_back({std::move(key), t.dtype, c.box.lengths,
-                           std::span<const std::byte>(tc->view.bytes(), c.nbytes)});
+                           std::span<const std::byte>(tc->view.bytes() + offset, c.nbytes)});
     }
   }
   for (const auto& b : plan.bytes) {

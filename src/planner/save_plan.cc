@@ -152,6 +152,9 @@ Result<LocalSavePlan> DecodeLocalPlan(std::string_view data) {
   return plan;
 }
 
+// Replicated chunks are never split below this (many tiny pieces cost more than the imbalance).
+constexpr uint64_t kMinSplitBytes = uint64_t{4} << 20;
+
 Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
                                 const std::vector<std::vector<int>>& holders, int world_size,
                                 const SavePlanOptions& opts) {
@@ -210,27 +213,61 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
   };
   auto assign = [&](int rank, uint64_t weight) { out.bytes_per_rank[rank] += weight; };
 
+  // A replicated chunk much larger than a rank's fair share would leave its writer far
+  // behind the others (whole-chunk balance): such chunks are split along dimension 0 into
+  // pieces that different holders write.
+  uint64_t total = 0;
+  for (const auto& [fqn, t] : tensors) {
+    for (const auto& [box, c] : t.chunks) total += c.nbytes;
+  }
+  const uint64_t fair_share =
+      std::max<uint64_t>(total / static_cast<uint64_t>(std::max(world_size, 1)), kMinSplitBytes);
+  auto pieces_of = [&](const Box& box, const ChunkAcc& c, DType dtype) -> std::vector<Box> {
+    if (!opts.balance || !opts.split_replicas || c.nbytes <= fair_share || box.rank() == 0 ||
+        box.lengths[0] < 2) {
+      return {box};
+    }
+    uint64_t members = 0;
+    for (int p : c.plans) members += holders[p].size();
+    const uint64_t rows = static_cast<uint64_t>(box.lengths[0]);
+    if (!DTypeBytes(dtype, box.NumElements() / rows)) return {box};  // rows split bytes
+    const uint64_t n = std::min({members, (c.nbytes + fair_share - 1) / fair_share, rows});
+    if (n < 2) return {box};
+    std::vector<Box> out;
+    const uint64_t per = (rows + n - 1) / n;
+    for (uint64_t at = 0; at < rows; at += per) {
+      Box piece = box;
+      piece.offsets[0] += static_cast<int64_t>(at);
+      piece.lengths[0] = static_cast<int64_t>(std::min(per, rows - at));
+      out.push_back(piece);
+    }
+    return out;
+  };
+
   for (auto& [fqn, t] : tensors) {
     GlobalSavePlan::Tensor gt{fqn, t.dtype, t.global_shape, {}};
     std::vector<Box> boxes;
     std::vector<int> lowest_holder;
     boxes.reserve(t.chunks.size());
     lowest_holder.reserve(t.chunks.size());
-    for (auto& [box, c] : t.chunks) {
+    for (auto& [chunk_box, c] : t.chunks) {
       int lowest = FirstRank(holders, c.plans[0]);
       for (int p : c.plans) lowest = std::min(lowest, FirstRank(holders, p));
-      boxes.push_back(box);
+      boxes.push_back(chunk_box);
       lowest_holder.push_back(lowest);
-      int writer = -1;
-      if (single_holder(c.plans) || !opts.balance) {
-        writer = lowest;
-        assign(writer, weight_of(c.nbytes, false));
-      } else {
-        pending.push_back({weight_of(c.nbytes, false), false, out.tensors.size(),
-                           gt.chunks.size(), &c.plans});
+      for (const Box& box : pieces_of(chunk_box, c, t.dtype)) {
+        const uint64_t nbytes = *DTypeBytes(t.dtype, box.NumElements());
+        int writer = -1;
+        if (single_holder(c.plans) || !opts.balance) {
+          writer = lowest;
+          assign(writer, weight_of(nbytes, false));
+        } else {
+          pending.push_back({weight_of(nbytes, false), false, out.tensors.size(),
+                             gt.chunks.size(), &c.plans});
+        }
+        gt.chunks.push_back({box, nbytes, writer});
+        out.unique_bytes += nbytes;
       }
-      gt.chunks.push_back({box, c.nbytes, writer});
-      out.unique_bytes += c.nbytes;
     }
     DCP_RETURN_IF_ERROR(CheckTiling(fqn, t.global_shape, boxes, lowest_holder, opts.require_coverage));
     out.tensors.push_back(std::move(gt));

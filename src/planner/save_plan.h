@@ -50,7 +50,9 @@ struct GlobalSavePlan {
     std::string fqn;
     DType dtype = DType::kU8;
     Shape global_shape;
-    std::vector<Chunk> chunks;  // sorted by box
+    // Sorted by box. A replicated chunk may appear as several pieces (split_replicas): each
+    // writer writes a dimension-0 slice of the chunk it holds.
+    std::vector<Chunk> chunks;
   };
   struct Bytes {
     std::string fqn;
@@ -69,6 +71,9 @@ struct SavePlanOptions {
   bool balance = true;
   // Require the chunks of every tensor to cover it (off when each rank plans alone).
   bool require_coverage = true;
+  // With balance: split a replicated chunk larger than a rank's fair share of the
+  // checkpoint (and 4 MiB) along dimension 0, so that several of its holders write it.
+  bool split_replicas = true;
 };
 
 // `holders[i]` are the ranks whose local plan equals `plans[i]` (sorted, disjoint, covering

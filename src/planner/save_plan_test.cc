@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -137,6 +138,34 @@ TEST(PlanSaveTest, FourEqualReplicatedTensorsGoToFourDifferentWriters) {
   }
 }
 
+TEST(PlanSaveTest, LargeReplicatedChunksAreSplitAmongTheirHolders) {
+  // A 64 MiB tensor and four 1 MiB ones, replicated on 4 ranks: whole-chunk balance would
+  // leave one writer with 64 MiB; split along dimension 0 each rank writes about 17 MiB.
+  LocalSavePlan p{{RowsF32("big", 4096, 4096, 0, 4096), WholeU8("a", kMiB), WholeU8("b", kMiB),
+                   WholeU8("c", kMiB), WholeU8("d", kMiB)}};
+  GlobalSavePlan g = Plan({p, p, p, p}, OnePerRank(4), 4);
+  const auto& big = *std::find_if(g.tensors.begin(), g.tensors.end(),
+                                  [](const auto& t) { return t.fqn == "big"; });
+  ASSERT_EQ(big.chunks.size(), 4u);
+  int64_t row = 0;
+  std::set<int> writers;
+  for (const auto& c : big.chunks) {
+    EXPECT_EQ(c.box.offsets[0], row);  // dimension-0 slices tiling the tensor
+    EXPECT_EQ(c.box.lengths[1], 4096);
+    row += c.box.lengths[0];
+    writers.insert(c.writer);
+  }
+  EXPECT_EQ(row, 4096);
+  EXPECT_EQ(writers.size(), 4u);
+  EXPECT_EQ(g.unique_bytes, 68 * kMiB);
+  auto [lo, hi] = std::minmax_element(g.bytes_per_rank.begin(), g.bytes_per_rank.end());
+  EXPECT_LE(*hi - *lo, kMiB);
+  // Chunks no larger than a fair share (or 4 MiB) stay whole.
+  LocalSavePlan small{{WholeU8("a", 3 * kMiB), WholeU8("b", kMiB)}};
+  GlobalSavePlan s = Plan({small, small}, OnePerRank(2), 2);
+  EXPECT_EQ(s.tensors[0].chunks.size(), 1u);
+}
+
 TEST(PlanSaveTest, LargestFirstToFewestBytesTiesToLowestRank) {
   // Three ranks all hold six replicated tensors; names put the big ones last in fqn order
   // so that processing in name order would give a different result.
@@ -148,7 +177,8 @@ TEST(PlanSaveTest, LargestFirstToFewestBytesTiesToLowestRank) {
   //   c1 (1 MiB) -> rank 1: 8,5,4   (tie between ranks 1 and 2 -> lowest)
   LocalSavePlan p{{WholeU8("a1", 1 * kMiB), WholeU8("b1", 1 * kMiB), WholeU8("c1", 1 * kMiB),
                    WholeU8("x2", 2 * kMiB), WholeU8("y4", 4 * kMiB), WholeU8("z8", 8 * kMiB)}};
-  GlobalSavePlan g = Plan({p, p, p}, OnePerRank(3), 3);
+  // Whole-chunk balance (z8 would otherwise be split: see the next test).
+  GlobalSavePlan g = Plan({p, p, p}, OnePerRank(3), 3, {.split_replicas = false});
   EXPECT_EQ(TensorWriter(g, "z8"), 0);
   EXPECT_EQ(TensorWriter(g, "y4"), 1);
   EXPECT_EQ(TensorWriter(g, "x2"), 2);
