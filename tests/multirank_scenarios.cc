@@ -484,11 +484,10 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
   for (uint64_t batch : {uint64_t{0}, uint64_t{4096}}) {
     for (int limit : {1, 2, 8}) {
       SCOPED_TRACE("batch " + std::to_string(batch) + " in flight " + std::to_string(limit));
-      LoadResult r =
-          LoadVerified(comm, model, layout, ckpt,
-                       {.broadcast_batch_bytes = batch,
-                        .max_broadcasts_in_flight = limit,
-                        .broadcast_within_host = true});
+      LoadResult r = LoadVerified(comm, model, layout, ckpt,
+                                  {.broadcast_batch_bytes = batch,
+                                   .max_broadcasts_in_flight = limit,
+                                   .broadcast_within_host = true});
       EXPECT_GT(r.broadcasts, 8u);
       if (batch == 0) {
         EXPECT_EQ(r.batches, 0u);
@@ -563,12 +562,11 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
     ASSERT_TRUE(dst.ok());
     // Bytes entries do not exist in a HuggingFace checkpoint.
     LoadResult r;
-    ASSERT_NO_THROW(
-        r = load(dst->sd, hf_dir,
-                 {.comm = comm,
-                  .allow_partial = true,
-                  .broadcast = broadcast,
-                  .broadcast_within_host = true}));
+    ASSERT_NO_THROW(r = load(dst->sd, hf_dir,
+                             {.comm = comm,
+                              .allow_partial = true,
+                              .broadcast = broadcast,
+                              .broadcast_within_host = true}));
     EXPECT_EQ(r.entries_skipped, 2u);
     for (auto& e : dst->sd.entries()) {
       if (e.kind == StateEntry::Kind::kBytes) {

@@ -90,9 +90,10 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     host_of_rank[r] = rd.Fixed64();
     // Batching and sharing must be decided alike everywhere, or collectives diverge.
     if (hellos[r].substr(options_at) != hello.substr(options_at)) {
-      return InvalidArgument("ranks disagree on broadcast_batch_bytes, verify_checksums or "
-                             "broadcast_within_host: rank " + std::to_string(r) +
-                             " differs from rank " + std::to_string(comm.rank()));
+      return InvalidArgument(
+          "ranks disagree on broadcast_batch_bytes, verify_checksums or "
+          "broadcast_within_host: rank " +
+          std::to_string(r) + " differs from rank " + std::to_string(comm.rank()));
     }
     auto [it, inserted] = class_of.try_emplace(h, static_cast<int>(holders.size()));
     if (inserted) holders.emplace_back();
@@ -106,9 +107,8 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     DCP_ASSIGN_OR_RETURN(auto d, planner::DecodeLoadIdentity(lists[h.front()]));
     distinct.push_back(std::move(d));
   }
-  return planner::PlanBroadcast(
-      distinct, holders, world,
-      {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank});
+  return planner::PlanBroadcast(distinct, holders, world,
+                                {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank});
 }
 
 }  // namespace

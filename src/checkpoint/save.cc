@@ -107,7 +107,8 @@ Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSaveP
       for (const auto& cand : e->chunks) {
         if (cand.box.Contains(c.box)) tc = &cand;
       }
-      if (!tc) return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
+      if (!tc)
+        return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
       auto runs = planner::CopyRuns::Make(t.dtype, tc->box, c.box, c.box);
       if (!runs.ok() || runs->num_runs() > 1) {
         return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn +

@@ -143,8 +143,8 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   // Per class: whether its ranks span hosts, and the host of its first rank.
   std::vector<bool> class_spans(holders.size(), false);
   for (size_t c = 0; c < holders.size(); ++c) {
-    class_spans[c] = sharing.host_of_rank ? SpansHosts(holders[c], sharing.host_of_rank)
-                                          : holders[c].size() > 1;
+    class_spans[c] =
+        sharing.host_of_rank ? SpansHosts(holders[c], sharing.host_of_rank) : holders[c].size() > 1;
   }
   auto spans_hosts = [&](const std::vector<int>& classes) {
     if (sharing.host_of_rank == nullptr) {

@@ -12,7 +12,8 @@ namespace {
 
 Status ValidateTensorEntry(const StateEntry& e) {
   const std::string where = "tensor '" + e.fqn + "'";
-  if (e.global_shape.rank() > kMaxDims) return InvalidArgument(where + " has more than 8 dimensions");
+  if (e.global_shape.rank() > kMaxDims)
+    return InvalidArgument(where + " has more than 8 dimensions");
   if (!e.global_shape.NumElements()) {
     return InvalidArgument(where + " has an invalid global shape " + e.global_shape.ToString());
   }
@@ -179,14 +180,15 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
                                std::to_string(FirstRank(holders, bytes[it.fqn].plans[0])) +
                                " but a tensor on rank " + std::to_string(FirstRank(holders, p)));
       }
-      auto [tit, inserted] = tensors.try_emplace(it.fqn, TensorAcc{it.dtype, it.global_shape, p, {}});
+      auto [tit, inserted] =
+          tensors.try_emplace(it.fqn, TensorAcc{it.dtype, it.global_shape, p, {}});
       TensorAcc& t = tit->second;
       if (!inserted && (t.dtype != it.dtype || !(t.global_shape == it.global_shape))) {
-        return InvalidArgument(
-            "tensor '" + it.fqn + "': rank " + std::to_string(FirstRank(holders, t.first_plan)) +
-            " has " + std::string(DTypeName(t.dtype)) + " " + t.global_shape.ToString() +
-            " but rank " + std::to_string(FirstRank(holders, p)) + " has " +
-            std::string(DTypeName(it.dtype)) + " " + it.global_shape.ToString());
+        return InvalidArgument("tensor '" + it.fqn + "': rank " +
+                               std::to_string(FirstRank(holders, t.first_plan)) + " has " +
+                               std::string(DTypeName(t.dtype)) + " " + t.global_shape.ToString() +
+                               " but rank " + std::to_string(FirstRank(holders, p)) + " has " +
+                               std::string(DTypeName(it.dtype)) + " " + it.global_shape.ToString());
       }
       ChunkAcc& c = t.chunks[it.box];
       c.nbytes = it.nbytes;
@@ -262,14 +264,15 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
           writer = lowest;
           assign(writer, weight_of(nbytes, false));
         } else {
-          pending.push_back({weight_of(nbytes, false), false, out.tensors.size(),
-                             gt.chunks.size(), &c.plans});
+          pending.push_back(
+              {weight_of(nbytes, false), false, out.tensors.size(), gt.chunks.size(), &c.plans});
         }
         gt.chunks.push_back({box, nbytes, writer});
         out.unique_bytes += nbytes;
       }
     }
-    DCP_RETURN_IF_ERROR(CheckTiling(fqn, t.global_shape, boxes, lowest_holder, opts.require_coverage));
+    DCP_RETURN_IF_ERROR(
+        CheckTiling(fqn, t.global_shape, boxes, lowest_holder, opts.require_coverage));
     out.tensors.push_back(std::move(gt));
   }
   for (auto& [fqn, b] : bytes) {
