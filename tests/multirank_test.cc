@@ -5,7 +5,10 @@
 #include <functional>
 #include <thread>
 
+#include "checkpoint/save.h"
+#include "dcp/checkpoint.h"
 #include "multirank_scenarios.h"
+#include "storage/fault_file_system.h"
 #include "test_util.h"
 
 namespace dcp::testing {
@@ -125,6 +128,35 @@ namespace {
 TEST(HuggingFaceThreads, DirectTensorParallelLoadReadsEachByteOnce) {
   TempDir tmp;
   RunRanks(4, [&](const auto& c) { HuggingFaceDirectLoad(c, tmp.path()); });
+}
+
+}  // namespace
+}  // namespace dcp::testing
+
+namespace dcp::testing {
+namespace {
+
+// Saving without collectives over a checkpoint saved with them: if rank 0 fails (so the old
+// global metadata stays), the other ranks must not have deleted the files it names.
+TEST(MultiRankThreads, IndependentSaveKeepsFilesTheGlobalMetadataNames) {
+  TempDir tmp;
+  std::vector<float> a(64), b(64);
+  for (int i = 0; i < 64; ++i) a[i] = static_cast<float>(i);
+  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    float* mine = c->rank() == 0 ? a.data() : a.data() + 32;
+    sd.add("w", TensorView(mine, DType::kF32, {32}), Chunk{{64}, {32 * c->rank()}});
+    ASSERT_NO_THROW(save(sd, tmp.path(), {.comm = c}));
+    ASSERT_TRUE(c->Barrier().ok());
+    storage::FaultFileSystem fs(storage::PosixFileSystem());
+    if (c->rank() == 0) fs.FailAt(0);
+    auto r = checkpoint::Save(sd, tmp.path(), {.comm = c, .use_collectives = false}, fs);
+    EXPECT_EQ(r.ok(), c->rank() == 1) << r.status().ToString();
+  });
+  StateDict whole;
+  whole.add("w", TensorView(b.data(), DType::kF32, {64}));
+  ASSERT_NO_THROW(load(whole, tmp.path()));
+  EXPECT_EQ(a, b);
 }
 
 }  // namespace

@@ -57,6 +57,15 @@ bool IsMember(const std::vector<int>& ranks, int rank) {
 class InFlight {
  public:
   InFlight(size_t limit, LoadResult* stats) : limit_(std::max<size_t>(limit, 1)), stats_(stats) {}
+  // Requests remain only after a communication failure. The backend may still write into
+  // their buffers (MPI cannot cancel a collective), so they are left allocated, as in
+  // WaitOldest, rather than freed under it.
+  ~InFlight() {
+    for (Op& op : ops_) {
+      new std::vector<std::byte>(std::move(op.staging));
+      (void)op.request.release();
+    }
+  }
 
   struct Op {
     std::unique_ptr<CommRequest> request;

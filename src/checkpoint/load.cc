@@ -15,6 +15,7 @@
 #include "checkpoint/exchange.h"
 #include "checkpoint/metadata_io.h"
 #include "comm/host_id.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/wire.h"
 #include "planner/broadcast_plan.h"
@@ -189,7 +190,9 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
         auto runs = planner::CopyRuns::Make(md->tensors[item.tensor].dtype,
                                             md->tensors[item.tensor].chunks[item.stored].box,
                                             dst.box, item.region);
-        if (!runs.ok()) return runs.status().Annotate("checkpoint " + dir + ": ");
+        // PlanLoad made the same runs, so this cannot fail; were it to, returning here would
+        // leave peers waiting in the broadcasts below.
+        DCP_CHECK(runs.ok());
         m.runs.push_back(std::move(runs).value());
         m.targets.push_back({nullptr, dst.view.bytes()});
         continue;

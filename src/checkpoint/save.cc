@@ -14,12 +14,14 @@
 #include <optional>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "checkpoint/exchange.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "core/log.h"
 #include "core/wire.h"
+#include "metadata/codec.h"
 #include "planner/copy_runs.h"
 #include "planner/save_plan.h"
 #include "storage/data_files.h"
@@ -211,21 +213,25 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
 // metadata of crashed saves, and (global commits) per-rank metadata that the global file
 // now hides. With `only_rank` >= 0, only that rank's data files. Best effort: leftovers
 // waste space, nothing more.
-void CollectGarbage(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,
-                    int only_rank) {
+void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
+                    const std::unordered_set<std::string>& keep, int only_rank) {
   auto names = fs.List(dir);
   if (!names.ok()) return;
   char suffix[16];
   std::snprintf(suffix, sizeof(suffix), "-r%05d.", only_rank);
   for (const std::string& n : *names) {
-    bool referenced = false;
-    for (const auto& f : md.files) referenced = referenced || f.name == n;
-    if (referenced) continue;
+    if (keep.count(n)) continue;
     bool garbage = only_rank < 0 ? IsDcpDataFileName(n) || IsMetadataTmpName(n) ||
                                        ParseRankMetadataName(n) >= 0
                                  : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos;
     if (garbage) (void)fs.Remove(storage::JoinPath(dir, n));
   }
+}
+
+std::unordered_set<std::string> FileNames(const metadata::Metadata& md) {
+  std::unordered_set<std::string> names;
+  for (const auto& f : md.files) names.insert(f.name);
+  return names;
 }
 
 // Writes this rank's items of `plan` to new files named by `save_id`; durable on return.
@@ -275,7 +281,18 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   auto md = BuildMetadata(*plan, save_id, written, world);
   if (!md.ok()) return md.status().Annotate(where);
   DCP_RETURN_IF_ERROR(CommitMetadata(fs, dir, *md, rank).Annotate(where + "commit: "));
-  CollectGarbage(fs, dir, *md, rank);
+  // A global metadata file of an earlier save still names files until rank 0 removes it
+  // below; they stay until a later save, so a failure here never leaves it pointing at
+  // deleted data.
+  std::unordered_set<std::string> keep = FileNames(*md);
+  bool collect = true;
+  if (auto global = storage::ReadWholeFile(fs, storage::JoinPath(dir, std::string(kMetadataName)));
+      global.ok()) {
+    auto old = metadata::Decode(*global);
+    collect = old.ok();  // unreadable: keep everything
+    if (old.ok()) keep.merge(FileNames(*old));
+  }
+  if (collect) CollectGarbage(fs, dir, keep, rank);
   // A global metadata file of an earlier save would hide the rank files.
   if (rank == 0) (void)fs.Remove(storage::JoinPath(dir, std::string(kMetadataName)));
   const auto t3 = Clock::now();
@@ -396,7 +413,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   const auto t3 = Clock::now();
   // The checkpoint is committed and every rank knows it: removing the previous save's files
   // (slow on some file systems) no longer holds anyone up but rank 0.
-  if (committed) CollectGarbage(fs, dir, *committed, -1);
+  if (committed) CollectGarbage(fs, dir, FileNames(*committed), -1);
   result.plan_seconds = Seconds(t0, t1);
   result.write_seconds = Seconds(t1, t2);
   result.commit_seconds = Seconds(t2, t3);

@@ -85,18 +85,20 @@ void ShareStoredChunks(
       }
     }
   }
+  // What every rank would read if nothing were shared; sharing a chunk moves its cost from
+  // its consumers to the one that reads it, chosen as the least loaded (ties: lowest rank).
   std::vector<uint64_t> reads(plan.read_bytes.size(), 0);
+  for (const auto& [key, per_rank] : uses) {
+    for (const auto& [r, c] : per_rank) reads[r] += c;
+  }
   for (const auto& [key, per_rank] : uses) {
     const uint64_t nbytes = md.tensors[key.first].chunks[key.second].byte_length;
     uint64_t separately = 0;
     for (const auto& [r, c] : per_rank) separately += c;
     std::vector<int> ranks;
     for (const auto& [r, c] : per_rank) ranks.push_back(r);
-    if (separately <= nbytes || !SpansHosts(ranks, sharing.host_of_rank)) {
-      for (const auto& [r, c] : per_rank) reads[r] += c;
-      continue;
-    }
-    // The consumer with the fewest bytes to read so far (ties: lowest rank) reads it.
+    if (separately <= nbytes || !SpansHosts(ranks, sharing.host_of_rank)) continue;
+    for (const auto& [r, c] : per_rank) reads[r] -= c;
     int reader = ranks[0];
     for (int r : ranks) {
       if (reads[r] < reads[reader]) reader = r;

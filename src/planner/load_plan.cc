@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "planner/copy_runs.h"
+
 namespace dcp::planner {
 namespace {
 
@@ -67,10 +69,20 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
     const auto ti = static_cast<uint32_t>(t - md.tensors.data());
     for (uint32_t ci = 0; ci < e.chunks.size(); ++ci) {
       const Box& dst = e.chunks[ci].box;
+      for (uint32_t cj = 0; cj < ci && !dst.Empty(); ++cj) {
+        if (e.chunks[cj].box == dst) {
+          return InvalidArgument(where + ": destination chunk " + dst.ToString() +
+                                 " added twice on one rank");
+        }
+      }
       uint64_t covered = 0;
       for (uint32_t si = 0; si < t->chunks.size(); ++si) {
         auto region = Intersect(dst, t->chunks[si].box);
         if (!region) continue;
+        // Sub-byte dtypes: every copy must start and end on whole bytes; found here, the
+        // error is agreed on by all ranks before any data moves.
+        auto runs = CopyRuns::Make(t->dtype, t->chunks[si].box, dst, *region);
+        if (!runs.ok()) return runs.status().Annotate(where + ": ");
         covered += region->NumElements();
         plan.reads.push_back({ei, ci, ti, si, *region});
       }

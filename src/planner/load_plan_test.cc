@@ -104,6 +104,27 @@ TEST(PlanLoadTest, SeveralDestinationChunksOfOneEntry) {
   EXPECT_EQ(r->reads[1].region, (Box{Shape{0}, Shape{4}}));
 }
 
+TEST(PlanLoadTest, TheSameDestinationBoxTwiceIsRejected) {
+  const metadata::Metadata md = SampleMetadata();
+  std::vector<float> a(8), b(8);
+  StateDict sd;
+  sd.add("v", TensorView(a.data(), DType::kF32, Shape{8}));
+  sd.add("v", TensorView(b.data(), DType::kF32, Shape{8}));
+  ExpectError(Plan(sd, md), StatusCode::kInvalidArgument, {"'v'", "added twice"});
+}
+
+TEST(PlanLoadTest, SubByteCopiesThatSplitABytesAreRejectedAtPlanning) {
+  metadata::Metadata md;
+  md.files = {{"f", 100}};
+  metadata::TensorMeta t{"f4", DType::kF4, Shape{2, 4}, {}};
+  t.chunks = {Stored(Box::Whole(Shape{2, 4}), 0, 0, DType::kF4)};
+  md.tensors = {t};
+  std::vector<std::byte> mem(1);
+  StateDict sd;
+  sd.add("f4", TensorView(mem.data(), DType::kF4, Shape{1, 2}), Chunk{Shape{2, 4}, Shape{0, 1}});
+  ExpectError(Plan(sd, md), StatusCode::kInvalidArgument, {"'f4'", "whole bytes"});
+}
+
 TEST(PlanLoadTest, MissingKeyIsNotFoundUnlessPartial) {
   const metadata::Metadata md = SampleMetadata();
   std::vector<float> a(8), b(3);
