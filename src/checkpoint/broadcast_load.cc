@@ -121,14 +121,6 @@ class InFlight {
   std::deque<Op> ops_;
 };
 
-// Small shards of one (group, reader), sent together.
-struct Batch {
-  uint32_t group;
-  int reader;
-  uint64_t bytes = 0;
-  std::vector<std::pair<std::byte*, uint64_t>> items;
-};
-
 }  // namespace
 
 Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<Comm>& world,
@@ -178,137 +170,82 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
   const int me = world.rank();
   InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight), stats);
   reads.set_between_chunks([&] { in_flight.Progress(); });
-  auto root_of = [&](uint32_t g, int reader) {
-    const auto& ranks = plan.groups[g];
-    return static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), reader) - ranks.begin());
+  // After a read failure, keep the protocol going without reading: peers wait on us.
+  auto read = [&](auto&& f) {
+    if (read_failure->ok()) *read_failure = f();
   };
-  auto account = [&](int reader, uint64_t n) {
-    if (reader == me) {
-      stats->bytes_sent += n;
-    } else {
-      stats->bytes_received += n;
+  bool chunks_phase = true;
+  // The callbacks of posted operations refer to the schedule until the final drain.
+  const std::vector<planner::BroadcastOp> schedule =
+      planner::ScheduleBroadcasts(plan, opts.broadcast_batch_bytes);
+  for (const planner::BroadcastOp& op : schedule) {
+    if (!groups[op.group]) continue;  // not a member
+    if (chunks_phase && !op.chunks) {
+      // Every region the shared chunks feed is in place before a shard reader sends.
+      DCP_RETURN_IF_ERROR(in_flight.Drain());
+      chunks_phase = false;
     }
-  };
+    const auto& ranks = plan.groups[op.group];
+    const int root =
+        static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), op.reader) - ranks.begin());
+    const bool reader = op.reader == me;
+    (reader ? stats->bytes_sent : stats->bytes_received) += op.bytes;
+    if (op.items.size() > 1) ++stats->batches;
+    InFlight::Op posted;
 
-  // Open batches in creation order: members of a group create and send them in the same
-  // order because they see the same shards in the same order.
-  std::vector<Batch> open;
-  auto send_batch = [&](Batch& b) -> Status {
-    Comm& group = *groups[b.group];
-    const int root = root_of(b.group, b.reader);
-    account(b.reader, b.bytes);
-    if (b.items.size() == 1) {
-      return in_flight.Post(group, root, std::span(b.items[0].first, b.items[0].second), {});
-    }
-    ++stats->batches;
-    InFlight::Op op;
-    op.staging.resize(b.bytes);
-    if (b.reader == me) {
-      uint64_t off = 0;
-      for (auto [src, n] : b.items) {
-        std::memcpy(op.staging.data() + off, src, n);
-        off += n;
-      }
-    } else {
-      op.scatter = std::move(b.items);
-    }
-    std::span<std::byte> buf(op.staging);
-    return in_flight.Post(group, root, buf, std::move(op));
-  };
-
-  // Shared stored chunks: each destination region they feed is complete before any shard
-  // broadcast below starts (drained in between), so shard readers send finished data.
-  // Small chunks travel together per (group, reader), like small shards below; the reader
-  // reads them into the batch's staging buffer when the batch is sent.
-  struct ChunkBatch {
-    uint32_t group;
-    int reader;
-    uint64_t bytes = 0;
-    std::vector<size_t> chunks;  // indices into plan.chunks
-  };
-  std::vector<ChunkBatch> open_chunks;
-  auto send_chunks = [&](ChunkBatch& b) -> Status {
-    InFlight::Op op;
-    op.staging.resize(b.bytes);
-    uint64_t off = 0;
-    for (size_t i : b.chunks) {
-      const planner::SharedChunk& c = plan.chunks[i];
-      if (b.reader == me && read_failure->ok()) {
-        *read_failure =
-            reads.ReadWhole(c.tensor, c.stored, std::span(op.staging.data() + off, c.nbytes));
-      }
-      off += c.nbytes;
-    }
-    account(b.reader, b.bytes);
-    if (b.chunks.size() > 1) ++stats->batches;
-    op.done = [&plan, &my_chunks, ids = b.chunks](std::span<const std::byte> staging) {
+    if (op.chunks) {
+      // Whole stored chunks into one staging buffer; every member scatters its regions.
+      stats->shared_chunks += op.items.size();
+      posted.staging.resize(op.bytes);
       uint64_t at = 0;
-      for (size_t i : ids) {
-        const uint64_t n = plan.chunks[i].nbytes;
-        for (const storage::ChunkTarget& t : my_chunks[i].targets) {
-          storage::ScatterFromMemory(t, staging.subspan(at, n));
+      for (uint32_t i : op.items) {
+        const planner::SharedChunk& c = plan.chunks[i];
+        if (reader) {
+          read([&] {
+            return reads.ReadWhole(c.tensor, c.stored,
+                                   std::span(posted.staging.data() + at, c.nbytes));
+          });
+        }
+        at += c.nbytes;
+      }
+      posted.done = [&plan, &my_chunks, &op](std::span<const std::byte> staging) {
+        uint64_t off = 0;
+        for (uint32_t i : op.items) {
+          const uint64_t n = plan.chunks[i].nbytes;
+          for (const storage::ChunkTarget& t : my_chunks[i].targets) {
+            storage::ScatterFromMemory(t, staging.subspan(off, n));
+          }
+          off += n;
+        }
+      };
+    } else {
+      stats->shared_shards += op.items.size();
+      if (reader) {
+        stats->shards_read_for_others += op.items.size();
+        for (uint32_t i : op.items) read([&] { return reads.Read(load_plan, mine[i].read_items); });
+      }
+      if (op.items.size() == 1) {
+        // Straight from and into the destination memory.
+        const MyShard& m = mine[op.items[0]];
+        DCP_RETURN_IF_ERROR(
+            in_flight.Post(*groups[op.group], root, std::span(m.dst, op.bytes), {}));
+        continue;
+      }
+      posted.staging.resize(op.bytes);
+      uint64_t at = 0;
+      for (uint32_t i : op.items) {
+        const uint64_t n = plan.shards[i].nbytes;
+        if (reader) {
+          std::memcpy(posted.staging.data() + at, mine[i].dst, n);
+        } else {
+          posted.scatter.push_back({mine[i].dst, n});
         }
         at += n;
       }
-    };
-    std::span<std::byte> buf(op.staging);
-    return in_flight.Post(*groups[b.group], root_of(b.group, b.reader), buf, std::move(op));
-  };
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const planner::SharedChunk& c = plan.chunks[i];
-    if (!my_chunks[i].member) continue;
-    ++stats->shared_chunks;
-    const uint64_t limit = std::max<uint64_t>(opts.broadcast_batch_bytes, 1);
-    auto it = std::find_if(open_chunks.begin(), open_chunks.end(), [&](const ChunkBatch& b) {
-      return b.group == c.group && b.reader == c.reader;
-    });
-    if (it != open_chunks.end() && it->bytes + c.nbytes > limit) {
-      DCP_RETURN_IF_ERROR(send_chunks(*it));
-      open_chunks.erase(it);
-      it = open_chunks.end();
     }
-    if (it == open_chunks.end()) {
-      open_chunks.push_back({c.group, c.reader, 0, {}});
-      it = open_chunks.end() - 1;
-    }
-    it->chunks.push_back(i);
-    it->bytes += c.nbytes;
+    std::span<std::byte> buf(posted.staging);
+    DCP_RETURN_IF_ERROR(in_flight.Post(*groups[op.group], root, buf, std::move(posted)));
   }
-  for (ChunkBatch& b : open_chunks) DCP_RETURN_IF_ERROR(send_chunks(b));
-  DCP_RETURN_IF_ERROR(in_flight.Drain());
-
-  for (size_t i = 0; i < plan.shards.size(); ++i) {
-    const planner::SharedShard& s = plan.shards[i];
-    const MyShard& m = mine[i];
-    if (m.dst == nullptr) continue;
-    ++stats->shared_shards;
-    if (s.reader == me) {
-      ++stats->shards_read_for_others;
-      // After a failure, keep the protocol going without reading: peers wait on us.
-      if (read_failure->ok()) *read_failure = reads.Read(load_plan, m.read_items);
-    }
-    if (opts.broadcast_batch_bytes == 0 || s.nbytes >= opts.broadcast_batch_bytes) {
-      account(s.reader, s.nbytes);
-      DCP_RETURN_IF_ERROR(in_flight.Post(*groups[s.group], root_of(s.group, s.reader),
-                                         std::span(m.dst, s.nbytes), {}));
-      continue;
-    }
-    auto it = std::find_if(open.begin(), open.end(), [&](const Batch& b) {
-      return b.group == s.group && b.reader == s.reader;
-    });
-    if (it != open.end() && it->bytes + s.nbytes > opts.broadcast_batch_bytes) {
-      DCP_RETURN_IF_ERROR(send_batch(*it));
-      open.erase(it);
-      it = open.end();
-    }
-    if (it == open.end()) {
-      open.push_back({s.group, s.reader, 0, {}});
-      it = open.end() - 1;
-    }
-    it->items.push_back({m.dst, s.nbytes});
-    it->bytes += s.nbytes;
-  }
-  for (Batch& b : open) DCP_RETURN_IF_ERROR(send_batch(b));
   Status drained = in_flight.Drain();
   reads.set_between_chunks(nullptr);
   return drained;

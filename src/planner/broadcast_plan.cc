@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "core/wire.h"
 #include "planner/balancer.h"
@@ -225,6 +226,49 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   for (SharedShard& s : plan.shards) s.group = renumber[s.group];
   for (SharedChunk& c : plan.chunks) c.group = renumber[c.group];
   return plan;
+}
+
+std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t batch_bytes) {
+  std::vector<BroadcastOp> ops;
+  auto phase = [&](bool chunks, size_t count, auto item) {
+    // (group, reader) -> index of its open batch in `open`; `open` keeps opening order.
+    std::map<std::pair<uint32_t, int>, size_t> open_of;
+    std::vector<BroadcastOp> open;
+    std::vector<bool> closed;
+    for (uint32_t i = 0; i < count; ++i) {
+      const auto [group, reader, nbytes] = item(i);
+      if (batch_bytes == 0 || nbytes >= batch_bytes) {
+        ops.push_back({chunks, group, reader, nbytes, {i}});
+        continue;
+      }
+      auto it = open_of.find({group, reader});
+      if (it != open_of.end() && open[it->second].bytes + nbytes > batch_bytes) {
+        ops.push_back(std::move(open[it->second]));
+        closed[it->second] = true;
+        open_of.erase(it);
+        it = open_of.end();
+      }
+      if (it == open_of.end()) {
+        it = open_of.emplace(std::pair{group, reader}, open.size()).first;
+        open.push_back({chunks, group, reader, 0, {}});
+        closed.push_back(false);
+      }
+      open[it->second].items.push_back(i);
+      open[it->second].bytes += nbytes;
+    }
+    for (size_t b = 0; b < open.size(); ++b) {
+      if (!closed[b]) ops.push_back(std::move(open[b]));
+    }
+  };
+  phase(true, plan.chunks.size(), [&](uint32_t i) {
+    const SharedChunk& c = plan.chunks[i];
+    return std::tuple{c.group, c.reader, c.nbytes};
+  });
+  phase(false, plan.shards.size(), [&](uint32_t i) {
+    const SharedShard& s = plan.shards[i];
+    return std::tuple{s.group, s.reader, s.nbytes};
+  });
+  return ops;
 }
 
 }  // namespace dcp::planner

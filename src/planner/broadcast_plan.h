@@ -81,6 +81,22 @@ struct BroadcastPlanOptions {
   const std::vector<uint64_t>* host_of_rank = nullptr;
 };
 
+// One broadcast the execution issues: items of one (group, reader) sent together.
+struct BroadcastOp {
+  bool chunks = false;  // items index BroadcastPlan::chunks, else BroadcastPlan::shards
+  uint32_t group = 0;
+  int reader = -1;
+  uint64_t bytes = 0;
+  std::vector<uint32_t> items;
+};
+
+// The broadcasts of `plan` in issue order, which every member of a group follows: the
+// shared chunks' operations, then the shared shards'. An item of at least `batch_bytes`
+// (or any item when it is 0) goes alone, when reached; smaller ones join the open batch of
+// their (group, reader), which is issued when the next would overflow it; batches still
+// open at the end of a phase are issued in the order they were opened.
+std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t batch_bytes);
+
 // `holders[i]` are the ranks whose identity equals `identities[i]` (sorted, disjoint,
 // covering 0..world_size-1).
 BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,

@@ -223,3 +223,38 @@ TEST(PlanBroadcastTest, StoredChunksAreSharedOnlyAcrossHosts) {
 
 }  // namespace
 }  // namespace dcp::planner
+
+namespace dcp::planner {
+namespace {
+
+TEST(ScheduleBroadcastsTest, BatchesPerGroupAndReaderInIssueOrder) {
+  BroadcastPlan p;
+  p.groups = {{0, 1}, {0, 1, 2}};
+  auto shard = [](uint32_t t, uint64_t n, uint32_t g, int reader) {
+    return SharedShard{t, Box{{0}, {1}}, n, g, reader};
+  };
+  // Limit 10: a (g0,r0) 4 + 4 fit; the third 4 overflows and closes that batch; a 12-byte
+  // shard goes alone when reached; (g1,r2) stays open until the end.
+  p.shards = {shard(0, 4, 0, 0), shard(1, 4, 1, 2), shard(2, 4, 0, 0), shard(3, 12, 0, 1),
+              shard(4, 4, 0, 0)};
+  p.chunks = {{7, 0, 3, 1, 2}, {8, 0, 30, 1, 2}};
+  auto ops = ScheduleBroadcasts(p, 10);
+  ASSERT_EQ(ops.size(), 6u);
+  // Chunks first: the 30-byte chunk alone when reached, the small one at the phase's end.
+  EXPECT_TRUE(ops[0].chunks);
+  EXPECT_EQ(ops[0].items, (std::vector<uint32_t>{1}));
+  EXPECT_TRUE(ops[1].chunks);
+  EXPECT_EQ(ops[1].items, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(ops[2].items, (std::vector<uint32_t>{3}));     // 12 bytes: alone
+  EXPECT_EQ(ops[3].items, (std::vector<uint32_t>{0, 2}));  // closed by shard 4
+  EXPECT_EQ(ops[3].bytes, 8u);
+  EXPECT_EQ(ops[4].items, (std::vector<uint32_t>{1}));  // (g1, r2), opened first
+  EXPECT_EQ(ops[5].items, (std::vector<uint32_t>{4}));
+  // Batching off: one operation per item, in order.
+  ops = ScheduleBroadcasts(p, 0);
+  ASSERT_EQ(ops.size(), 7u);
+  for (const auto& op : ops) EXPECT_EQ(op.items.size(), 1u);
+}
+
+}  // namespace
+}  // namespace dcp::planner

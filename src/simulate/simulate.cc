@@ -249,9 +249,7 @@ planner::LoadIdentity IdentityFor(const planner::LocalSavePlan& plan,
 }
 
 // Read-once broadcast for the load classes: the plan every rank would compute, and the
-// broadcasts and batches its execution would issue (checkpoint/broadcast_load.cc: a shard
-// of at least `batch_bytes` travels alone; smaller ones fill one open batch per (group,
-// reader), sent when the next would overflow it, the rest at the end).
+// broadcasts and batches its execution would issue.
 void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
                     const std::vector<std::vector<int>>& holders, const metadata::Metadata& md,
                     int n, int ranks_per_host, SimulateReport* r) {
@@ -273,43 +271,11 @@ void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
   r->shared_shards = bp.shards.size();
   r->shared_chunks = bp.chunks.size();
   r->broadcast_batch_bytes = LoadOptions{}.broadcast_batch_bytes;
+  // The very schedule Load executes (planner::ScheduleBroadcasts).
   std::vector<uint64_t> ops_of_group(bp.groups.size(), 0);
-  {
-    // Shared stored chunks first, batched per (group, reader) up to the same limit.
-    const uint64_t limit = std::max<uint64_t>(r->broadcast_batch_bytes, 1);
-    std::map<std::pair<uint32_t, int>, std::pair<uint64_t, int>> open;  // -> bytes, chunks
-    auto flush = [&](uint32_t group, std::pair<uint64_t, int>& b) {
-      if (b.second == 0) return;
-      ++ops_of_group[group];
-      if (b.second > 1) ++r->broadcast_batches;
-      b = {0, 0};
-    };
-    for (const planner::SharedChunk& c : bp.chunks) {
-      auto& b = open[{c.group, c.reader}];
-      if (b.second > 0 && b.first + c.nbytes > limit) flush(c.group, b);
-      b.first += c.nbytes;
-      ++b.second;
-    }
-    for (auto& [key, b] : open) flush(key.first, b);
-  }
-  std::map<std::pair<uint32_t, int>, uint64_t> open;  // (group, reader) -> bytes batched
-  for (const planner::SharedShard& sh : bp.shards) {
-    if (r->broadcast_batch_bytes == 0 || sh.nbytes >= r->broadcast_batch_bytes) {
-      ++ops_of_group[sh.group];
-      continue;
-    }
-    auto [it, inserted] = open.try_emplace({sh.group, sh.reader}, 0);
-    if (!inserted && it->second + sh.nbytes > r->broadcast_batch_bytes) {
-      ++ops_of_group[sh.group];
-      ++r->broadcast_batches;
-      it->second = 0;
-    }
-    it->second += sh.nbytes;
-  }
-  for (const auto& [key, bytes] : open) {
-    if (bytes == 0) continue;
-    ++ops_of_group[key.first];
-    ++r->broadcast_batches;
+  for (const planner::BroadcastOp& op : planner::ScheduleBroadcasts(bp, r->broadcast_batch_bytes)) {
+    ++ops_of_group[op.group];
+    if (op.items.size() > 1) ++r->broadcast_batches;
   }
   std::vector<uint64_t> per_rank(n, 0);
   for (size_t g = 0; g < bp.groups.size(); ++g) {
