@@ -241,7 +241,7 @@ int RunDemo(const DemoArgs& a) {
     return sum;
   };
   for (bool broadcast : {false, true}) {
-    double seconds = 0, bytes = 0, files = 0, shared = 0, broadcasts = 0, batches = 0;
+    double seconds = 0, bytes = 0, files = 0, shared = 0, chunks = 0, broadcasts = 0, batches = 0;
     for (int v = rank; v < load_layout->WorldSize(); v += world) {
       auto dst = workload::MakeEmptyLike(*model, *load_layout, v);
       if (!dst.ok()) throw Error(dst.status());
@@ -253,18 +253,19 @@ int RunDemo(const DemoArgs& a) {
       bytes += r.bytes_read;
       files += r.files_opened;
       shared += r.shared_shards;
+      chunks += r.shared_chunks;
       broadcasts += r.broadcasts;
       batches += r.batches;
       ThrowIfError(workload::VerifyStateDict(dst->sd));
     }
-    auto t = totals({seconds, bytes, files, shared, broadcasts, batches});
+    auto t = totals({seconds, bytes, files, shared, chunks, broadcasts, batches});
     std::snprintf(line, sizeof(line),
                   "load %-7s <- %s: broadcast %-3s %.2f s; storage read %s by all ranks, %.0f file "
-                  "opens; %.0f shared shards in %.0f broadcasts (%.0f batches); every byte "
-                  "checked: OK",
+                  "opens; %.0f shared shards and %.0f shared stored chunks in %.0f broadcasts "
+                  "(%.0f batches); every byte checked: OK",
                   load_layout->ToString().c_str(), ckpt.c_str(), broadcast ? "on" : "off", t[0],
-                  metadata::HumanBytes(static_cast<uint64_t>(t[1])).c_str(), t[2], t[3], t[4],
-                  t[5]);
+                  metadata::HumanBytes(static_cast<uint64_t>(t[1])).c_str(), t[2], t[3], t[4], t[5],
+                  t[6]);
     say(line);
   }
 
