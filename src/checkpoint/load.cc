@@ -112,6 +112,64 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
                                 {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank});
 }
 
+// This rank's part in the shared phase: its memory for each shared shard of its groups
+// and, as reader, the read items that fill it; its regions of each shared stored chunk; and
+// which read items the private phase must not do (they arrive by broadcast, or were done).
+void MapToThisRank(const StateDict& sd, const metadata::Metadata& md,
+                   const planner::LocalLoadPlan& plan, const planner::BroadcastPlan& bplan,
+                   const std::vector<std::shared_ptr<Comm>>& groups, const Destinations& dests,
+                   int me, std::vector<MyShard>* mine, std::vector<MyChunk>* my_chunks,
+                   std::vector<bool>* not_from_storage) {
+  std::map<ChunkRef, size_t> shard_of;
+  mine->resize(bplan.shards.size());
+  for (size_t i = 0; i < bplan.shards.size(); ++i) {
+    const auto& s = bplan.shards[i];
+    if (!groups[s.group]) continue;
+    const ChunkRef ref = dests.at({s.tensor, s.box});
+    (*mine)[i].dst = sd.entries()[ref.first].chunks[ref.second].view.bytes();
+    shard_of[ref] = i;
+  }
+  std::map<std::pair<uint32_t, uint32_t>, size_t> chunk_of;
+  my_chunks->resize(bplan.chunks.size());
+  for (size_t i = 0; i < bplan.chunks.size(); ++i) {
+    (*my_chunks)[i].member = groups[bplan.chunks[i].group] != nullptr;
+    chunk_of[{bplan.chunks[i].tensor, bplan.chunks[i].stored}] = i;
+  }
+  not_from_storage->assign(plan.reads.size(), false);
+  for (uint32_t r = 0; r < plan.reads.size(); ++r) {
+    const auto& item = plan.reads[r];
+    auto shard = shard_of.find({item.entry, item.dst_chunk});
+    if (shard != shard_of.end() && bplan.shards[shard->second].reader != me) {
+      (*not_from_storage)[r] = true;  // arrives with the shard's broadcast
+      continue;
+    }
+    if (auto c = chunk_of.find({item.tensor, item.stored}); c != chunk_of.end()) {
+      (*not_from_storage)[r] = true;  // copied out of the shared stored chunk
+      MyChunk& m = (*my_chunks)[c->second];
+      // The planner made every rank that performs a read of the chunk a member.
+      DCP_CHECK(m.member);
+      const TensorChunk& dst = sd.entries()[item.entry].chunks[item.dst_chunk];
+      auto runs = planner::CopyRuns::Make(md.tensors[item.tensor].dtype,
+                                          md.tensors[item.tensor].chunks[item.stored].box, dst.box,
+                                          item.region);
+      // PlanLoad made the same runs, so this cannot fail (and returning here would leave
+      // peers waiting in the broadcasts).
+      DCP_CHECK(runs.ok());
+      m.runs.push_back(std::move(runs).value());
+      m.targets.push_back({nullptr, dst.view.bytes()});
+      continue;
+    }
+    if (shard != shard_of.end()) {
+      (*not_from_storage)[r] = true;  // read before the shard's broadcast, not privately
+      (*mine)[shard->second].read_items.push_back(r);
+    }
+  }
+  // CopyRuns addresses are stable only once every vector is filled.
+  for (MyChunk& m : *my_chunks) {
+    for (size_t k = 0; k < m.targets.size(); ++k) m.targets[k].runs = &m.runs[k];
+  }
+}
+
 }  // namespace
 
 Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
@@ -158,54 +216,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
                                   plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
                                   md.ok() ? &*md : nullptr, opts));
     DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
-    // Destination shards: this rank's memory, and (as reader) its read items.
-    std::map<ChunkRef, size_t> shard_of;
-    mine.resize(bplan.shards.size());
-    for (size_t i = 0; i < bplan.shards.size(); ++i) {
-      const auto& s = bplan.shards[i];
-      if (!groups[s.group]) continue;
-      const ChunkRef ref = dests.at({s.tensor, s.box});
-      mine[i].dst = sd.entries()[ref.first].chunks[ref.second].view.bytes();
-      shard_of[ref] = i;
-    }
-    // Stored chunks read once for several ranks.
-    std::map<std::pair<uint32_t, uint32_t>, size_t> chunk_of;
-    my_chunks.resize(bplan.chunks.size());
-    for (size_t i = 0; i < bplan.chunks.size(); ++i) {
-      my_chunks[i].member = groups[bplan.chunks[i].group] != nullptr;
-      chunk_of[{bplan.chunks[i].tensor, bplan.chunks[i].stored}] = i;
-    }
-    not_from_storage.assign(plan->reads.size(), false);
-    for (uint32_t r = 0; r < plan->reads.size(); ++r) {
-      const auto& item = plan->reads[r];
-      auto shard = shard_of.find({item.entry, item.dst_chunk});
-      if (shard != shard_of.end() && bplan.shards[shard->second].reader != me) {
-        not_from_storage[r] = true;  // arrives with the shard's broadcast
-        continue;
-      }
-      if (auto c = chunk_of.find({item.tensor, item.stored}); c != chunk_of.end()) {
-        not_from_storage[r] = true;  // copied out of the shared stored chunk
-        MyChunk& m = my_chunks[c->second];
-        const TensorChunk& dst = sd.entries()[item.entry].chunks[item.dst_chunk];
-        auto runs = planner::CopyRuns::Make(md->tensors[item.tensor].dtype,
-                                            md->tensors[item.tensor].chunks[item.stored].box,
-                                            dst.box, item.region);
-        // PlanLoad made the same runs, so this cannot fail; were it to, returning here would
-        // leave peers waiting in the broadcasts below.
-        DCP_CHECK(runs.ok());
-        m.runs.push_back(std::move(runs).value());
-        m.targets.push_back({nullptr, dst.view.bytes()});
-        continue;
-      }
-      if (shard != shard_of.end()) {
-        not_from_storage[r] = true;  // read before the shard's broadcast, not privately
-        mine[shard->second].read_items.push_back(r);
-      }
-    }
-    // CopyRuns addresses are stable only once every vector is filled.
-    for (MyChunk& m : my_chunks) {
-      for (size_t k = 0; k < m.targets.size(); ++k) m.targets[k].runs = &m.runs[k];
-    }
+    MapToThisRank(sd, *md, *plan, bplan, groups, dests, me, &mine, &my_chunks, &not_from_storage);
   } else {
     DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, plan.status()));
   }
