@@ -188,7 +188,7 @@ TEST(AsyncSaver, SecondSaveWaitsForTheFirstByDefault) {
   fs.Open();
   second.join();
   EXPECT_TRUE(first_committed_when_returned);
-  EXPECT_TRUE(h1.Wait(10s));
+  EXPECT_TRUE(h1.Wait(120s));
   EXPECT_GT(h2.staging().wait_seconds, 0.1);
   EXPECT_TRUE(h2.staging().reused);  // the first one's buffer, released
   EXPECT_NO_THROW(h2.Get());
@@ -232,7 +232,7 @@ TEST(AsyncSaver, BackPressureWithASmallCap) {
   EXPECT_LE(saver.pool_stats().bytes_allocated, cap);
   fs.Open();
   second.join();
-  EXPECT_TRUE(h1.Wait(10s));
+  EXPECT_TRUE(h1.Wait(120s));
   EXPECT_GT(h2.staging().wait_seconds, 0.1);
   EXPECT_LE(h2.staging().pool_bytes, cap);
   EXPECT_NO_THROW(h2.Get());

@@ -237,7 +237,7 @@ void TestTimeout(Comm& world) {
     CHECK(s.code() == StatusCode::kDeadlineExceeded);
     CHECK(s.message().find("Barrier") != std::string::npos);
     CHECK(took >= 190ms);
-    CHECK(took < 3s);
+    CHECK(took < 60s);  // a hang guard, not a timing test
     CHECK(c->Barrier().code() == StatusCode::kFailedPrecondition);
     std::fprintf(stderr, "[rank %d] expected timeout: %s\n", g_rank, s.ToString().c_str());
   }
