@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   } catch (const dcp::Error& e) {
     std::cerr << "dcp: " << e.what() << "\n";
     return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "dcp: unexpected error: " << e.what() << "\n";
+    return 2;
   }
   return exit_code;
 }
