@@ -303,6 +303,13 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
       out.tensors[it.entry].chunks[it.chunk].writer = rank;
     }
   }
+  // Pieces of split chunks were appended after their chunk; restore box order.
+  for (auto& t : out.tensors) {
+    std::sort(t.chunks.begin(), t.chunks.end(),
+              [](const GlobalSavePlan::Chunk& a, const GlobalSavePlan::Chunk& b) {
+                return a.box < b.box;
+              });
+  }
   return out;
 }
 
