@@ -5,11 +5,14 @@
 // index arithmetic (see planner/copy_runs.h).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dcp {
 
@@ -60,8 +63,53 @@ struct Box {
   }
 };
 
+// Two boxes of `boxes` (indices) that overlap, or nullopt when all are pairwise disjoint.
+// Identical non-empty boxes overlap. Sweeps along the dimension whose offsets vary most, so
+// the usual slab layouts (split along any one dimension) cost O(n log n).
+std::optional<std::pair<size_t, size_t>> FindOverlap(const std::vector<Box>& boxes);
+// The same over `n` boxes given by `box_at(i)` (returning const Box&).
+template <typename BoxAt>
+std::optional<std::pair<size_t, size_t>> FindOverlap(size_t n, BoxAt box_at);
+
 // The common region of two boxes of the same rank; nullopt when it is empty.
 // Boxes of different ranks never intersect (callers check ranks first).
 std::optional<Box> Intersect(const Box& a, const Box& b);
+
+template <typename BoxAt>
+std::optional<std::pair<size_t, size_t>> FindOverlap(size_t n, BoxAt box_at) {
+  if (n < 2) return std::nullopt;
+  const int rank = box_at(0).rank();
+  // Sweep along the dimension with the most distinct offsets.
+  int dim = 0;
+  size_t best = 0;
+  std::vector<int64_t> offsets(n);
+  for (int d = 0; d < rank; ++d) {
+    for (size_t i = 0; i < n; ++i) offsets[i] = box_at(i).offsets[d];
+    std::sort(offsets.begin(), offsets.end());
+    const auto distinct =
+        static_cast<size_t>(std::unique(offsets.begin(), offsets.end()) - offsets.begin());
+    if (distinct > best) best = distinct, dim = d;
+  }
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  if (rank > 0) {
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return box_at(a).offsets[dim] < box_at(b).offsets[dim];
+    });
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Box& a = box_at(order[i]);
+    if (a.Empty()) continue;
+    for (size_t j = i + 1; j < n; ++j) {
+      const Box& b = box_at(order[j]);
+      // Sorted along `dim`: nothing further starts before `a` ends there.
+      if (rank > 0 && b.offsets[dim] >= a.offsets[dim] + a.lengths[dim]) break;
+      if (!b.Empty() && Intersect(a, b)) {
+        return std::pair{std::min(order[i], order[j]), std::max(order[i], order[j])};
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace dcp

@@ -87,4 +87,8 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
   return out;
 }
 
+std::optional<std::pair<size_t, size_t>> FindOverlap(const std::vector<Box>& boxes) {
+  return FindOverlap(boxes.size(), [&](size_t i) -> const Box& { return boxes[i]; });
+}
+
 }  // namespace dcp

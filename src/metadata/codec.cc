@@ -169,6 +169,16 @@ Result<Metadata> Decode(std::string_view data) {
                        " lies beyond the end of " + f.name);
       }
     }
+    // Overlapping chunks would make a load's coverage count lie (and fill some elements
+    // twice, others never).
+    if (r.ok()) {
+      auto overlap =
+          FindOverlap(t.chunks.size(), [&](size_t k) -> const Box& { return t.chunks[k].box; });
+      if (overlap) {
+        return Corrupt("tensor '" + t.fqn + "' chunks " + t.chunks[overlap->first].box.ToString() +
+                       " and " + t.chunks[overlap->second].box.ToString() + " overlap");
+      }
+    }
   }
   md.bytes.resize(r.Count(12));
   for (size_t i = 0; i < md.bytes.size() && r.ok(); ++i) {

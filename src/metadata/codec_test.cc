@@ -430,6 +430,15 @@ TEST(CodecTest, RejectsChunkOutsideShape) {
               StatusCode::kDataLoss, "outside shape");
 }
 
+TEST(CodecTest, RejectsOverlappingChunks) {
+  Metadata md = OneTensor(DType::kF32, Shape{4, 4}, Box{Shape{0, 0}, Shape{3, 4}}, 1024);
+  md.tensors[0].chunks.push_back(md.tensors[0].chunks[0]);
+  md.tensors[0].chunks[1].box = Box{Shape{2, 0}, Shape{2, 4}};  // rows 2..3: row 2 twice
+  ExpectError(Encode(md), StatusCode::kDataLoss, "overlap");
+  md.tensors[0].chunks[1].box = Box{Shape{3, 0}, Shape{1, 4}};  // disjoint
+  EXPECT_TRUE(Decode(Encode(md)).ok());
+}
+
 TEST(CodecTest, RejectsBadGlobalShape) {
   Metadata md = OneTensor(DType::kF32, Shape{-1, 4}, Box{Shape{0, 0}, Shape{0, 0}});
   md.tensors[0].chunks.clear();

@@ -64,23 +64,14 @@ int FirstRank(const std::vector<std::vector<int>>& holders, int plan) {
 // lowest rank holding boxes[i], named in the error.
 Status CheckTiling(const std::string& fqn, const Shape& shape, const std::vector<Box>& boxes,
                    const std::vector<int>& ranks, bool require_coverage) {
-  uint64_t covered = 0;
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    covered += boxes[i].NumElements();
-    // Boxes are sorted by offsets, so only those starting before this one ends along
-    // dimension 0 can overlap it.
-    for (size_t j = i + 1; j < boxes.size(); ++j) {
-      if (shape.rank() > 0 && boxes[j].offsets[0] >= boxes[i].offsets[0] + boxes[i].lengths[0]) {
-        break;
-      }
-      if (Intersect(boxes[i], boxes[j])) {
-        return InvalidArgument("tensor '" + fqn + "': saved chunks " + boxes[i].ToString() +
-                               " (rank " + std::to_string(ranks[i]) + ") and " +
-                               boxes[j].ToString() + " (rank " + std::to_string(ranks[j]) +
-                               ") overlap without being equal");
-      }
-    }
+  if (auto pair = FindOverlap(boxes)) {
+    const auto [i, j] = *pair;
+    return InvalidArgument("tensor '" + fqn + "': saved chunks " + boxes[i].ToString() + " (rank " +
+                           std::to_string(ranks[i]) + ") and " + boxes[j].ToString() + " (rank " +
+                           std::to_string(ranks[j]) + ") overlap without being equal");
   }
+  uint64_t covered = 0;
+  for (const Box& b : boxes) covered += b.NumElements();
   uint64_t total = shape.NumElements().value_or(0);
   if (require_coverage && covered != total) {
     return InvalidArgument("tensor '" + fqn + "': the saved chunks cover " +
