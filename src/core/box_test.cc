@@ -23,7 +23,7 @@ TEST(BoxTest, IntersectHalfOpen) {
   auto r = Intersect(Box{{0, 0}, {4, 4}}, Box{{2, 3}, {4, 4}});
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(*r, (Box{{2, 3}, {2, 1}}));
-  EXPECT_FALSE(Intersect(Box{{0}, {4}}, Box{{4}, {2}}).has_value());  // touching: disjoint
+  EXPECT_FALSE(Intersect(Box{{0}, {4}}, Box{{4}, {2}}).has_value());        // touching: disjoint
   EXPECT_FALSE(Intersect(Box{{0}, {4}}, Box{{0, 0}, {4, 4}}).has_value());  // ranks differ
 }
 
