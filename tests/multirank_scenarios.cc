@@ -474,13 +474,24 @@ void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
   ASSERT_TRUE(comm->Barrier().ok());
 }
 
+namespace {
+
+// Saves `model` replicated on every rank of `comm` (dp<N>) to `ckpt`.
+void SaveReplicated(const std::shared_ptr<Comm>& comm, const workload::ModelSpec& model,
+                    const std::string& ckpt) {
+  auto sd =
+      workload::PopulateStateDict(model, Layout("dp" + std::to_string(comm->size())), comm->rank());
+  ASSERT_TRUE(sd.ok()) << sd.status().ToString();
+  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+}
+
+}  // namespace
+
 void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string& dir) {
   const auto model = SmallModel();
   const auto layout = Layout("dp" + std::to_string(comm->size()));
-  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
-  ASSERT_TRUE(sd.ok());
   const std::string ckpt = dir + "/inflight";
-  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+  ASSERT_NO_FATAL_FAILURE(SaveReplicated(comm, model, ckpt));
   for (uint64_t batch : {uint64_t{0}, uint64_t{4096}}) {
     for (int limit : {1, 2, 8}) {
       SCOPED_TRACE("batch " + std::to_string(batch) + " in flight " + std::to_string(limit));
@@ -501,10 +512,8 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
 void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& dir) {
   const auto model = SmallModel();
   const auto layout = Layout("dp" + std::to_string(comm->size()));
-  auto sd = workload::PopulateStateDict(model, layout, comm->rank());
-  ASSERT_TRUE(sd.ok());
   const std::string ckpt = dir + "/corrupt";
-  ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+  ASSERT_NO_FATAL_FAILURE(SaveReplicated(comm, model, ckpt));
   ASSERT_TRUE(comm->Barrier().ok());
   std::string file;
   if (comm->rank() == 0) {
