@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "checkpoint/verify.h"
+#include "convert/convert.h"
 #include "dcp/checkpoint.h"
-#include "hf/convert.h"
 #include "hf/hf_checkpoint.h"
 #include "hf/safetensors_header.h"
 #include "storage/data_files.h"
@@ -94,8 +94,8 @@ std::vector<T> EveryDType() {
   return out;
 }
 
-hf::ToHfOptions ToHf(uint64_t max_shard = 5'000'000'000, uint64_t buffer = 256 << 20) {
-  hf::ToHfOptions o;
+DcpToHfOptions HfOptions(uint64_t max_shard = 5'000'000'000, uint64_t buffer = 256 << 20) {
+  DcpToHfOptions o;
   o.max_shard_bytes = max_shard;
   o.buffer_bytes = buffer;
   return o;
@@ -106,14 +106,14 @@ TEST(HfConvertTest, SingleFileRoundTripEveryDType) {
   const std::vector<T> model = EveryDType();
   WriteHf(tmp.Sub("model.safetensors"), model);
 
-  auto to_dcp = hf::HfToDcp(tmp.Sub("model.safetensors"), tmp.Sub("dcp"), {}, Fs());
+  auto to_dcp = convert::HfToDcp(tmp.Sub("model.safetensors"), tmp.Sub("dcp"), {}, Fs());
   ASSERT_TRUE(to_dcp.ok()) << to_dcp.status().ToString();
   EXPECT_EQ(to_dcp->tensors, model.size());
   auto verified = checkpoint::Verify(Fs(), tmp.Sub("dcp"));  // a real dcp checkpoint
   ASSERT_TRUE(verified.ok()) << verified.status().ToString();
   EXPECT_EQ(verified->tensors, model.size());
 
-  auto to_hf = hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(), Fs());
+  auto to_hf = convert::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), HfOptions(), Fs());
   ASSERT_TRUE(to_hf.ok()) << to_hf.status().ToString();
   EXPECT_EQ(to_hf->shards_total, 1u);
   EXPECT_TRUE(testing::ListFiles(tmp.Sub("hf"), "model.safetensors.index").empty());
@@ -148,9 +148,9 @@ TEST(HfConvertTest, ShardedRoundTripWithIndex) {
   std::vector<T> all = a;
   all.insert(all.end(), b.begin(), b.end());
 
-  ASSERT_TRUE(hf::HfToDcp(tmp.Sub("src"), tmp.Sub("dcp"), {}, Fs()).ok());
+  ASSERT_TRUE(convert::HfToDcp(tmp.Sub("src"), tmp.Sub("dcp"), {}, Fs()).ok());
   // Cap 5000 bytes, and a small buffer so shards are written in several groups.
-  auto r = hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(5000, 1000), Fs());
+  auto r = convert::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), HfOptions(5000, 1000), Fs());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   // fqn order: embed(4096) | huge(20000) | ln.bias ln.weight proj q v (2879) -> 3 shards.
   EXPECT_EQ(r->shards_total, 3u);
@@ -182,30 +182,30 @@ TEST(HfConvertTest, ShardedRoundTripWithIndex) {
 }
 
 TEST(HfConvertTest, ShardPlan) {
-  std::vector<hf::OutTensor> t = {{"a", DType::kU8, Shape{3}, 3},
-                                  {"b", DType::kF64, Shape{1}, 8},
-                                  {"c", DType::kU8, Shape{20}, 20},
-                                  {"d", DType::kU8, Shape{1}, 1}};
-  auto shards = hf::PlanShards(t, 12);
+  std::vector<convert::OutTensor> t = {{"a", DType::kU8, Shape{3}, 3},
+                                       {"b", DType::kF64, Shape{1}, 8},
+                                       {"c", DType::kU8, Shape{20}, 20},
+                                       {"d", DType::kU8, Shape{1}, 1}};
+  auto shards = convert::PlanShards(t, 12);
   ASSERT_EQ(shards.size(), 3u);
   EXPECT_EQ(shards[0].tensors, (std::vector<size_t>{1, 0}));  // widest first
   EXPECT_EQ(shards[0].bytes, 11u);
   EXPECT_EQ(shards[1].tensors, (std::vector<size_t>{2}));
   EXPECT_EQ(shards[2].tensors, (std::vector<size_t>{3}));
   EXPECT_EQ(shards[2].file, "model-00003-of-00003.safetensors");
-  EXPECT_EQ(hf::PlanShards(t, 100).size(), 1u);
-  EXPECT_EQ(hf::PlanShards(t, 100)[0].file, "model.safetensors");
+  EXPECT_EQ(convert::PlanShards(t, 100).size(), 1u);
+  EXPECT_EQ(convert::PlanShards(t, 100)[0].file, "model.safetensors");
 }
 
 TEST(HfConvertTest, ParseByteSize) {
-  EXPECT_EQ(*hf::ParseByteSize("5GB"), 5'000'000'000u);
-  EXPECT_EQ(*hf::ParseByteSize("500MB"), 500'000'000u);
-  EXPECT_EQ(*hf::ParseByteSize("10kb"), 10'000u);
-  EXPECT_EQ(*hf::ParseByteSize("2GiB"), uint64_t{2} << 30);
-  EXPECT_EQ(*hf::ParseByteSize("1.5 MB"), 1'500'000u);
-  EXPECT_EQ(*hf::ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(*ParseByteSize("5GB"), 5'000'000'000u);
+  EXPECT_EQ(*ParseByteSize("500MB"), 500'000'000u);
+  EXPECT_EQ(*ParseByteSize("10kb"), 10'000u);
+  EXPECT_EQ(*ParseByteSize("2GiB"), uint64_t{2} << 30);
+  EXPECT_EQ(*ParseByteSize("1.5 MB"), 1'500'000u);
+  EXPECT_EQ(*ParseByteSize("4096"), 4096u);
   for (const char* bad : {"", "GB", "5XB", "-1GB", "0", "1.2.3MB"}) {
-    EXPECT_FALSE(hf::ParseByteSize(bad).ok()) << bad;
+    EXPECT_FALSE(ParseByteSize(bad).ok()) << bad;
   }
 }
 
@@ -216,7 +216,7 @@ TEST(HfConvertTest, BytesEntriesAreSkipped) {
   sd.add("w", TensorView{w.data(), DType::kF32, Shape{4, 4}});
   sd.add_bytes("optim.state", std::string_view("opaque"));
   save(sd, tmp.Sub("dcp"));
-  auto r = hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(), Fs());
+  auto r = convert::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), HfOptions(), Fs());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->skipped_bytes_entries, std::vector<std::string>{"optim.state"});
   EXPECT_EQ(ReadHf(tmp.Sub("hf")).size(), 1u);
@@ -232,7 +232,7 @@ TEST(HfConvertTest, ConsolidatesChunks) {
            Chunk{Shape{8, 6}, Shape{2 * r, 0}});
   }
   save(sd, tmp.Sub("dcp"));
-  ASSERT_TRUE(hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), ToHf(), Fs()).ok());
+  ASSERT_TRUE(convert::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), HfOptions(), Fs()).ok());
   ExpectSame({full}, ReadHf(tmp.Sub("hf")));
 }
 
@@ -258,7 +258,7 @@ TEST(HfConvertTest, MultiRankBothWays) {
 
   std::vector<Status> st(4);
   RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
-    auto r = hf::HfToDcp(tmp.Sub("src"), tmp.Sub("dcp"), {.comm = c}, Fs());
+    auto r = convert::HfToDcp(tmp.Sub("src"), tmp.Sub("dcp"), {.comm = c}, Fs());
     st[c->rank()] = r.status();
   });
   for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
@@ -266,9 +266,9 @@ TEST(HfConvertTest, MultiRankBothWays) {
 
   std::vector<uint64_t> shards_by_rank(3);
   RunRanks(3, [&](const std::shared_ptr<Comm>& c) {
-    hf::ToHfOptions o = ToHf(1000, 600);
+    DcpToHfOptions o = HfOptions(1000, 600);
     o.comm = c;
-    auto r = hf::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), o, Fs());
+    auto r = convert::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), o, Fs());
     st[c->rank()] = r.status();
     if (r.ok()) shards_by_rank[c->rank()] = r->shards;
   });
@@ -279,9 +279,9 @@ TEST(HfConvertTest, MultiRankBothWays) {
 }
 
 TEST(HfConvertTest, AssignFilesBalancesBytes) {
-  EXPECT_EQ(hf::AssignFiles({10, 50, 30, 20}, 2),
+  EXPECT_EQ(convert::AssignFiles({10, 50, 30, 20}, 2),
             (std::vector<int>{0, 0, 1, 1}));  // 50, 30, 20, then 10 at a tie
-  EXPECT_EQ(hf::AssignFiles({5, 5, 5}, 4), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(convert::AssignFiles({5, 5, 5}, 4), (std::vector<int>{0, 1, 2}));
 }
 
 // ---- Loading a HuggingFace checkpoint directly.

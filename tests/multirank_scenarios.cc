@@ -13,10 +13,10 @@
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "checkpoint/save.h"
+#include "convert/convert.h"
 #include "dcp/async.h"
 #include "dcp/checkpoint.h"
-#include "hf/convert.h"
-#include "storage/fault_file_system.h"
+#include "testfs/fault_file_system.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
 #include "workload/populate.h"
@@ -164,7 +164,7 @@ void OneRankFailsToWrite(const std::shared_ptr<Comm>& comm, const std::string& d
   // Op 0 is the directory creation, op 1 the data file's creation: fail each in turn.
   for (int64_t fail_at : {0, 1, 3}) {
     SCOPED_TRACE("failing at op " + std::to_string(fail_at));
-    storage::FaultFileSystem fs(storage::PosixFileSystem());
+    testfs::FaultFileSystem fs(storage::PosixFileSystem());
     if (comm->rank() == failing) fs.FailAt(fail_at);
     auto r = checkpoint::Save(sd->sd, ckpt, {.comm = comm}, fs);
     ASSERT_FALSE(r.ok());
@@ -348,7 +348,7 @@ void AsyncSaveOneRankFails(const std::shared_ptr<Comm>& comm, const std::string&
 
   {
     // Rank `failing` cannot create its data file.
-    storage::FaultFileSystem fs(storage::PosixFileSystem());
+    testfs::FaultFileSystem fs(storage::PosixFileSystem());
     if (comm->rank() == failing) fs.FailAt(1);
     AsyncSave h = async::SaveWithFileSystem(saver, sd->sd, ckpt, {.comm = comm}, {}, fs);
     TrainStep(*comm, 0);
@@ -558,8 +558,8 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
       workload::PopulateStateDict(model, Layout("dp" + std::to_string(comm->size())), comm->rank());
   ASSERT_TRUE(whole.ok());
   ASSERT_NO_THROW(save(whole->sd, dcp_dir, {.comm = comm}));
-  auto converted = hf::DcpToHf(dcp_dir, hf_dir, {.comm = comm, .max_shard_bytes = 4'000'000},
-                               storage::PosixFileSystem());
+  auto converted = convert::DcpToHf(dcp_dir, hf_dir, {.comm = comm, .max_shard_bytes = 4'000'000},
+                                    storage::PosixFileSystem());
   ASSERT_TRUE(converted.ok()) << converted.status().ToString();
   ASSERT_TRUE(comm->Barrier().ok());
 

@@ -8,8 +8,8 @@
 #include "checkpoint/save.h"
 #include "dcp/checkpoint.h"
 #include "multirank_scenarios.h"
-#include "storage/fault_file_system.h"
 #include "test_util.h"
+#include "testfs/fault_file_system.h"
 
 namespace dcp::testing {
 namespace {
@@ -148,7 +148,7 @@ TEST(MultiRankThreads, IndependentSaveKeepsFilesTheGlobalMetadataNames) {
     sd.add("w", TensorView(mine, DType::kF32, {32}), Chunk{{64}, {32 * c->rank()}});
     ASSERT_NO_THROW(save(sd, tmp.path(), {.comm = c}));
     ASSERT_TRUE(c->Barrier().ok());
-    storage::FaultFileSystem fs(storage::PosixFileSystem());
+    testfs::FaultFileSystem fs(storage::PosixFileSystem());
     if (c->rank() == 0) fs.FailAt(0);
     auto r = checkpoint::Save(sd, tmp.path(), {.comm = c, .use_collectives = false}, fs);
     EXPECT_EQ(r.ok(), c->rank() == 1) << r.status().ToString();

@@ -15,8 +15,8 @@
 #include "checkpoint/verify.h"
 #include "dcp/checkpoint.h"
 #include "metadata/codec.h"
-#include "storage/fault_file_system.h"
 #include "test_util.h"
+#include "testfs/fault_file_system.h"
 
 namespace dcp {
 namespace {
@@ -460,7 +460,7 @@ TEST(SaveLoad, CrashAtEveryStepKeepsACompleteCheckpoint) {
   // Crashes of a first save never leave a loadable checkpoint.
   for (int64_t n = 0;; ++n) {
     const std::string dir = tmp.Sub("fresh" + std::to_string(n));
-    storage::FaultFileSystem fs(posix);
+    testfs::FaultFileSystem fs(posix);
     fs.FailAt(n);
     bool ok = checkpoint::Save(a, dir, {}, fs).ok();
     fs.SimulateCrash();
@@ -488,7 +488,7 @@ TEST(SaveLoad, CrashAtEveryStepKeepsACompleteCheckpoint) {
   for (int64_t n = 0;; ++n) {
     const std::string dir = tmp.Sub("over" + std::to_string(n));
     ASSERT_TRUE(checkpoint::Save(a, dir, {}, posix).ok());
-    storage::FaultFileSystem fs(posix);
+    testfs::FaultFileSystem fs(posix);
     fs.FailAt(n);
     bool ok = checkpoint::Save(b, dir, {}, fs).ok();
     fs.SimulateCrash();

@@ -4,8 +4,8 @@
 #include <optional>
 #include <set>
 
-#include "hf/convert.h"
-#include "metadata/json.h"
+#include "dcp/convert.h"
+#include "dcp/format.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 #include "tools/world.h"
@@ -41,7 +41,7 @@ void ToDcp(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
   // The save is one call: progress is the growth of the new data files in DST (every rank's,
   // on a shared file system).
   const std::set<std::string> before = DataFiles(a.dst);
-  hf::ToDcpOptions opts{.comm = comm};
+  HfToDcpOptions opts{.comm = comm};
   opts.on_start = [&](uint64_t total, uint64_t) {
     if (!show) return;
     progress.emplace("dcp convert " + a.src, total, 0, "data files written");
@@ -56,22 +56,21 @@ void ToDcp(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
       return {bytes, files};
     });
   };
-  auto r = hf::HfToDcp(a.src, a.dst, opts, storage::PosixFileSystem());
-  poll.reset();
-  if (!r.ok()) throw Error(r.status());
+  const std::optional<HfToDcpResult> r = convert_hf_to_dcp(a.src, a.dst, opts);
+  poll.reset();  // stops the progress line before the summary
   if (comm->rank() == 0) {
     std::printf(
         "converted %s (HuggingFace, %s) to dcp checkpoint %s on %d rank(s) in %.2f s: "
         "%.2f GiB/s\n",
-        a.src.c_str(), metadata::HumanBytes(r->total_bytes).c_str(), a.dst.c_str(), comm->size(),
-        r->seconds, GiBps(r->total_bytes, r->seconds));
+        a.src.c_str(), HumanBytes(r->total_bytes).c_str(), a.dst.c_str(), comm->size(), r->seconds,
+        GiBps(r->total_bytes, r->seconds));
   }
 }
 
 void ToHf(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
-  hf::ToHfOptions opts{.comm = comm};
-  opts.max_shard_bytes = ValueOrThrow(hf::ParseByteSize(a.max_shard_size));
-  opts.buffer_bytes = ValueOrThrow(hf::ParseByteSize(a.buffer_size));
+  DcpToHfOptions opts{.comm = comm};
+  opts.max_shard_bytes = ValueOrThrow(ParseByteSize(a.max_shard_size));
+  opts.buffer_bytes = ValueOrThrow(ParseByteSize(a.buffer_size));
   const bool show = comm->rank() == 0 && !a.quiet;
   std::optional<Progress> progress;
   opts.on_start = [&](uint64_t my_bytes, uint64_t my_tensors) {
@@ -83,9 +82,14 @@ void ToHf(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
   opts.progress = [&](uint64_t bytes, uint64_t tensors) {
     if (progress) progress->Update(bytes, tensors);
   };
-  auto r = hf::DcpToHf(a.src, a.dst, opts, storage::PosixFileSystem());
+  std::optional<DcpToHfResult> r;
+  try {
+    r = convert_dcp_to_hf(a.src, a.dst, opts);
+  } catch (...) {
+    if (progress) progress->Finish();
+    throw;
+  }
   if (progress) progress->Finish();
-  if (!r.ok()) throw Error(r.status());
   if (comm->rank() != 0) return;
   if (!r->skipped_bytes_entries.empty()) {
     std::string names;
@@ -97,9 +101,8 @@ void ToHf(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
   std::printf(
       "converted %s (%llu tensors, %s) to HuggingFace %s: %llu shard(s) on %d rank(s) in "
       "%.2f s: %.2f GiB/s\n",
-      a.src.c_str(), (unsigned long long)r->total_tensors,
-      metadata::HumanBytes(r->total_bytes).c_str(), a.dst.c_str(),
-      (unsigned long long)r->shards_total, comm->size(), r->seconds,
+      a.src.c_str(), (unsigned long long)r->total_tensors, HumanBytes(r->total_bytes).c_str(),
+      a.dst.c_str(), (unsigned long long)r->shards_total, comm->size(), r->seconds,
       GiBps(r->total_bytes, r->seconds));
 }
 

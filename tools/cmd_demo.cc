@@ -12,7 +12,7 @@
 
 #include "dcp/async.h"
 #include "dcp/checkpoint.h"
-#include "metadata/json.h"
+#include "dcp/format.h"
 #include "tools/commands.h"
 #include "tools/world.h"
 #include "workload/layout_spec.h"
@@ -128,7 +128,7 @@ void AsyncSaveDemo(const std::shared_ptr<Comm>& comm, const StateDict& sd, uint6
                 "of the same bytes (%.3f s, %.2f GiB/s); staging %s at %.2f GiB/s on %d "
                 "thread(s), pool %s (first async save, allocating it: %.3f s)",
                 dir.c_str(), kRounds, Median(blocked), Median(ratio), Median(memcpy_s),
-                GiBps(bytes, Median(memcpy_s)), metadata::HumanBytes(st.bytes_staged).c_str(),
+                GiBps(bytes, Median(memcpy_s)), HumanBytes(st.bytes_staged).c_str(),
                 GiBps(st.bytes_staged, st.copy_seconds), st.threads,
                 st.reused ? "reused" : "allocated", first.staging().blocked_seconds);
   say(line);
@@ -183,7 +183,7 @@ int RunDemo(const DemoArgs& a) {
   std::snprintf(line, sizeof(line),
                 "dcp demo: %s, %d layers, width x%.2f: %zu tensors, %s bf16, %d rank(s) (%s)",
                 a.model.c_str(), a.layers, a.width_scale, model->tensors.size(),
-                metadata::HumanBytes(model->TotalBytes()).c_str(), world,
+                HumanBytes(model->TotalBytes()).c_str(), world,
                 std::string(comm->backend()).c_str());
   say(line);
 
@@ -194,9 +194,8 @@ int RunDemo(const DemoArgs& a) {
     std::snprintf(line, sizeof(line),
                   "save %-7s -> %s: %s unique in %.2f s (%.2f GiB/s); plan+exchange %.3f s%s, "
                   "write %.2f s, commit %.3f s",
-                  save_layout->ToString().c_str(), ckpt.c_str(),
-                  metadata::HumanBytes(r.unique_bytes).c_str(), r.total_seconds,
-                  GiBps(r.unique_bytes, r.total_seconds), r.plan_seconds,
+                  save_layout->ToString().c_str(), ckpt.c_str(), HumanBytes(r.unique_bytes).c_str(),
+                  r.total_seconds, GiBps(r.unique_bytes, r.total_seconds), r.plan_seconds,
                   r.plan_cache_hit ? " (plan cache hit)" : "", r.write_seconds, r.commit_seconds);
     say(line);
     // Replicas are written once, by byte-balanced writers: show who wrote what.
@@ -210,14 +209,13 @@ int RunDemo(const DemoArgs& a) {
         sum += b;
         lo = std::min(lo, b);
         hi = std::max(hi, b);
-        per_rank += (i ? ", " : "") + metadata::HumanBytes(b);
+        per_rank += (i ? ", " : "") + HumanBytes(b);
       }
       std::snprintf(line, sizeof(line),
                     "  written by rank: %s; total %s = unique bytes %s (held in memory: %s); "
                     "max/min %.3f",
-                    per_rank.c_str(), metadata::HumanBytes(sum).c_str(),
-                    metadata::HumanBytes(r.unique_bytes).c_str(),
-                    metadata::HumanBytes(sd->tensor_bytes * world).c_str(),
+                    per_rank.c_str(), HumanBytes(sum).c_str(), HumanBytes(r.unique_bytes).c_str(),
+                    HumanBytes(sd->tensor_bytes * world).c_str(),
                     lo ? static_cast<double>(hi) / lo : 0.0);
       say(line);
     }
@@ -265,8 +263,7 @@ int RunDemo(const DemoArgs& a) {
                   "opens; %.0f shared shards and %.0f shared stored chunks in %.0f broadcasts "
                   "(%.0f batches); every byte checked: OK",
                   load_layout->ToString().c_str(), ckpt.c_str(), broadcast ? "on" : "off", t[0],
-                  metadata::HumanBytes(static_cast<uint64_t>(t[1])).c_str(), t[2], t[3], t[4], t[5],
-                  t[6]);
+                  HumanBytes(static_cast<uint64_t>(t[1])).c_str(), t[2], t[3], t[4], t[5], t[6]);
     say(line);
   }
 

@@ -1,8 +1,7 @@
 // dcp inspect CKPT [--json] [--chunks]
 #include <iostream>
 
-#include "checkpoint/metadata_io.h"
-#include "metadata/json.h"
+#include "dcp/checkpoint.h"
 #include "tools/commands.h"
 
 namespace dcp::tools {
@@ -17,16 +16,11 @@ void AddInspect(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", *json, "machine-readable output (schema in docs/format.md)");
   cmd->add_flag("--chunks", *chunks, "list every chunk (text output)");
   cmd->callback([=] {
-    auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), *dir);
-    if (!md.ok()) {
-      std::cerr << "dcp inspect: " << md.status().message() << "\n";
-      *exit_code = 1;
-      return;
-    }
+    const Metadata md = read_metadata(*dir);
     if (*json) {
-      std::cout << metadata::MetadataToJson(*md).dump(2) << "\n";
+      std::cout << MetadataToJson(md) << "\n";
     } else {
-      std::cout << metadata::MetadataSummaryText(*md, *chunks);
+      std::cout << MetadataSummary(md, *chunks);
     }
   });
 }

@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "checkpoint/verify.h"
-#include "metadata/json.h"
+#include "dcp/checkpoint.h"
+#include "dcp/format.h"
 #include "tools/commands.h"
 
 namespace dcp::tools {
@@ -14,17 +14,12 @@ void AddVerify(CLI::App& app, int* exit_code) {
   auto dir = std::make_shared<std::string>();
   cmd->add_option("checkpoint", *dir, "checkpoint directory")->required();
   cmd->callback([=] {
-    auto report = checkpoint::Verify(storage::PosixFileSystem(), *dir);
-    if (!report.ok()) {
-      std::cerr << "dcp verify: " << report.status().message() << "\n";
-      *exit_code = 1;
-      return;
-    }
+    const VerifyResult report = verify(*dir);
     std::printf(
         "OK: %s: %llu tensors, %llu chunks, %llu bytes entries, %llu files, %s checked in %.2f s\n",
-        dir->c_str(), (unsigned long long)report->tensors, (unsigned long long)report->chunks,
-        (unsigned long long)report->bytes_entries, (unsigned long long)report->files,
-        metadata::HumanBytes(report->bytes_checked).c_str(), report->seconds);
+        dir->c_str(), (unsigned long long)report.tensors, (unsigned long long)report.chunks,
+        (unsigned long long)report.bytes_entries, (unsigned long long)report.files,
+        HumanBytes(report.bytes_checked).c_str(), report.seconds);
   });
 }
 

@@ -1,4 +1,5 @@
 #include <iostream>
+#include <string>
 
 #include "dcp/status.h"
 #include "tools/commands.h"
@@ -18,7 +19,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const dcp::Error& e) {
-    std::cerr << "dcp: " << e.what() << "\n";
+    // "dcp verify: ..." : the library's one sentence, under the command that failed.
+    std::string cmd = "dcp";
+    for (const CLI::App* sub : app.get_subcommands()) cmd += " " + sub->get_name();
+    std::cerr << cmd << ": " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "dcp: unexpected error: " << e.what() << "\n";

@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "metadata/json.h"
+#include "dcp/format.h"
 
 namespace dcp::tools {
 namespace {
@@ -32,11 +32,11 @@ Progress::~Progress() {
 
 std::string Progress::Line(uint64_t bytes, uint64_t items, double seconds) const {
   std::string line = label_ + ": ";
-  line += metadata::HumanBytes(bytes);
+  line += HumanBytes(bytes);
   if (total_bytes_ > 0) {
     char pct[32];
     std::snprintf(pct, sizeof(pct), " (%.0f%%)", 100.0 * bytes / total_bytes_);
-    line += " of " + metadata::HumanBytes(total_bytes_) + pct;
+    line += " of " + HumanBytes(total_bytes_) + pct;
   }
   line += ", " + std::to_string(items);
   if (total_items_ > 0) line += "/" + std::to_string(total_items_);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "dcp/comm.h"
+#include "dcp/metadata.h"
 #include "dcp/state_dict.h"
 
 namespace dcp {
@@ -94,7 +95,37 @@ struct LoadResult {
   double total_seconds = 0;
 };
 
+// Every rank of opts.comm calls it, with its own chunks. Throws dcp::Error; the checkpoint
+// that was in `dir` before stays loadable.
 SaveResult save(const StateDict& sd, const std::string& dir, const SaveOptions& opts = {});
+
+// Fills the memory of sd's tensor chunks and replaces its bytes entries' payloads. Every rank
+// of opts.comm calls it. On failure (dcp::Error, on every rank) the contents of sd's tensor
+// memory and bytes entries are unspecified: some may hold checkpoint data, some old values,
+// some bytes of a chunk whose checksum failed. Use sd only after a load that returned.
 LoadResult load(StateDict& sd, const std::string& dir, const LoadOptions& opts = {});
+
+// What a checkpoint holds -- names, dtypes, global shapes, stored chunks and files, bytes
+// entries -- read from its metadata alone, so a caller can allocate before load (PyTorch
+// DCP's read_metadata). `dir` may also be a HuggingFace source (a .safetensors file, or a
+// directory with model.safetensors or model.safetensors.index.json): has_checksums is then
+// false. Throws dcp::Error: kFailedPrecondition when `dir` holds no committed checkpoint,
+// kNotFound when it does not exist, kDataLoss when the metadata is corrupt.
+Metadata read_metadata(const std::string& dir);
+
+struct VerifyResult {
+  uint64_t files = 0;
+  uint64_t tensors = 0;
+  uint64_t chunks = 0;
+  uint64_t bytes_entries = 0;
+  uint64_t bytes_checked = 0;  // hashed against the metadata's checksums
+  bool has_checksums = true;   // false for HuggingFace sources: sizes checked only
+  double seconds = 0;
+};
+
+// Checks the metadata, that every data file is present with its recorded size, and every
+// chunk's and bytes entry's checksum (`dcp verify`). Throws dcp::Error (kDataLoss, kNotFound)
+// naming the first file and fqn at fault.
+VerifyResult verify(const std::string& dir);
 
 }  // namespace dcp

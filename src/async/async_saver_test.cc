@@ -12,8 +12,8 @@
 #include "async/staging_pool.h"
 #include "checkpoint/metadata_io.h"
 #include "dcp/checkpoint.h"
-#include "storage/fault_file_system.h"
 #include "test_util.h"
+#include "testfs/fault_file_system.h"
 
 namespace dcp::async {
 namespace {
@@ -318,7 +318,7 @@ TEST(AsyncSaver, FailedSaveKeepsItsErrorAndThePreviousCheckpoint) {
   ASSERT_NO_THROW(saver.Save(m.sd, ck).Get());
   auto before = checkpoint::ReadMetadata(storage::PosixFileSystem(), ck);
   ASSERT_TRUE(before.ok());
-  storage::FaultFileSystem fs(storage::PosixFileSystem());
+  testfs::FaultFileSystem fs(storage::PosixFileSystem());
   fs.FailAt(2);
   m.Scribble();
   AsyncSave failed = SaveWithFileSystem(saver, m.sd, ck, {}, {}, fs);

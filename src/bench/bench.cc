@@ -16,16 +16,12 @@
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/save.h"
 #include "core/wire.h"
-#include "metadata/json.h"
-#include "storage/throttled_file_system.h"
+#include "dcp/async.h"
+#include "dcp/format.h"
+#include "testfs/throttled_file_system.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
 #include "workload/populate.h"
-
-#if __has_include("dcp/async.h")
-#include "dcp/async.h"
-#define DCP_BENCH_ASYNC 1
-#endif
 
 namespace dcp::bench {
 namespace {
@@ -146,13 +142,11 @@ class Runner {
   workload::ModelSpec model_;
   workload::LayoutSpec save_layout_, load_layout_;
   std::string ckpt_, ref_dir_, throttle_path_;
-  std::unique_ptr<storage::BandwidthLimiter> limiter_;
-  std::unique_ptr<storage::ThrottledFileSystem> throttled_;
+  std::unique_ptr<testfs::BandwidthLimiter> limiter_;
+  std::unique_ptr<testfs::ThrottledFileSystem> throttled_;
   storage::FileSystem* fs_ = &storage::PosixFileSystem();
   workload::OwnedStateDict source_;
-#ifdef DCP_BENCH_ASYNC
   std::unique_ptr<AsyncSaver> saver_;  // one for all repetitions: its staging pool is reused
-#endif
 };
 
 Status Runner::Setup() {
@@ -204,11 +198,11 @@ Status Runner::Setup() {
     }
     DCP_RETURN_IF_ERROR(comm_.Broadcast(path, 0));
     throttle_path_ = path;
-    auto l = storage::BandwidthLimiter::Shared(path, o_.storage_gibps * kGiB);
+    auto l = testfs::BandwidthLimiter::Shared(path, o_.storage_gibps * kGiB);
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, l.status()));
     limiter_ = std::move(l).value();
     throttled_ =
-        std::make_unique<storage::ThrottledFileSystem>(storage::PosixFileSystem(), *limiter_);
+        std::make_unique<testfs::ThrottledFileSystem>(storage::PosixFileSystem(), *limiter_);
     fs_ = throttled_.get();
     char line[256];
     std::snprintf(line, sizeof(line),
@@ -264,7 +258,6 @@ Status Runner::RunSave(int rep, PhaseReport* p) {
 // Both are timed barrier to barrier from the same start, after the same delete + sync +
 // pause as the save.
 Status Runner::RunAsyncSave(PhaseReport* p) {
-#ifdef DCP_BENCH_ASYNC
   if (!saver_) saver_ = std::make_unique<AsyncSaver>();
   DCP_RETURN_IF_ERROR(DeleteAndSettle(ckpt_));
   DCP_RETURN_IF_ERROR(comm_.Barrier());
@@ -283,9 +276,6 @@ Status Runner::RunAsyncSave(PhaseReport* p) {
     p->files_opened = sums[1];
     p->bytes_staged = sums[2];
   }
-#else
-  (void)p;
-#endif
   return OkStatus();
 }
 
@@ -400,12 +390,6 @@ Result<BenchReport> Runner::Run() {
     }
   }
   PhaseReport async{.name = "async", .kind = "async", .layout = report_.save_layout};
-#ifndef DCP_BENCH_ASYNC
-  if (Wants("async")) {
-    report_.notes.push_back("phase async skipped: dcp::AsyncSaver is not in this build");
-  }
-#endif
-
   for (int rep = 0; rep < o_.repeat; ++rep) {
     // The save (loads need its checkpoint) and the write reference, each after the same
     // delete + sync + pause, in alternating order so neither always follows the other;
@@ -417,10 +401,8 @@ Result<BenchReport> Runner::Run() {
       DCP_RETURN_IF_ERROR(RunReferenceWrite());
       DCP_RETURN_IF_ERROR(RunSave(rep, &save));
     }
-#ifdef DCP_BENCH_ASYNC
     // Its checkpoint replaces the save's; the loads read either the same way.
     if (Wants("async")) DCP_RETURN_IF_ERROR(RunAsyncSave(&async));
-#endif
     for (PhaseReport& p : loads) {
       DCP_RETURN_IF_ERROR(RunLoad(rep, &p, p.kind == "load" ? save_layout_ : load_layout_));
     }
@@ -465,9 +447,9 @@ std::string FormatTable(const BenchReport& r) {
                 "%d rank(s) (%s); save %s, reshard to %s; cache %s; median of %d\n",
                 o.model.c_str(), o.layers, o.width_scale, o.optimizer ? " + optimizer" : "",
                 static_cast<unsigned long long>(r.tensors),
-                static_cast<unsigned long long>(r.chunks),
-                metadata::HumanBytes(r.unique_bytes).c_str(), r.ranks, r.backend.c_str(),
-                r.save_layout.c_str(), r.load_layout.c_str(), o.cold ? "cold" : "warm", o.repeat);
+                static_cast<unsigned long long>(r.chunks), HumanBytes(r.unique_bytes).c_str(),
+                r.ranks, r.backend.c_str(), r.save_layout.c_str(), r.load_layout.c_str(),
+                o.cold ? "cold" : "warm", o.repeat);
   out += line;
   if (!r.throttle.empty()) out += "THROTTLED: " + r.throttle + "\n";
   const auto& ref = r.reference;
@@ -475,8 +457,8 @@ std::string FormatTable(const BenchReport& r) {
                 "reference (same run, same directory, %d writer(s)/reader(s), %s): write %.2f "
                 "GiB/s, read cold %.2f GiB/s (resident before: %.3f), read warm %.2f GiB/s, "
                 "memcpy %.2f GiB/s (1 thread)\n\n",
-                r.ranks, metadata::HumanBytes(ref.bytes).c_str(), ref.write_gibps,
-                ref.read_cold_gibps, ref.resident_fraction_before_cold_read, ref.read_warm_gibps,
+                r.ranks, HumanBytes(ref.bytes).c_str(), ref.write_gibps, ref.read_cold_gibps,
+                ref.resident_fraction_before_cold_read, ref.read_warm_gibps,
                 ref.memcpy_gibps_median);
   out += line;
   std::snprintf(line, sizeof(line), "%-22s %-8s %8s %7s %-9s %8s %6s %10s %10s %6s %6s %7s %8s\n",
@@ -489,8 +471,8 @@ std::string FormatTable(const BenchReport& r) {
                   "%-22s %-8s %8.3f %7.3f %-9s %8.3f %6.2f %10s %10s %6llu %6s %7s %8s\n",
                   p.name.c_str(), p.layout.c_str(), p.median_seconds,
                   GiBps(r.unique_bytes, p.median_seconds), p.reference.c_str(), p.reference_seconds,
-                  p.ratio_to_reference, load ? "-" : metadata::HumanBytes(p.bytes_written).c_str(),
-                  load ? metadata::HumanBytes(p.bytes_read_storage).c_str() : "-",
+                  p.ratio_to_reference, load ? "-" : HumanBytes(p.bytes_written).c_str(),
+                  load ? HumanBytes(p.bytes_read_storage).c_str() : "-",
                   static_cast<unsigned long long>(p.files_opened),
                   load ? std::to_string(p.broadcasts).c_str() : "-",
                   load ? std::to_string(p.batches).c_str() : "-",
@@ -502,7 +484,7 @@ std::string FormatTable(const BenchReport& r) {
     std::snprintf(line, sizeof(line),
                   "async: the caller was blocked %.3f s (staging %s, %.2f GiB/s), %.1f%% of the "
                   "%.3f s until the checkpoint was persisted\n",
-                  p.median_blocked_seconds, metadata::HumanBytes(p.bytes_staged).c_str(),
+                  p.median_blocked_seconds, HumanBytes(p.bytes_staged).c_str(),
                   GiBps(p.bytes_staged, p.median_blocked_seconds),
                   p.median_seconds > 0 ? 100 * p.median_blocked_seconds / p.median_seconds : 0.0,
                   p.median_seconds);

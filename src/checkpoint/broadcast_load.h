@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "checkpoint/chunk_reads.h"
+#include "core/copy_runs.h"
 #include "dcp/comm.h"
 #include "planner/broadcast_plan.h"
-#include "planner/copy_runs.h"
 #include "storage/chunk_reader.h"
 
 namespace dcp::checkpoint {
@@ -29,7 +29,7 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
 struct MyChunk {
   bool member = false;
   std::vector<storage::ChunkTarget> targets;  // runs point into `runs`
-  std::vector<planner::CopyRuns> runs;
+  std::vector<CopyRuns> runs;
 };
 
 struct MyShard {

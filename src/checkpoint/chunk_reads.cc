@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "checkpoint/metadata_io.h"
-#include "planner/copy_runs.h"
+#include "core/copy_runs.h"
 #include "storage/chunk_reader.h"
 
 namespace dcp::checkpoint {
@@ -50,7 +50,7 @@ Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
 
 Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items) {
   auto& entries = sd_.entries();
-  std::vector<planner::CopyRuns> runs;
+  std::vector<CopyRuns> runs;
   std::vector<storage::ChunkTarget> targets;
   for (size_t i = 0; i < items.size();) {
     const planner::ReadItem& first = plan.reads[items[i]];
@@ -63,8 +63,7 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
            plan.reads[items[j]].stored == first.stored;
          ++j) {
       const planner::ReadItem& r = plan.reads[items[j]];
-      auto cr = planner::CopyRuns::Make(t.dtype, sc.box, entries[r.entry].chunks[r.dst_chunk].box,
-                                        r.region);
+      auto cr = CopyRuns::Make(t.dtype, sc.box, entries[r.entry].chunks[r.dst_chunk].box, r.region);
       if (!cr.ok()) return cr.status().Annotate("checkpoint " + ckpt_ + ": '" + t.fqn + "': ");
       runs.push_back(std::move(cr).value());
     }

@@ -12,14 +12,14 @@
 
 #include "checkpoint/broadcast_load.h"
 #include "checkpoint/chunk_reads.h"
-#include "checkpoint/exchange.h"
 #include "checkpoint/metadata_io.h"
+#include "comm/exchange.h"
 #include "comm/host_id.h"
 #include "core/check.h"
+#include "core/copy_runs.h"
 #include "core/log.h"
 #include "core/wire.h"
 #include "planner/broadcast_plan.h"
-#include "planner/copy_runs.h"
 #include "planner/load_plan.h"
 
 namespace dcp::checkpoint {
@@ -149,9 +149,9 @@ void MapToThisRank(const StateDict& sd, const metadata::Metadata& md,
       // The planner made every rank that performs a read of the chunk a member.
       DCP_CHECK(m.member);
       const TensorChunk& dst = sd.entries()[item.entry].chunks[item.dst_chunk];
-      auto runs = planner::CopyRuns::Make(md.tensors[item.tensor].dtype,
-                                          md.tensors[item.tensor].chunks[item.stored].box, dst.box,
-                                          item.region);
+      auto runs =
+          CopyRuns::Make(md.tensors[item.tensor].dtype,
+                         md.tensors[item.tensor].chunks[item.stored].box, dst.box, item.region);
       // PlanLoad made the same runs, so this cannot fail (and returning here would leave
       // peers waiting in the broadcasts).
       DCP_CHECK(runs.ok());

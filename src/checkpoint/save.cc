@@ -16,13 +16,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "checkpoint/exchange.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
+#include "comm/exchange.h"
+#include "core/copy_runs.h"
 #include "core/log.h"
 #include "core/wire.h"
 #include "metadata/codec.h"
-#include "planner/copy_runs.h"
 #include "planner/save_plan.h"
 #include "storage/data_files.h"
 
@@ -111,7 +111,7 @@ Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSaveP
       }
       if (!tc)
         return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
-      auto runs = planner::CopyRuns::Make(t.dtype, tc->box, c.box, c.box);
+      auto runs = CopyRuns::Make(t.dtype, tc->box, c.box, c.box);
       if (!runs.ok() || runs->num_runs() > 1) {
         return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn +
                         "' is not contiguous in the held chunk " + tc->box.ToString());

@@ -8,13 +8,14 @@
 
 namespace dcp::checkpoint {
 
-Result<VerifyReport> Verify(storage::FileSystem& fs, const std::string& dir) {
+Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();
   DCP_ASSIGN_OR_RETURN(metadata::Metadata md, ReadMetadata(fs, dir));
-  VerifyReport report;
+  VerifyResult report;
   report.files = md.files.size();
   report.tensors = md.tensors.size();
   report.bytes_entries = md.bytes.size();
+  report.has_checksums = md.has_checksums;
 
   // Every range of every file, in file order, so each file is read sequentially once.
   struct Range {

@@ -1,11 +1,17 @@
-#include "metadata/json.h"
-
+// The views of a Metadata that `dcp inspect` prints (declared in dcp/metadata.h).
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
-namespace dcp::metadata {
+#include "dcp/format.h"
+#include "dcp/metadata.h"
+#include "metadata/metadata.h"
+
+namespace dcp {
 namespace {
+
+using metadata::kFormatVersion;
 
 nlohmann::json ShapeToJson(const Shape& s) {
   nlohmann::json out = nlohmann::json::array();
@@ -32,30 +38,7 @@ const std::string& FileName(const Metadata& md, uint32_t file) {
   return file < md.files.size() ? md.files[file].name : kMissing;
 }
 
-}  // namespace
-
-std::string Hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-std::string HumanBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  // Move up while the value would print as 1024.0 or more.
-  while (unit + 1 < static_cast<int>(std::size(kUnits)) && v >= 1023.95) {
-    v /= 1024;
-    ++unit;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
-  return buf;
-}
-
-nlohmann::json MetadataToJson(const Metadata& md) {
+nlohmann::json ToJson(const Metadata& md) {
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : md.files) files.push_back({{"name", f.name}, {"size", f.size}});
 
@@ -100,7 +83,11 @@ nlohmann::json MetadataToJson(const Metadata& md) {
             {"file_bytes", TotalFileBytes(md)}}}};
 }
 
-std::string MetadataSummaryText(const Metadata& md, bool list_chunks) {
+}  // namespace
+
+std::string MetadataToJson(const Metadata& md, int indent) { return ToJson(md).dump(indent); }
+
+std::string MetadataSummary(const Metadata& md, bool list_chunks) {
   // Names are padded to a common width (capped, so one long name does not push every line).
   size_t width = 0;
   for (const auto& t : md.tensors) width = std::max(width, t.fqn.size());
@@ -143,4 +130,4 @@ std::string MetadataSummaryText(const Metadata& md, bool list_chunks) {
   return out;
 }
 
-}  // namespace dcp::metadata
+}  // namespace dcp

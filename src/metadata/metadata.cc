@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace dcp::metadata {
+namespace dcp {
 
 uint64_t Metadata::TotalChunks() const {
   uint64_t n = 0;
@@ -32,4 +32,4 @@ const TensorMeta* Metadata::FindTensor(std::string_view fqn) const {
 
 const BytesMeta* Metadata::FindBytes(std::string_view fqn) const { return FindByFqn(bytes, fqn); }
 
-}  // namespace dcp::metadata
+}  // namespace dcp

@@ -4,9 +4,9 @@
 #include <map>
 #include <tuple>
 
+#include "core/copy_runs.h"
 #include "core/wire.h"
 #include "planner/balancer.h"
-#include "planner/copy_runs.h"
 
 namespace dcp::planner {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "planner/copy_runs.h"
+#include "core/copy_runs.h"
 
 namespace dcp::planner {
 namespace {

@@ -11,10 +11,10 @@
 #include <unordered_set>
 
 #include "dcp/checkpoint.h"
+#include "dcp/format.h"
 #include "dcp/layout.h"
 #include "dcp/state_dict.h"
 #include "metadata/codec.h"
-#include "metadata/json.h"
 #include "metadata/metadata.h"
 #include "planner/broadcast_plan.h"
 #include "planner/load_plan.h"
@@ -430,7 +430,6 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
 
 std::string FormatReport(const SimulateReport& r) {
   const auto& o = r.options;
-  using metadata::HumanBytes;
   std::string out;
   char line[640];
   auto add = [&](const char* fmt, auto... args) {

@@ -14,7 +14,7 @@ constexpr size_t kDirectPiece = size_t{64} << 20;
 
 // Copies the part of `target`'s runs that falls in chunk bytes [lo, lo + piece.size()).
 void Scatter(const ChunkTarget& target, uint64_t lo, std::span<const std::byte> piece) {
-  const planner::CopyRuns& runs = *target.runs;
+  const CopyRuns& runs = *target.runs;
   const uint64_t hi = lo + piece.size();
   for (uint64_t i = runs.FirstRunEndingAfter(lo); i < runs.num_runs(); ++i) {
     uint64_t s = runs.src_offset(i);

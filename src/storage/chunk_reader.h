@@ -11,14 +11,14 @@
 #include <span>
 #include <vector>
 
-#include "planner/copy_runs.h"
+#include "core/copy_runs.h"
 #include "storage/file_system.h"
 
 namespace dcp::storage {
 
 struct ChunkTarget {
-  const planner::CopyRuns* runs;  // stored chunk -> destination chunk byte runs
-  std::byte* dst;                 // destination chunk's first byte
+  const CopyRuns* runs;  // stored chunk -> destination chunk byte runs
+  std::byte* dst;        // destination chunk's first byte
 };
 
 struct StoredRange {

@@ -29,7 +29,15 @@ int main() {
     in.add("w", dcp::TensorView(loaded.data(), dcp::DType::kF32, dcp::Shape{3, 5}));
     dcp::load(in, (dir / "ckpt").string());
 
-    if (std::memcmp(saved.data(), loaded.data(), saved.size() * sizeof(float)) == 0) {
+    // The inspection calls of the public API: metadata without loading, and verify.
+    const dcp::Metadata md = dcp::read_metadata((dir / "ckpt").string());
+    const dcp::VerifyResult v = dcp::verify((dir / "ckpt").string());
+    const bool described = md.tensors.size() == 1 && md.tensors[0].fqn == "w" &&
+                           md.tensors[0].global_shape == dcp::Shape{3, 5} &&
+                           v.bytes_checked == saved.size() * sizeof(float);
+    if (!described) {
+      std::fprintf(stderr, "dcp find_package consumer: read_metadata/verify disagree\n");
+    } else if (std::memcmp(saved.data(), loaded.data(), saved.size() * sizeof(float)) == 0) {
       std::printf("dcp find_package consumer: ok\n");
       rc = 0;
     } else {

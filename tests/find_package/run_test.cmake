@@ -23,6 +23,29 @@ endfunction()
 
 run(install "${CMAKE_COMMAND}" --install "${DCP_BUILD_DIR}" --prefix "${prefix}")
 
+# The installed library holds the library layers only: no tooling (bench, simulate, workload,
+# test file systems) -- src/layers.txt, kind "tool".
+file(GLOB_RECURSE archives "${prefix}/*/libdcp.a")
+if(NOT archives)
+  message(FATAL_ERROR "find_package test: no libdcp.a installed under ${prefix}")
+endif()
+execute_process(COMMAND nm -C --defined-only ${archives} OUTPUT_VARIABLE symbols
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "find_package test: nm failed on ${archives}")
+endif()
+string(REGEX MATCHALL "[^\n]*dcp::(bench|simulate|workload|testfs)::[^\n]*" tooling "${symbols}")
+if(tooling)
+  list(GET tooling 0 first)
+  list(LENGTH tooling n)
+  message(FATAL_ERROR "find_package test: the installed libdcp.a holds ${n} tooling symbols, "
+                      "e.g. ${first}")
+endif()
+string(FIND "${symbols}" "dcp::read_metadata" found)
+if(found EQUAL -1)
+  message(FATAL_ERROR "find_package test: dcp::read_metadata missing from the installed libdcp.a")
+endif()
+
 set(configure_args -S "${CONSUMER_SOURCE_DIR}" -B "${consumer}" "-DCMAKE_PREFIX_PATH=${prefix}")
 if(DEFINED CMAKE_CXX_COMPILER AND NOT CMAKE_CXX_COMPILER STREQUAL "")
   list(APPEND configure_args "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}")

@@ -1,6 +1,6 @@
-#include "checkpoint/exchange.h"
+#include "comm/exchange.h"
 
-namespace dcp::checkpoint {
+namespace dcp {
 namespace {
 
 std::string Encode(const Status& s) {
@@ -58,4 +58,4 @@ Status BroadcastStatus(Comm& comm, int root, const Status& s) {
   return Decode(m);
 }
 
-}  // namespace dcp::checkpoint
+}  // namespace dcp

@@ -12,7 +12,7 @@
 #include "dcp/dtype.h"
 #include "dcp/status.h"
 
-namespace dcp::planner {
+namespace dcp {
 
 class CopyRuns {
  public:
@@ -39,4 +39,4 @@ class CopyRuns {
   int64_t dst_stride_[kMaxDims] = {};
 };
 
-}  // namespace dcp::planner
+}  // namespace dcp

@@ -1,4 +1,4 @@
-// A FileSystem that fails on purpose, for crash tests.
+// A storage::FileSystem that fails on purpose, for crash tests.
 //
 // Counts every mutating operation (create, append, sync, close, rename, directory sync,
 // remove, mkdir). FailAt(n) makes operation n (0-based) and every later one fail with
@@ -12,18 +12,18 @@
 
 #include "storage/file_system.h"
 
-namespace dcp::storage {
+namespace dcp::testfs {
 
-class FaultFileSystem final : public FileSystem {
+class FaultFileSystem final : public storage::FileSystem {
  public:
-  explicit FaultFileSystem(FileSystem& base) : base_(base) {}
+  explicit FaultFileSystem(storage::FileSystem& base) : base_(base) {}
 
   void FailAt(int64_t op) { fail_at_ = op; }
   int64_t ops() const { return ops_; }
   void SimulateCrash();
 
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
-  Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) override {
+  Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& path) override;
+  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& path) override {
     return base_.OpenReadable(path);
   }
   Status Rename(const std::string& from, const std::string& to) override;
@@ -38,11 +38,11 @@ class FaultFileSystem final : public FileSystem {
   void RecordSynced(const std::string& path, uint64_t length);
 
  private:
-  FileSystem& base_;
+  storage::FileSystem& base_;
   std::mutex mu_;  // guards the counters and synced_
   int64_t ops_ = 0;
   int64_t fail_at_ = -1;
   std::map<std::string, uint64_t> synced_;  // path -> durable length
 };
 
-}  // namespace dcp::storage
+}  // namespace dcp::testfs

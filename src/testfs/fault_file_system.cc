@@ -1,13 +1,13 @@
-#include "storage/fault_file_system.h"
+#include "testfs/fault_file_system.h"
 
 #include <unistd.h>
 
-namespace dcp::storage {
+namespace dcp::testfs {
 namespace {
 
-class FaultWritableFile final : public WritableFile {
+class FaultWritableFile final : public storage::WritableFile {
  public:
-  FaultWritableFile(FaultFileSystem& fs, std::unique_ptr<WritableFile> base)
+  FaultWritableFile(FaultFileSystem& fs, std::unique_ptr<storage::WritableFile> base)
       : fs_(fs), base_(std::move(base)) {}
   Status Append(std::span<const std::byte> data) override {
     DCP_RETURN_IF_ERROR(fs_.Tick("write", path()));
@@ -29,7 +29,7 @@ class FaultWritableFile final : public WritableFile {
 
  private:
   FaultFileSystem& fs_;
-  std::unique_ptr<WritableFile> base_;
+  std::unique_ptr<storage::WritableFile> base_;
   uint64_t written_ = 0;
 };
 
@@ -57,11 +57,12 @@ void FaultFileSystem::SimulateCrash() {
   }
 }
 
-Result<std::unique_ptr<WritableFile>> FaultFileSystem::NewWritableFile(const std::string& path) {
+Result<std::unique_ptr<storage::WritableFile>> FaultFileSystem::NewWritableFile(
+    const std::string& path) {
   DCP_RETURN_IF_ERROR(Tick("create", path));
   DCP_ASSIGN_OR_RETURN(auto base, base_.NewWritableFile(path));
   RecordSynced(path, 0);
-  return std::unique_ptr<WritableFile>(new FaultWritableFile(*this, std::move(base)));
+  return std::unique_ptr<storage::WritableFile>(new FaultWritableFile(*this, std::move(base)));
 }
 
 Status FaultFileSystem::Rename(const std::string& from, const std::string& to) {
@@ -90,4 +91,4 @@ Status FaultFileSystem::CreateDirs(const std::string& dir) {
   return base_.CreateDirs(dir);
 }
 
-}  // namespace dcp::storage
+}  // namespace dcp::testfs

@@ -1,4 +1,4 @@
-#include "storage/throttled_file_system.h"
+#include "testfs/throttled_file_system.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-namespace dcp::storage {
+namespace dcp::testfs {
 namespace {
 
 double Elapsed(std::chrono::steady_clock::time_point t0) {
@@ -42,13 +42,13 @@ TEST(ThrottledFileSystemTest, ReadsAreCappedAndCorrect) {
   std::vector<std::byte> data(8'000'000);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7);
   {
-    auto f = PosixFileSystem().NewWritableFile(path);
+    auto f = storage::PosixFileSystem().NewWritableFile(path);
     ASSERT_TRUE(f.ok());
     ASSERT_TRUE((*f)->Append(data).ok());
     ASSERT_TRUE((*f)->Close().ok());
   }
   auto limiter = BandwidthLimiter::InProcess(40e6);  // 8 MB in >= 0.2 s
-  ThrottledFileSystem fs(PosixFileSystem(), *limiter, 1'000'000);
+  ThrottledFileSystem fs(storage::PosixFileSystem(), *limiter, 1'000'000);
   auto f = fs.OpenReadable(path);
   ASSERT_TRUE(f.ok());
   EXPECT_EQ((*f)->size(), data.size());
@@ -67,4 +67,4 @@ TEST(ThrottledFileSystemTest, ReadsAreCappedAndCorrect) {
 }
 
 }  // namespace
-}  // namespace dcp::storage
+}  // namespace dcp::testfs

@@ -1,4 +1,4 @@
-#include "storage/throttled_file_system.h"
+#include "testfs/throttled_file_system.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <ctime>
 
-namespace dcp::storage {
+namespace dcp::testfs {
 namespace {
 
 int64_t MonotonicNanos() {
@@ -17,9 +17,9 @@ int64_t MonotonicNanos() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-class ThrottledReadableFile final : public ReadableFile {
+class ThrottledReadableFile final : public storage::ReadableFile {
  public:
-  ThrottledReadableFile(std::unique_ptr<ReadableFile> base, BandwidthLimiter& limiter,
+  ThrottledReadableFile(std::unique_ptr<storage::ReadableFile> base, BandwidthLimiter& limiter,
                         uint64_t slice)
       : base_(std::move(base)), limiter_(limiter), slice_(slice) {}
 
@@ -39,7 +39,7 @@ class ThrottledReadableFile final : public ReadableFile {
   const std::string& path() const override { return base_->path(); }
 
  private:
-  std::unique_ptr<ReadableFile> base_;
+  std::unique_ptr<storage::ReadableFile> base_;
   BandwidthLimiter& limiter_;
   uint64_t slice_;
 };
@@ -101,9 +101,11 @@ int64_t BandwidthLimiter::Reserve(uint64_t bytes) {
   return end;
 }
 
-Result<std::unique_ptr<ReadableFile>> ThrottledFileSystem::OpenReadable(const std::string& path) {
+Result<std::unique_ptr<storage::ReadableFile>> ThrottledFileSystem::OpenReadable(
+    const std::string& path) {
   DCP_ASSIGN_OR_RETURN(auto f, base_.OpenReadable(path));
-  return std::unique_ptr<ReadableFile>(new ThrottledReadableFile(std::move(f), limiter_, slice_));
+  return std::unique_ptr<storage::ReadableFile>(
+      new ThrottledReadableFile(std::move(f), limiter_, slice_));
 }
 
-}  // namespace dcp::storage
+}  // namespace dcp::testfs

@@ -8,7 +8,7 @@
 
 #include "dcp/comm.h"
 
-namespace dcp::checkpoint {
+namespace dcp {
 
 std::string TagOk(std::string_view payload);
 std::string TagError(const Status& s);
@@ -25,4 +25,4 @@ Result<std::vector<std::string>> AllGatherOrFail(Comm& comm, const Status& mine_
 // `root`'s status reaches every rank.
 Status BroadcastStatus(Comm& comm, int root, const Status& s);
 
-}  // namespace dcp::checkpoint
+}  // namespace dcp

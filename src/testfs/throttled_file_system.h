@@ -1,4 +1,4 @@
-// A FileSystem whose reads are capped at a given bandwidth: emulated slow shared storage.
+// A storage::FileSystem whose reads are capped at a given bandwidth: emulated slow shared storage.
 //
 // One machine with a fast local disk hides what read-once broadcast is for: on a shared
 // parallel file system many ranks reading the same shard compete for one aggregate
@@ -17,7 +17,7 @@
 
 #include "storage/file_system.h"
 
-namespace dcp::storage {
+namespace dcp::testfs {
 
 // Thread- and process-safe: reservations are one atomic compare-and-swap on a shared
 // 64-bit "budget free from" time (CLOCK_MONOTONIC nanoseconds, system-wide).
@@ -51,18 +51,18 @@ class BandwidthLimiter {
   std::unique_ptr<int64_t> owned_;
 };
 
-class ThrottledFileSystem final : public FileSystem {
+class ThrottledFileSystem final : public storage::FileSystem {
  public:
   // Reads are sliced into pieces of at most `slice_bytes` so concurrent readers share
   // the budget fairly. `base` and `limiter` must outlive this object.
-  ThrottledFileSystem(FileSystem& base, BandwidthLimiter& limiter,
+  ThrottledFileSystem(storage::FileSystem& base, BandwidthLimiter& limiter,
                       uint64_t slice_bytes = uint64_t{4} << 20)
       : base_(base), limiter_(limiter), slice_(slice_bytes) {}
 
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+  Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& path) override {
     return base_.NewWritableFile(path);
   }
-  Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) override;
+  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override {
     return base_.Rename(from, to);
   }
@@ -73,9 +73,9 @@ class ThrottledFileSystem final : public FileSystem {
   Result<uint64_t> FileSize(const std::string& path) override { return base_.FileSize(path); }
 
  private:
-  FileSystem& base_;
+  storage::FileSystem& base_;
   BandwidthLimiter& limiter_;
   uint64_t slice_;
 };
 
-}  // namespace dcp::storage
+}  // namespace dcp::testfs

@@ -1,4 +1,4 @@
-#include "planner/copy_runs.h"
+#include "core/copy_runs.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace dcp::planner {
+namespace dcp {
 namespace {
 
 CopyRuns MakeOk(DType dtype, const Box& src, const Box& dst, const Box& region) {
@@ -271,4 +271,4 @@ TEST(CopyRunsTest, RandomBoxesMatchElementByElementCopy) {
 }
 
 }  // namespace
-}  // namespace dcp::planner
+}  // namespace dcp

@@ -1,6 +1,6 @@
-#include "planner/copy_runs.h"
+#include "core/copy_runs.h"
 
-namespace dcp::planner {
+namespace dcp {
 namespace {
 
 // Element strides of a row-major box.
@@ -86,4 +86,4 @@ uint64_t CopyRuns::FirstRunEndingAfter(uint64_t src_pos) const {
   return lo;
 }
 
-}  // namespace dcp::planner
+}  // namespace dcp

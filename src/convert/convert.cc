@@ -1,4 +1,4 @@
-#include "hf/convert.h"
+#include "convert/convert.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,7 +16,8 @@
 #include "checkpoint/save.h"
 #include "hf/hf_checkpoint.h"
 
-namespace dcp::hf {
+namespace dcp {
+namespace convert {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -53,7 +54,7 @@ class MappedFile {
 };
 
 std::string ShardName(size_t i, size_t n) {
-  if (n == 1) return std::string(kSingleFileName);
+  if (n == 1) return std::string(hf::kSingleFileName);
   char buf[64];
   std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, n);
   return buf;
@@ -85,8 +86,8 @@ std::string ShardHeader(const std::vector<OutTensor>& tensors, const OutShard& s
 // dcp load into `buffer`. Written under a temporary name and renamed when complete.
 Status WriteShard(const std::string& src, const std::string& dst,
                   const std::vector<OutTensor>& tensors, const OutShard& shard,
-                  const ToHfOptions& opts, storage::FileSystem& fs, std::vector<std::byte>& buffer,
-                  ToHfResult* out) {
+                  const DcpToHfOptions& opts, storage::FileSystem& fs,
+                  std::vector<std::byte>& buffer, DcpToHfResult* out) {
   const std::string path = storage::JoinPath(dst, shard.file);
   const std::string tmp = path + ".tmp";
   DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
@@ -129,35 +130,6 @@ Status WriteShard(const std::string& src, const std::string& dst,
 
 }  // namespace
 
-Result<uint64_t> ParseByteSize(std::string_view text) {
-  std::string s;
-  for (char c : text) {
-    if (!std::isspace(static_cast<unsigned char>(c))) s.push_back(c);
-  }
-  size_t n = 0;
-  while (n < s.size() && (std::isdigit(static_cast<unsigned char>(s[n])) || s[n] == '.')) ++n;
-  std::string unit = s.substr(n);
-  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},           {"K", 1e3},           {"M", 1e6},
-      {"G", 1e9},        {"T", 1e12},          {"KI", 1024},
-      {"MI", 1048576.0}, {"GI", 1073741824.0}, {"TI", 1099511627776.0}};
-  double scale = 0;
-  for (const auto& [name, f] : kUnits) {
-    if (unit == name) scale = f;
-  }
-  double value = 0;
-  bool number_ok = n > 0 && std::count(s.begin(), s.begin() + n, '.') <= 1 &&
-                   std::sscanf(s.substr(0, n).c_str(), "%lf", &value) == 1;
-  double bytes = std::floor(value * scale);
-  if (!number_ok || scale == 0 || !(bytes >= 1) || bytes > 1.8e19) {
-    return InvalidArgument("bad size '" + std::string(text) +
-                           "' (expected e.g. 5GB, 500MB, 2GiB or a byte count)");
-  }
-  return static_cast<uint64_t>(bytes);
-}
-
 std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world) {
   std::vector<size_t> order(file_bytes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -173,17 +145,17 @@ std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world)
   return owner;
 }
 
-Result<ToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
-                            const ToDcpOptions& opts, storage::FileSystem& fs) {
+Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
+                              const HfToDcpOptions& opts, storage::FileSystem& fs) {
   const auto t0 = Clock::now();
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
-  ToDcpResult result;
+  HfToDcpResult result;
   // Every rank opens (and checks) the whole source, so all agree on the file assignment.
-  auto source = OpenSource(fs, src);
+  auto source = hf::OpenSource(fs, src);
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, source.status()));
   result.total_bytes = source->TotalTensorBytes();
   std::vector<uint64_t> sizes;
-  for (const ShardFile& f : source->files) sizes.push_back(f.size);
+  for (const hf::ShardFile& f : source->files) sizes.push_back(f.size);
   const std::vector<int> owner = AssignFiles(sizes, comm->size());
 
   std::vector<std::unique_ptr<MappedFile>> maps;
@@ -191,14 +163,14 @@ Result<ToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
   Status st;
   for (size_t i = 0; i < source->files.size() && st.ok(); ++i) {
     if (owner[i] != comm->rank()) continue;
-    const ShardFile& f = source->files[i];
+    const hf::ShardFile& f = source->files[i];
     auto m = MappedFile::Open(storage::JoinPath(source->data_dir, f.name), f.size);
     if (!m.ok()) {
       st = m.status();
       break;
     }
     std::byte* data = (*m)->data() + f.header.data_start();
-    for (const HeaderTensor& t : f.header.tensors) {
+    for (const hf::HeaderTensor& t : f.header.tensors) {
       sd.add(t.name, TensorView{data + t.begin, t.dtype, t.shape});
       ++result.tensors;
       result.bytes += t.end - t.begin;
@@ -233,12 +205,12 @@ std::vector<OutShard> PlanShards(const std::vector<OutTensor>& tensors, uint64_t
   return shards;
 }
 
-Result<ToHfResult> DcpToHf(const std::string& src, const std::string& dst, const ToHfOptions& opts,
-                           storage::FileSystem& fs) {
+Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
+                              const DcpToHfOptions& opts, storage::FileSystem& fs) {
   const auto t0 = Clock::now();
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int rank = comm->rank(), world = comm->size();
-  ToHfResult result;
+  DcpToHfResult result;
 
   // Every rank reads the metadata and plans the same shards.
   auto md = checkpoint::ReadMetadata(fs, src);
@@ -287,7 +259,7 @@ Result<ToHfResult> DcpToHf(const std::string& src, const std::string& dst, const
     for (const OutShard& shard : shards) {
       for (size_t i : shard.tensors) index["weight_map"][tensors[i].fqn] = shard.file;
     }
-    st = storage::WriteFileAtomic(fs, storage::JoinPath(dst, std::string(kIndexFileName)),
+    st = storage::WriteFileAtomic(fs, storage::JoinPath(dst, std::string(hf::kIndexFileName)),
                                   index.dump(2) + "\n", ".tmp");
   }
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
@@ -295,4 +267,45 @@ Result<ToHfResult> DcpToHf(const std::string& src, const std::string& dst, const
   return result;
 }
 
-}  // namespace dcp::hf
+}  // namespace convert
+
+Result<uint64_t> ParseByteSize(std::string_view text) {
+  std::string s;
+  for (char c : text) {
+    if (!std::isspace(static_cast<unsigned char>(c))) s.push_back(c);
+  }
+  size_t n = 0;
+  while (n < s.size() && (std::isdigit(static_cast<unsigned char>(s[n])) || s[n] == '.')) ++n;
+  std::string unit = s.substr(n);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},           {"K", 1e3},           {"M", 1e6},
+      {"G", 1e9},        {"T", 1e12},          {"KI", 1024},
+      {"MI", 1048576.0}, {"GI", 1073741824.0}, {"TI", 1099511627776.0}};
+  double scale = 0;
+  for (const auto& [name, f] : kUnits) {
+    if (unit == name) scale = f;
+  }
+  double value = 0;
+  bool number_ok = n > 0 && std::count(s.begin(), s.begin() + n, '.') <= 1 &&
+                   std::sscanf(s.substr(0, n).c_str(), "%lf", &value) == 1;
+  double bytes = std::floor(value * scale);
+  if (!number_ok || scale == 0 || !(bytes >= 1) || bytes > 1.8e19) {
+    return InvalidArgument("bad size '" + std::string(text) +
+                           "' (expected e.g. 5GB, 500MB, 2GiB or a byte count)");
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+HfToDcpResult convert_hf_to_dcp(const std::string& src, const std::string& dst,
+                                const HfToDcpOptions& opts) {
+  return ValueOrThrow(convert::HfToDcp(src, dst, opts, storage::PosixFileSystem()));
+}
+
+DcpToHfResult convert_dcp_to_hf(const std::string& src, const std::string& dst,
+                                const DcpToHfOptions& opts) {
+  return ValueOrThrow(convert::DcpToHf(src, dst, opts, storage::PosixFileSystem()));
+}
+
+}  // namespace dcp

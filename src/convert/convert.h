@@ -1,0 +1,53 @@
+// The conversions behind dcp/convert.h, on a given file system, and their pure planning
+// steps (tested alone).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dcp/box.h"
+#include "dcp/convert.h"
+#include "dcp/dtype.h"
+#include "dcp/status.h"
+#include "storage/file_system.h"
+
+namespace dcp::convert {
+
+// ---- HF -> dcp
+
+// Which rank converts each file: largest first, each to the rank with the fewest bytes so
+// far, ties to the lowest rank. Deterministic: every rank computes the same answer.
+std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world);
+
+Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
+                              const HfToDcpOptions& opts, storage::FileSystem& fs);
+
+// ---- dcp -> HF
+
+struct OutTensor {
+  std::string fqn;
+  DType dtype = DType::kF32;
+  Shape shape;
+  uint64_t bytes = 0;
+};
+
+struct OutShard {
+  std::string file;             // "model.safetensors" or "model-00001-of-00003.safetensors"
+  std::vector<size_t> tensors;  // indices into the tensor list, in file (data) order
+  uint64_t bytes = 0;
+};
+
+// Greedy in the given (fqn) order: a tensor that would push the current shard past
+// `max_shard_bytes` starts a new one, so a tensor larger than the cap sits alone. Within a
+// shard tensors are ordered by element width, widest first (then fqn), so with the data
+// starting 8-byte aligned every tensor is aligned to its element size.
+std::vector<OutShard> PlanShards(const std::vector<OutTensor>& tensors, uint64_t max_shard_bytes);
+
+Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
+                              const DcpToHfOptions& opts, storage::FileSystem& fs);
+
+}  // namespace dcp::convert
