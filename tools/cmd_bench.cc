@@ -6,6 +6,7 @@
 
 #include "bench/bench.h"
 #include "tools/commands.h"
+#include "tools/workload_flags.h"
 #include "tools/world.h"
 
 namespace dcp::tools {
@@ -54,14 +55,8 @@ void AddBench(CLI::App& app, int* exit_code) {
       "bench", "Time save/load phases against the physical limits measured in the same run");
   auto a = std::make_shared<BenchArgs>();
   bench::BenchOptions& o = a->opts;
-  cmd->add_option("--model,--workload", o.model, "qwen3-30b-a3b, llama-dense or dense-500b")
-      ->capture_default_str();
-  cmd->add_option("--layers", o.layers, "transformer layers")->capture_default_str();
-  cmd->add_option("--width-scale", o.width_scale, "shrink widths, keep the tensor count")
-      ->capture_default_str();
-  cmd->add_flag("--optimizer", o.optimizer, "add fp32 exp_avg and exp_avg_sq per parameter");
-  cmd->add_option("--save-layout", o.save_layout, "e.g. dp4, tp2,dp2 (default dp<ranks>)");
-  cmd->add_option("--load-layout", o.load_layout, "reshard phase layout (default tp<ranks>)");
+  AddWorkloadFlags(cmd, &o.workload, "e.g. dp4, tp2,dp2 (default dp<ranks>)",
+                   "reshard phase layout (default tp<ranks>)");
   cmd->add_option("--phases", a->phases, "comma-separated: save, load, reshard, async")
       ->capture_default_str();
   cmd->add_option("--cache", a->cache, "cold (dropped, checked with mincore) or warm (just read)")

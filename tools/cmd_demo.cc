@@ -14,6 +14,7 @@
 #include "dcp/checkpoint.h"
 #include "dcp/format.h"
 #include "tools/commands.h"
+#include "tools/workload_flags.h"
 #include "tools/world.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
@@ -24,11 +25,8 @@ namespace {
 
 struct DemoArgs {
   std::string dir;
-  std::string model = "qwen3-30b-a3b";
-  int layers = 4;
-  double width_scale = 0.25;
-  std::string save_layout;  // default: tp2,dp2 on 4 ranks, dp<world> otherwise
-  std::string load_layout = "tp4";
+  // Save layout default: tp2,dp2 on 4 ranks, dp<world> otherwise; load layout default tp4.
+  workload::WorkloadOptions workload{.layers = 4, .width_scale = 0.25};
 };
 
 double GiBps(uint64_t bytes, double s) { return s > 0 ? bytes / s / (1 << 30) : 0; }
@@ -149,14 +147,11 @@ int RunDemo(const DemoArgs& a) {
     if (rank == 0) std::cout << line << std::endl;
   };
 
-  auto model = workload::MakeModel(a.model, a.layers, a.width_scale);
-  auto save_layout = workload::ParseLayout(!a.save_layout.empty() ? a.save_layout
-                                           : world == 4           ? std::string("tp2,dp2")
-                                                                  : "dp" + std::to_string(world));
-  auto load_layout = workload::ParseLayout(a.load_layout);
-  for (const Status& s : {model.status(), save_layout.status(), load_layout.status()}) {
-    if (!s.ok()) throw Error(s);
-  }
+  const workload::Workload w = ValueOrThrow(workload::MakeWorkload(
+      a.workload, world == 4 ? std::string("tp2,dp2") : "dp" + std::to_string(world), "tp4"));
+  const workload::ModelSpec* model = &w.model;
+  const workload::LayoutSpec* save_layout = &w.save_layout;
+  const workload::LayoutSpec* load_layout = &w.load_layout;
   if (save_layout->WorldSize() != world) {
     throw Error(InvalidArgument("save layout " + save_layout->ToString() + " needs " +
                                 std::to_string(save_layout->WorldSize()) + " ranks, this job has " +
@@ -182,8 +177,8 @@ int RunDemo(const DemoArgs& a) {
   char line[512];
   std::snprintf(line, sizeof(line),
                 "dcp demo: %s, %d layers, width x%.2f: %zu tensors, %s bf16, %d rank(s) (%s)",
-                a.model.c_str(), a.layers, a.width_scale, model->tensors.size(),
-                HumanBytes(model->TotalBytes()).c_str(), world,
+                a.workload.model.c_str(), a.workload.layers, a.workload.width_scale,
+                model->tensors.size(), HumanBytes(model->TotalBytes()).c_str(), world,
                 std::string(comm->backend()).c_str());
   say(line);
 
@@ -284,12 +279,9 @@ void AddDemo(CLI::App& app, int* exit_code) {
       "demo", "Save a model-shaped state dict, load it resharded, check every byte");
   auto a = std::make_shared<DemoArgs>();
   cmd->add_option("--dir", a->dir, "keep the checkpoints in this directory");
-  cmd->add_option("--model", a->model, "qwen3-30b-a3b or llama-dense")->capture_default_str();
-  cmd->add_option("--layers", a->layers, "transformer layers")->capture_default_str();
-  cmd->add_option("--width-scale", a->width_scale, "shrink widths, keep the tensor count")
-      ->capture_default_str();
-  cmd->add_option("--save-layout", a->save_layout, "e.g. dp4, tp2,dp2 (default dp<ranks>)");
-  cmd->add_option("--load-layout", a->load_layout, "e.g. tp4, ep4")->capture_default_str();
+  AddWorkloadFlags(cmd, &a->workload,
+                   "e.g. dp4, tp2,dp2 (default tp2,dp2 on 4 ranks, else dp<ranks>)",
+                   "e.g. tp4, ep4 (default tp4)");
   cmd->callback([=] { *exit_code = RunDemo(*a); });
 }
 

@@ -5,6 +5,7 @@
 
 #include "simulate/simulate.h"
 #include "tools/commands.h"
+#include "tools/workload_flags.h"
 
 namespace dcp::tools {
 namespace {
@@ -37,15 +38,9 @@ void AddSimulate(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("simulate", "Plan a job of N ranks in one process, no data");
   auto a = std::make_shared<SimulateArgs>();
   simulate::SimulateOptions& o = a->opts;
-  cmd->add_option("--model,--workload", o.model, "qwen3-30b-a3b, llama-dense or dense-500b")
-      ->capture_default_str();
-  cmd->add_option("--layers", o.layers, "transformer layers")->capture_default_str();
-  cmd->add_option("--width-scale", o.width_scale, "shrink widths, keep the tensor count")
-      ->capture_default_str();
-  cmd->add_flag("--optimizer", o.optimizer, "add fp32 exp_avg and exp_avg_sq per parameter");
+  AddWorkloadFlags(cmd, &o.workload, "e.g. tp8,ep8,dp256 (default dp<ranks>)",
+                   "default: the save layout");
   cmd->add_option("--ranks", o.ranks, "world size")->required();
-  cmd->add_option("--save-layout", o.save_layout, "e.g. tp8,ep8,dp256 (default dp<ranks>)");
-  cmd->add_option("--load-layout", o.load_layout, "default: the save layout");
   cmd->add_option("--ranks-per-host", o.ranks_per_host,
                   "ranks sharing a host and its page cache (no broadcast among them)")
       ->capture_default_str();

@@ -161,14 +161,12 @@ Status Runner::Setup() {
     }
   }
   if (o_.repeat < 1) return InvalidArgument("bench: --repeat must be >= 1");
-  DCP_ASSIGN_OR_RETURN(model_, workload::MakeModel(o_.model, o_.layers, o_.width_scale));
-  if (o_.optimizer) workload::AddOptimizerState(&model_);
   DCP_ASSIGN_OR_RETURN(
-      save_layout_,
-      workload::ParseLayout(o_.save_layout.empty() ? "dp" + std::to_string(n) : o_.save_layout));
-  DCP_ASSIGN_OR_RETURN(
-      load_layout_,
-      workload::ParseLayout(o_.load_layout.empty() ? "tp" + std::to_string(n) : o_.load_layout));
+      workload::Workload w,
+      workload::MakeWorkload(o_.workload, "dp" + std::to_string(n), "tp" + std::to_string(n)));
+  model_ = std::move(w.model);
+  save_layout_ = std::move(w.save_layout);
+  load_layout_ = std::move(w.load_layout);
   for (const auto* l : {&save_layout_, &load_layout_}) {
     if (l->WorldSize() != n) {
       return InvalidArgument("bench: layout " + l->ToString() + " needs " +
@@ -445,7 +443,8 @@ std::string FormatTable(const BenchReport& r) {
   std::snprintf(line, sizeof(line),
                 "dcp bench: %s, %d layers, width x%.2f%s: %llu tensors, %llu chunks, %s unique; "
                 "%d rank(s) (%s); save %s, reshard to %s; cache %s; median of %d\n",
-                o.model.c_str(), o.layers, o.width_scale, o.optimizer ? " + optimizer" : "",
+                o.workload.model.c_str(), o.workload.layers, o.workload.width_scale,
+                o.workload.optimizer ? " + optimizer" : "",
                 static_cast<unsigned long long>(r.tensors),
                 static_cast<unsigned long long>(r.chunks), HumanBytes(r.unique_bytes).c_str(),
                 r.ranks, r.backend.c_str(), r.save_layout.c_str(), r.load_layout.c_str(),
@@ -501,10 +500,10 @@ std::string ReportJson(const BenchReport& r) {
   using nlohmann::json;
   const BenchOptions& o = r.options;
   json j;
-  j["workload"] = o.model;
-  j["layers"] = o.layers;
-  j["width_scale"] = o.width_scale;
-  j["optimizer"] = o.optimizer;
+  j["workload"] = o.workload.model;
+  j["layers"] = o.workload.layers;
+  j["width_scale"] = o.workload.width_scale;
+  j["optimizer"] = o.workload.optimizer;
   j["ranks"] = r.ranks;
   j["backend"] = r.backend;
   j["save_layout"] = r.save_layout;

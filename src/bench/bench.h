@@ -13,16 +13,13 @@
 
 #include "dcp/comm.h"
 #include "dcp/status.h"
+#include "workload/workload.h"
 
 namespace dcp::bench {
 
 struct BenchOptions {
-  std::string model = "qwen3-30b-a3b";
-  int layers = 2;
-  double width_scale = 0.1;
-  bool optimizer = false;   // add fp32 exp_avg / exp_avg_sq per parameter
-  std::string save_layout;  // default "dp<ranks>"
-  std::string load_layout;  // the reshard phase's layout; default "tp<ranks>"
+  // Save layout default "dp<ranks>"; the reshard phase's load layout default "tp<ranks>".
+  workload::WorkloadOptions workload{.layers = 2, .width_scale = 0.1};
   std::vector<std::string> phases = {"save", "load", "reshard"};  // and/or "async"
   bool cold = true;  // cold page cache before loads (else warm: read just before)
   int repeat = 1;

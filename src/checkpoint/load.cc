@@ -21,6 +21,7 @@
 #include "core/wire.h"
 #include "planner/broadcast_plan.h"
 #include "planner/load_plan.h"
+#include "planner/plan_classes.h"
 
 namespace dcp::checkpoint {
 namespace {
@@ -73,7 +74,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   const bool verify = opts.verify_checksums && md && md->has_checksums;
   std::string hello;
   wire::Writer w(hello);
-  w.Fixed64(XXH3_64bits(encoded.data(), encoded.size()));
+  w.Fixed64(planner::PlanHash(encoded));
   w.Fixed64(HostId());
   const size_t options_at = hello.size();
   w.Varint(opts.broadcast_batch_bytes);
@@ -81,13 +82,10 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   w.Byte(opts.broadcast_within_host ? 1 : 0);
   DCP_ASSIGN_OR_RETURN(auto hellos, AllGatherOrFail(comm, plan_status, hello));
   const int world = comm.size();
-  std::unordered_map<uint64_t, int> class_of;
-  std::vector<std::vector<int>> holders;
-  std::vector<int> first(world);
-  std::vector<uint64_t> host_of_rank(world);
+  std::vector<uint64_t> hash_of_rank(world), host_of_rank(world);
   for (int r = 0; r < world; ++r) {
     wire::Reader rd(hellos[r]);
-    const uint64_t h = rd.Fixed64();
+    hash_of_rank[r] = rd.Fixed64();
     host_of_rank[r] = rd.Fixed64();
     // Batching and sharing must be decided alike everywhere, or collectives diverge.
     if (hellos[r].substr(options_at) != hello.substr(options_at)) {
@@ -96,19 +94,16 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
           "broadcast_within_host: rank " +
           std::to_string(r) + " differs from rank " + std::to_string(comm.rank()));
     }
-    auto [it, inserted] = class_of.try_emplace(h, static_cast<int>(holders.size()));
-    if (inserted) holders.emplace_back();
-    holders[it->second].push_back(r);
-    first[r] = holders[it->second].front();
   }
-  const bool sender = first[comm.rank()] == comm.rank();
-  DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(sender ? encoded : std::string()));
+  const planner::PlanClasses classes = planner::GroupByPlanHash(hash_of_rank);
+  DCP_ASSIGN_OR_RETURN(auto lists,
+                       comm.AllGather(classes.IsSender(comm.rank()) ? encoded : std::string()));
   std::vector<planner::LoadIdentity> distinct;
-  for (const auto& h : holders) {
+  for (const auto& h : classes.holders) {
     DCP_ASSIGN_OR_RETURN(auto d, planner::DecodeLoadIdentity(lists[h.front()]));
     distinct.push_back(std::move(d));
   }
-  return planner::PlanBroadcast(distinct, holders, world,
+  return planner::PlanBroadcast(distinct, classes.holders, world,
                                 {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank});
 }
 

@@ -5,8 +5,6 @@
 // all ranks return the same error and no one waits for a peer that gave up.
 #include "checkpoint/save.h"
 
-#include <xxhash.h>
-
 #include <chrono>
 #include <cstdio>
 #include <list>
@@ -23,6 +21,7 @@
 #include "core/log.h"
 #include "core/wire.h"
 #include "metadata/codec.h"
+#include "planner/plan_classes.h"
 #include "planner/save_plan.h"
 #include "storage/data_files.h"
 
@@ -320,7 +319,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   Status st = local.status();
   if (st.ok()) st = fs.CreateDirs(dir);
   std::string encoded = st.ok() ? planner::EncodeLocalPlan(*local) : std::string();
-  const uint64_t local_hash = XXH3_64bits(encoded.data(), encoded.size());
+  const uint64_t local_hash = planner::PlanHash(encoded);
   std::optional<CachedPlan> cached = opts.plan_cache ? Cache().Find(local_hash) : std::nullopt;
   std::string hello;
   {
@@ -341,8 +340,8 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     uint64_t id = rd.Fixed64();
     if (r == 0) save_id = id;
   }
-  uint64_t digest = XXH3_64bits(hashes.data(), hashes.size() * sizeof(uint64_t)) ^
-                    (opts.dedup_replicas ? 0x9e3779b97f4a7c15ULL : 0);
+  uint64_t digest =
+      planner::DigestOfPlanHashes(hashes) ^ (opts.dedup_replicas ? 0x9e3779b97f4a7c15ULL : 0);
   bool hit = true;
   for (uint64_t d : cached_digests) hit = hit && d == digest;
 
@@ -352,17 +351,10 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     plan = cached->plan;
     result.plan_cache_hit = true;
   } else {
-    std::vector<int> first_holder(world);
-    std::unordered_map<uint64_t, int> class_of;
-    std::vector<std::vector<int>> holders;
-    for (int r = 0; r < world; ++r) {
-      auto [it, inserted] = class_of.try_emplace(hashes[r], static_cast<int>(holders.size()));
-      if (inserted) holders.emplace_back();
-      holders[it->second].push_back(r);
-      first_holder[r] = holders[it->second].front();
-    }
+    const planner::PlanClasses classes = planner::GroupByPlanHash(hashes);
+    const auto& holders = classes.holders;
     // Only the first holder of each distinct plan sends it.
-    auto plans_raw = comm->AllGather(first_holder[rank] == rank ? encoded : std::string());
+    auto plans_raw = comm->AllGather(classes.IsSender(rank) ? encoded : std::string());
     if (!plans_raw.ok()) return plans_raw.status();
     std::vector<planner::LocalSavePlan> distinct(holders.size());
     for (size_t c = 0; c < holders.size(); ++c) {

@@ -50,6 +50,10 @@ Result<std::vector<std::string>> AllGatherOrFail(Comm& comm, const Status& mine_
   return all;
 }
 
+Status AgreeOnStatus(Comm& comm, const Status& mine) {
+  return AllGatherOrFail(comm, mine, {}).status();
+}
+
 Status BroadcastStatus(Comm& comm, int root, const Status& s) {
   std::string m = comm.rank() == root ? Encode(s) : std::string();
   DCP_RETURN_IF_ERROR(comm.Broadcast(m, root));

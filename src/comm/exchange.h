@@ -1,3 +1,5 @@
+// One encoding of a rank's status on the wire (a code byte, then the message or payload), for
+// every collective that must also agree on failure: AgreeOnStatus (dcp/comm.h) and these.
 // Messages that carry either a payload or a rank's error, so one collective both exchanges
 // data and agrees on failure: if any rank failed, every rank returns that rank's error.
 #pragma once

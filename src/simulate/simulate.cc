@@ -1,7 +1,5 @@
 #include "simulate/simulate.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +16,7 @@
 #include "metadata/metadata.h"
 #include "planner/broadcast_plan.h"
 #include "planner/load_plan.h"
+#include "planner/plan_classes.h"
 #include "planner/save_plan.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
@@ -53,19 +52,21 @@ Result<planner::LocalSavePlan> PlanFor(const workload::ModelSpec& model,
   return plan;
 }
 
-struct PlanClasses {
+// The ranks of a layout grouped as Save and Load group them (planner::GroupByPlanHash), with
+// each class's plan.
+struct SimClasses {
   std::vector<planner::LocalSavePlan> plans;  // one per class
   std::vector<std::vector<int>> holders;      // sorted ranks per class
-  std::vector<uint64_t> encoded_sizes;
-  std::vector<uint64_t> hashes;
+  std::vector<uint64_t> encoded_sizes;        // per class
+  std::vector<uint64_t> hash_of_rank;
 };
 
-// Groups the ranks of `layout` by local plan hash, as Save does with the gathered hashes.
-// Ranks that differ only in their data-parallel coordinates hold the same chunks, so one
-// plan is built per combination of the other coordinates; combinations that still come
-// out identical are merged by hash. With `check`, every rank's plan is built and hashed.
-Result<PlanClasses> FindClasses(const workload::ModelSpec& model,
-                                const workload::LayoutSpec& layout, bool check) {
+// Ranks that differ only in their data-parallel coordinates hold the same chunks, so one plan
+// is built per combination of the other coordinates and its hash given to all of them; the
+// ranks are then grouped by hash with Save's own code. With `check`, every rank's plan is
+// built and hashed.
+Result<SimClasses> FindClasses(const workload::ModelSpec& model, const workload::LayoutSpec& layout,
+                               bool check) {
   const std::vector<int> mesh = layout.MeshShape();
   const int n = layout.WorldSize();
   std::map<std::vector<int>, std::vector<int>> by_key;
@@ -76,53 +77,37 @@ Result<PlanClasses> FindClasses(const workload::ModelSpec& model,
     }
     by_key[std::move(key)].push_back(r);
   }
-  PlanClasses out;
-  std::unordered_map<uint64_t, size_t> by_hash;
+  SimClasses out;
+  out.hash_of_rank.resize(n);
+  struct Built {
+    planner::LocalSavePlan plan;
+    uint64_t encoded_size = 0;
+  };
+  std::unordered_map<uint64_t, Built> by_hash;
   for (auto& [key, ranks] : by_key) {
     DCP_ASSIGN_OR_RETURN(planner::LocalSavePlan plan, PlanFor(model, layout, ranks.front()));
     const std::string enc = planner::EncodeLocalPlan(plan);
-    const uint64_t h = XXH3_64bits(enc.data(), enc.size());
-    auto [it, inserted] = by_hash.try_emplace(h, out.plans.size());
-    if (inserted) {
-      out.plans.push_back(std::move(plan));
-      out.holders.push_back(ranks);
-      out.encoded_sizes.push_back(enc.size());
-      out.hashes.push_back(h);
-    } else {
-      auto& h_ranks = out.holders[it->second];
-      h_ranks.insert(h_ranks.end(), ranks.begin(), ranks.end());
-    }
-  }
-  // Classes in order of their lowest rank, as Save numbers them.
-  std::vector<size_t> order(out.plans.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    std::sort(out.holders[i].begin(), out.holders[i].end());
-    order[i] = i;
-  }
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return out.holders[a][0] < out.holders[b][0]; });
-  PlanClasses sorted;
-  for (size_t i : order) {
-    sorted.plans.push_back(std::move(out.plans[i]));
-    sorted.holders.push_back(std::move(out.holders[i]));
-    sorted.encoded_sizes.push_back(out.encoded_sizes[i]);
-    sorted.hashes.push_back(out.hashes[i]);
+    const uint64_t h = planner::PlanHash(enc);
+    for (int r : ranks) out.hash_of_rank[r] = h;
+    by_hash.try_emplace(h, Built{std::move(plan), enc.size()});
   }
   if (check) {
-    std::vector<uint64_t> hash_of(n);
-    for (size_t c = 0; c < sorted.holders.size(); ++c) {
-      for (int r : sorted.holders[c]) hash_of[r] = sorted.hashes[c];
-    }
     for (int r = 0; r < n; ++r) {
       DCP_ASSIGN_OR_RETURN(planner::LocalSavePlan plan, PlanFor(model, layout, r));
-      const std::string enc = planner::EncodeLocalPlan(plan);
-      if (XXH3_64bits(enc.data(), enc.size()) != hash_of[r]) {
+      if (planner::PlanHash(planner::EncodeLocalPlan(plan)) != out.hash_of_rank[r]) {
         return Internal("simulate: rank " + std::to_string(r) + " of layout " + layout.ToString() +
                         " does not hold the plan of its class");
       }
     }
   }
-  return sorted;
+  planner::PlanClasses classes = planner::GroupByPlanHash(out.hash_of_rank);
+  for (auto& holders : classes.holders) {
+    Built& b = by_hash.at(out.hash_of_rank[holders.front()]);
+    out.plans.push_back(std::move(b.plan));
+    out.encoded_sizes.push_back(b.encoded_size);
+    out.holders.push_back(std::move(holders));
+  }
+  return out;
 }
 
 uint64_t VarintSize(uint64_t v) {
@@ -301,15 +286,12 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
   r.options = o;
   const int n = o.ranks;
   if (n < 1) return InvalidArgument("simulate: --ranks must be >= 1");
-  DCP_ASSIGN_OR_RETURN(auto model, workload::MakeModel(o.model, o.layers, o.width_scale));
-  if (o.optimizer) workload::AddOptimizerState(&model);
+  DCP_ASSIGN_OR_RETURN(workload::Workload w,
+                       workload::MakeWorkload(o.workload, "dp" + std::to_string(n)));
+  const workload::ModelSpec& model = w.model;
+  const workload::LayoutSpec& save_layout = w.save_layout;
+  const workload::LayoutSpec& load_layout = w.load_layout;
   r.model_bytes = model.TotalBytes();
-  DCP_ASSIGN_OR_RETURN(
-      auto save_layout,
-      workload::ParseLayout(o.save_layout.empty() ? "dp" + std::to_string(n) : o.save_layout));
-  DCP_ASSIGN_OR_RETURN(
-      auto load_layout,
-      workload::ParseLayout(o.load_layout.empty() ? save_layout.ToString() : o.load_layout));
   for (const auto* l : {&save_layout, &load_layout}) {
     if (l->WorldSize() != n) {
       return InvalidArgument("simulate: layout " + l->ToString() + " has " +
@@ -325,14 +307,14 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
   {
     DCP_ASSIGN_OR_RETURN(planner::LocalSavePlan mine, PlanFor(model, save_layout, 0));
     const std::string enc = planner::EncodeLocalPlan(mine);
-    volatile uint64_t h = XXH3_64bits(enc.data(), enc.size());
+    volatile uint64_t h = planner::PlanHash(enc);
     (void)h;
   }
   r.local_plan_seconds = Since(t0);
 
   // Save: classes, then the global plan over the distinct plans.
   t0 = Clock::now();
-  DCP_ASSIGN_OR_RETURN(PlanClasses save, FindClasses(model, save_layout, o.check_classes));
+  DCP_ASSIGN_OR_RETURN(SimClasses save, FindClasses(model, save_layout, o.check_classes));
   r.classes_seconds = Since(t0);
   r.classes_checked = o.check_classes;
   r.save_plan_classes = static_cast<int>(save.plans.size());
@@ -344,12 +326,8 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
 
   // A cache hit costs the digest over the gathered hashes (save.cc).
   {
-    std::vector<uint64_t> hashes(n);
-    for (size_t c = 0; c < save.holders.size(); ++c) {
-      for (int rank : save.holders[c]) hashes[rank] = save.hashes[c];
-    }
     t0 = Clock::now();
-    volatile uint64_t digest = XXH3_64bits(hashes.data(), hashes.size() * sizeof(uint64_t));
+    volatile uint64_t digest = planner::DigestOfPlanHashes(save.hash_of_rank);
     (void)digest;
     r.cache_hit_plan_seconds = Since(t0);
   }
@@ -389,7 +367,7 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
     return Internal("simulate: metadata round trip lost chunks");
 
   // Load: one representative per distinct destination plan.
-  DCP_ASSIGN_OR_RETURN(PlanClasses load, FindClasses(model, load_layout, o.check_classes));
+  DCP_ASSIGN_OR_RETURN(SimClasses load, FindClasses(model, load_layout, o.check_classes));
   r.load_plan_classes = static_cast<int>(load.plans.size());
   std::vector<uint64_t> read_bytes(load.plans.size()), files(load.plans.size());
   std::unordered_set<uint64_t> needed;  // (tensor << 32 | stored chunk), over all classes
@@ -436,8 +414,9 @@ std::string FormatReport(const SimulateReport& r) {
     std::snprintf(line, sizeof(line), fmt, args...);
     out += line;
   };
-  add("dcp simulate: %s, %d layers, width x%.2f%s; %d ranks; save %s, load %s\n", o.model.c_str(),
-      o.layers, o.width_scale, o.optimizer ? " + optimizer" : "", o.ranks, r.save_layout.c_str(),
+  add("dcp simulate: %s, %d layers, width x%.2f%s; %d ranks; save %s, load %s\n",
+      o.workload.model.c_str(), o.workload.layers, o.workload.width_scale,
+      o.workload.optimizer ? " + optimizer" : "", o.ranks, r.save_layout.c_str(),
       r.load_layout.c_str());
   add("  checkpoint: %llu tensors, %llu stored chunks, %llu bytes entries, %s unique (model %s)\n",
       (unsigned long long)r.tensors, (unsigned long long)r.chunks,
@@ -500,10 +479,10 @@ std::string ReportJson(const SimulateReport& r) {
     return json{{"min", d.min}, {"max", d.max}, {"mean", d.mean}, {"sum", d.sum}};
   };
   json j;
-  j["workload"] = o.model;
-  j["layers"] = o.layers;
-  j["width_scale"] = o.width_scale;
-  j["optimizer"] = o.optimizer;
+  j["workload"] = o.workload.model;
+  j["layers"] = o.workload.layers;
+  j["width_scale"] = o.workload.width_scale;
+  j["optimizer"] = o.workload.optimizer;
   j["ranks"] = o.ranks;
   j["save_layout"] = r.save_layout;
   j["load_layout"] = r.load_layout;

@@ -14,17 +14,14 @@
 #include <vector>
 
 #include "dcp/status.h"
+#include "workload/workload.h"
 
 namespace dcp::simulate {
 
 struct SimulateOptions {
-  std::string model = "qwen3-30b-a3b";
-  int layers = 48;
-  double width_scale = 1.0;
-  bool optimizer = false;
-  int ranks = 0;            // must equal both layouts' world size
-  std::string save_layout;  // default "dp<ranks>"
-  std::string load_layout;  // default: the save layout
+  // Save layout default "dp<ranks>"; load layout default: the save layout.
+  workload::WorkloadOptions workload{.layers = 48};
+  int ranks = 0;  // must equal both layouts' world size
   // Ranks r and r' share a host (and its page cache) when r / ranks_per_host equals
   // r' / ranks_per_host; replicas within a host are not broadcast, as in Load.
   int ranks_per_host = 8;
