@@ -253,9 +253,10 @@ workload::LayoutSpec AsyncLayout(int n) {
 
 // Overwrites every tensor chunk and bytes entry of `sd`, as a training step would.
 void Scribble(StateDict& sd, uint8_t value) {
-  for (StateEntry& e : sd.entries()) {
-    for (TensorChunk& c : e.chunks) std::memset(c.view.data, value, c.view.NumBytes());
-    if (e.kind == StateEntry::Kind::kBytes) e.bytes.assign(3, std::byte{value});
+  for (size_t i = 0; i < sd.size(); ++i) {
+    const StateEntry& e = sd.entries()[i];
+    for (const TensorChunk& c : e.chunks) std::memset(c.view.data, value, c.view.NumBytes());
+    if (e.kind == StateEntry::Kind::kBytes) sd.mutable_bytes(i).assign(3, std::byte{value});
   }
 }
 
@@ -292,10 +293,10 @@ void AsyncSaveWhileTraining(const std::shared_ptr<Comm>& comm, const std::string
   auto pristine = workload::PopulateStateDict(model, layout, comm->rank());
   ASSERT_TRUE(pristine.ok());
   auto restore = [&] {
-    auto& dst = sd->sd.entries();
+    const auto& dst = sd->sd.entries();
     const auto& src = pristine->sd.entries();
     for (size_t i = 0; i < dst.size(); ++i) {
-      dst[i].bytes = src[i].bytes;
+      if (dst[i].kind == StateEntry::Kind::kBytes) sd->sd.mutable_bytes(i) = src[i].bytes;
       for (size_t c = 0; c < dst[i].chunks.size(); ++c) {
         std::memcpy(dst[i].chunks[c].view.data, src[i].chunks[c].view.data,
                     dst[i].chunks[c].view.NumBytes());
@@ -577,10 +578,11 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
                               .broadcast = broadcast,
                               .broadcast_within_host = true}));
     EXPECT_EQ(r.entries_skipped, 2u);
-    for (auto& e : dst->sd.entries()) {
+    for (size_t i = 0; i < dst->sd.size(); ++i) {
+      const StateEntry& e = dst->sd.entries()[i];
       if (e.kind == StateEntry::Kind::kBytes) {
         auto expected = workload::ExpectedBytesEntry(e.fqn);
-        e.bytes.assign(expected.begin(), expected.end());
+        dst->sd.mutable_bytes(i).assign(expected.begin(), expected.end());
       }
     }
     Status v = workload::VerifyStateDict(dst->sd);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/thread_comm.h"
 #include "dcp/comm.h"
 
 namespace dcp::testing {

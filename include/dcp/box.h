@@ -19,6 +19,8 @@ namespace dcp {
 inline constexpr int kMaxDims = 8;
 
 // A small fixed-capacity list of extents or coordinates (up to kMaxDims, no allocation).
+// Building one of more than kMaxDims dimensions throws dcp::Error (kInvalidArgument), in every
+// build type.
 class Shape {
  public:
   Shape() = default;
@@ -26,7 +28,7 @@ class Shape {
   static Shape Zeros(int rank);
 
   int rank() const { return rank_; }
-  int64_t operator[](int d) const { return v_[d]; }
+  int64_t operator[](int d) const { return v_[d]; }  // 0 <= d < rank()
   int64_t& operator[](int d) { return v_[d]; }
   void push_back(int64_t x);
   const int64_t* begin() const { return v_.data(); }

@@ -1,8 +1,12 @@
 // The communication interface: the only place that talks to other ranks.
 //
-// Backends: LocalComm (a world of one, the default), ThreadComm (ranks as threads in one
-// process, for tests), FileComm (plans and results exchanged through files on a shared
-// filesystem, no communication group needed), MPI (dcp/mpi_comm.h, when built with MPI).
+// Backends: LocalComm (a world of one, the default), FileComm (plans and results exchanged
+// through files on a shared filesystem, no communication group needed), MPI (dcp/mpi_comm.h,
+// when built with MPI). A caller may implement Comm over its own transport (the Python package
+// does, over torch.distributed).
+//
+// Errors: the Comm interface is the public API's one extension point and returns Status /
+// Result values, as backends produce them; every other public call throws dcp::Error.
 //
 // Contract for every backend:
 // - Collectives must be called by every rank of the communicator in the same order; they are
@@ -49,6 +53,10 @@ class Comm {
   // Whether this backend moves tensor data (read-once broadcast during load). Backends
   // that only carry plans and results (FileComm) say no, and load reads without them.
   virtual bool moves_tensor_data() const { return true; }
+  // OK when a communicator derived from this one (CreateGroup) may be used from another
+  // thread while this one is in use, as async save's persisting thread does. MPI needs
+  // MPI_THREAD_MULTIPLE for it; the error says what to do.
+  virtual Status CheckConcurrentUse() const { return OkStatus(); }
 
   // Every rank contributes `mine`; every rank receives all contributions in rank order.
   virtual Result<std::vector<std::string>> AllGather(std::string_view mine) = 0;
@@ -79,10 +87,6 @@ class Comm {
 
 // A world of one process: collectives return the caller's own contribution.
 std::shared_ptr<Comm> LocalComm();
-
-// `n` ranks as threads of one process, for tests: returns one Comm per rank, each to be used
-// by its own thread.
-std::vector<std::shared_ptr<Comm>> MakeThreadComms(int n);
 
 // Rank `rank` of `size` processes that share the filesystem holding `dir` (created if
 // missing). Messages are files under `{dir}/.dcp-comm/`, published by rename. `dir` must be

@@ -30,9 +30,11 @@ namespace dcp {
 // different threads.
 std::shared_ptr<Comm> MpiComm(MPI_Comm comm = MPI_COMM_WORLD);
 
-// Initializes MPI with MPI_THREAD_MULTIPLE unless it already is; in that case it also
-// finalizes MPI at exit. MPI initialized by the caller is never finalized by dcp. Fails if MPI
-// was already finalized or the library cannot be initialized.
-Status EnsureMpiInitialized(int* argc, char*** argv);
+// Initializes MPI asking for MPI_THREAD_MULTIPLE (async save needs it: its persisting thread
+// runs collectives while the caller runs its own) unless it already is; in that case it also
+// finalizes MPI at exit. MPI initialized by the caller is never finalized by dcp; an async save
+// over MPI initialized below MPI_THREAD_MULTIPLE fails with a clear error (Comm::
+// CheckConcurrentUse). Throws dcp::Error if MPI was already finalized or cannot be initialized.
+void EnsureMpiInitialized(int* argc, char*** argv);
 
 }  // namespace dcp

@@ -39,7 +39,9 @@ struct StateEntry {
   std::vector<std::byte> bytes;
 };
 
-// Not thread-safe. Views must outlive the save/load call that uses them.
+// Not thread-safe. Views must outlive the save/load call that uses them. Entries are added,
+// never renamed or removed (the name index stays true): read them through find() and entries(),
+// change a bytes entry's payload through mutable_bytes().
 class StateDict {
  public:
   // One chunk of `fqn`: `view` holds the box at `chunk.offsets` of a tensor of
@@ -47,15 +49,21 @@ class StateDict {
   void add(std::string_view fqn, TensorView view, const Chunk& chunk);
   // A whole (unsharded) tensor.
   void add(std::string_view fqn, TensorView view);
-  // A bytes entry (copied). For load, add it empty; load fills it.
+  // A tensor of which this rank holds no chunk: it is named (so a load checks it exists with
+  // this dtype and shape) without memory. Adding chunks later is allowed.
+  void add_empty(std::string_view fqn, DType dtype, const Shape& global_shape);
+  // A bytes entry (copied; an existing entry's payload is replaced). For load, add it empty;
+  // load fills it.
   void add_bytes(std::string_view fqn, std::span<const std::byte> bytes = {});
   void add_bytes(std::string_view fqn, std::string_view text);
 
+  // The entry named `fqn`, or null.
   const StateEntry* find(std::string_view fqn) const;
-  StateEntry* find(std::string_view fqn);
   const std::vector<StateEntry>& entries() const { return entries_; }
-  std::vector<StateEntry>& entries() { return entries_; }
   size_t size() const { return entries_.size(); }
+  // The payload of bytes entry `index` (of entries()), for load to replace. Throws
+  // dcp::Error (kInvalidArgument) when the index is out of range or names a tensor entry.
+  std::vector<std::byte>& mutable_bytes(size_t index);
 
  private:
   StateEntry& GetOrCreate(std::string_view fqn, StateEntry::Kind kind);

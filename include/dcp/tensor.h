@@ -25,9 +25,11 @@ struct TensorView {
   TensorView(void* d, DType t, Shape s, MemoryKind m = MemoryKind::kHost)
       : data(d), dtype(t), shape(s), memory(m) {}
 
-  uint64_t NumElements() const { return shape.NumElements().value_or(0); }
+  // Throw dcp::Error (kInvalidArgument) when the shape has a negative extent or the size
+  // does not fit 64 bits, in every build type.
+  uint64_t NumElements() const;
   // Size in bytes; sub-byte dtypes round up (validation rejects partial bytes).
-  uint64_t NumBytes() const { return (NumElements() * DTypeBits(dtype) + 7) / 8; }
+  uint64_t NumBytes() const;
   std::byte* bytes() const { return static_cast<std::byte*>(data); }
 };
 

@@ -165,6 +165,7 @@ struct AsyncSaver::Impl {
     if (!c || c->size() == 1) return LocalComm();  // no one to talk to
     auto it = comms.find(c.get());
     if (it != comms.end()) return it->second.own;
+    DCP_RETURN_IF_ERROR(c->CheckConcurrentUse());
     std::vector<int> all(c->size());
     for (int r = 0; r < c->size(); ++r) all[r] = r;
     DCP_ASSIGN_OR_RETURN(std::shared_ptr<Comm> own, c->CreateGroup(all));
@@ -207,24 +208,16 @@ struct AsyncSaver::Impl {
         st->bytes_staged += e.bytes.size();
         continue;
       }
-      if (e.chunks.empty()) {  // a tensor this rank holds no chunk of
-        const Shape zeros = Shape::Zeros(e.global_shape.rank());
-        staged.add(e.fqn, TensorView(nullptr, e.dtype, zeros), Chunk{e.global_shape, zeros});
-        staged.find(e.fqn)->chunks.clear();
-      }
+      staged.add_empty(e.fqn, e.dtype, e.global_shape);
       for (const TensorChunk& tc : e.chunks) {
         const uint64_t n = tc.view.NumBytes();
         std::byte* dst = lease.block.data() + offset;
         if (n > 0) pieces.push_back({tc.view.bytes(), dst, n});
         staged.add(e.fqn, TensorView(dst, tc.view.dtype, tc.view.shape),
                    Chunk{e.global_shape, tc.box.offsets});
-        staged.find(e.fqn)->chunks.back().box = tc.box;
         offset += AlignUp(n);
         st->bytes_staged += n;
       }
-      StateEntry* se = staged.find(e.fqn);
-      se->dtype = e.dtype;
-      se->global_shape = e.global_shape;
     }
     st->threads = copiers.Copy(pieces);
     st->copy_seconds = Seconds(t0, Clock::now());

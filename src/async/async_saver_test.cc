@@ -47,7 +47,7 @@ struct Model {
     std::memset(b1.data(), 0xCD, b1.size() * 4);
     std::memset(b2.data(), 0xEF, b2.size() * 4);
     std::memset(c.data(), 0x12, c.size() * 8);
-    sd.find("optim")->bytes.assign(5, std::byte{0x7f});
+    sd.add_bytes("optim", std::string(5, '\x7f'));  // replaces the payload
   }
 };
 

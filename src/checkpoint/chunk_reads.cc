@@ -49,7 +49,7 @@ Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
 }
 
 Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items) {
-  auto& entries = sd_.entries();
+  const auto& entries = sd_.entries();
   std::vector<CopyRuns> runs;
   std::vector<storage::ChunkTarget> targets;
   for (size_t i = 0; i < items.size();) {
@@ -108,7 +108,7 @@ Status ChunkReads::ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::by
 Status ChunkReads::ReadBytesEntries(const planner::LocalLoadPlan& plan) {
   for (const planner::BytesRead& br : plan.bytes) {
     const metadata::BytesMeta& b = md_.bytes[br.bytes];
-    std::vector<std::byte>& dst = sd_.entries()[br.entry].bytes;
+    std::vector<std::byte>& dst = sd_.mutable_bytes(br.entry);
     dst.resize(b.byte_length);
     auto file = Open(b.file);
     Status s = file.status();

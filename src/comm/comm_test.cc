@@ -11,6 +11,8 @@
 #include <functional>
 #include <thread>
 
+#include "comm/thread_comm.h"
+
 namespace dcp {
 namespace {
 

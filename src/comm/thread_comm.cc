@@ -6,6 +6,8 @@
 // for the contributions it needs (everyone for AllGather/Barrier, everyone at the Gather root,
 // the root for Broadcast receivers); one-sided callers return at once, like eager MPI sends.
 // A slot is erased when every member has left it.
+#include "comm/thread_comm.h"
+
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -13,7 +15,6 @@
 #include <utility>
 
 #include "comm/comm_util.h"
-#include "dcp/comm.h"
 
 namespace dcp {
 namespace {

@@ -2,22 +2,39 @@
 
 #include <algorithm>
 #include <cassert>
+#include <string>
+
+#include "dcp/status.h"
 
 namespace dcp {
 
+namespace {
+
+// A fixed array sits behind Shape: the limit is checked in release builds too.
+void CheckRank(size_t rank) {
+  if (rank > static_cast<size_t>(kMaxDims)) {
+    throw Error(InvalidArgument("a shape has " + std::to_string(rank) +
+                                " dimensions; dcp supports at most " + std::to_string(kMaxDims)));
+  }
+}
+
+}  // namespace
+
 Shape::Shape(std::initializer_list<int64_t> dims) {
-  assert(dims.size() <= kMaxDims);
+  CheckRank(dims.size());
   for (int64_t d : dims) v_[rank_++] = d;
 }
 
 Shape Shape::Zeros(int rank) {
+  if (rank < 0) throw Error(InvalidArgument("a shape cannot have negative rank"));
+  CheckRank(static_cast<size_t>(rank));
   Shape s;
   s.rank_ = rank;
   return s;
 }
 
 void Shape::push_back(int64_t x) {
-  assert(rank_ < kMaxDims);
+  CheckRank(static_cast<size_t>(rank_) + 1);
   v_[rank_++] = x;
 }
 

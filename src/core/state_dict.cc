@@ -33,6 +33,14 @@ void StateDict::add(std::string_view fqn, TensorView view) {
   add(fqn, view, Chunk{view.shape, Shape::Zeros(view.shape.rank())});
 }
 
+void StateDict::add_empty(std::string_view fqn, DType dtype, const Shape& global_shape) {
+  StateEntry& e = GetOrCreate(fqn, StateEntry::Kind::kTensor);
+  if (e.chunks.empty()) {
+    e.dtype = dtype;
+    e.global_shape = global_shape;
+  }
+}
+
 void StateDict::add_bytes(std::string_view fqn, std::span<const std::byte> bytes) {
   StateEntry& e = GetOrCreate(fqn, StateEntry::Kind::kBytes);
   e.bytes.assign(bytes.begin(), bytes.end());
@@ -47,9 +55,12 @@ const StateEntry* StateDict::find(std::string_view fqn) const {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
-StateEntry* StateDict::find(std::string_view fqn) {
-  auto it = index_.find(std::string(fqn));
-  return it == index_.end() ? nullptr : &entries_[it->second];
+std::vector<std::byte>& StateDict::mutable_bytes(size_t index) {
+  if (index >= entries_.size() || entries_[index].kind != StateEntry::Kind::kBytes) {
+    throw Error(
+        InvalidArgument("state dict entry " + std::to_string(index) + " is not a bytes entry"));
+  }
+  return entries_[index].bytes;
 }
 
 }  // namespace dcp

@@ -30,15 +30,16 @@ uint64_t LocalIndex(const Box& box, const Shape& at) {
 
 // A deliberately naive reference resharder: copies every element of every overlap.
 void CopyOverlaps(const StateDict& src, StateDict& dst) {
-  for (StateEntry& de : dst.entries()) {
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const StateEntry& de = dst.entries()[i];
     const StateEntry* se = src.find(de.fqn);
     if (se == nullptr) continue;  // e.g. an expert this source rank does not own
     if (de.kind == StateEntry::Kind::kBytes) {
-      de.bytes = se->bytes;
+      dst.mutable_bytes(i) = se->bytes;
       continue;
     }
     const size_t width = DTypeBits(de.dtype) / 8;
-    for (TensorChunk& dc : de.chunks) {
+    for (const TensorChunk& dc : de.chunks) {
       for (const TensorChunk& sc : se->chunks) {
         std::optional<Box> o = Intersect(dc.box, sc.box);
         if (!o && !(dc.box.rank() == 0 && sc.box.rank() == 0)) continue;
@@ -189,7 +190,7 @@ TEST(VerifyTest, ReportsFirstMismatchWithCoordinate) {
   ASSERT_TRUE(VerifyStateDict(owned->sd).ok());
   // "b" rank 1 holds columns [2, 3) (3 split 2 -> 2, 1): box {[0, 2], [7, 1]}. Flip byte 1
   // of its local element 4 = global [4, 2] = flat 14.
-  StateEntry* b = owned->sd.find("b");
+  const StateEntry* b = owned->sd.find("b");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->chunks[0].box, (Box{{0, 2}, {7, 1}}));
   b->chunks[0].view.bytes()[4 * 2 + 1] ^= std::byte{0x40};
@@ -234,7 +235,7 @@ TEST(VerifyTest, BytesEntriesAndMalformedChunks) {
   sd.add_bytes(kTrainStep, ExpectedBytesEntry(kTrainStep));
   sd.add_bytes("user.blob", std::string_view("anything"));  // unknown: not checked
   EXPECT_TRUE(VerifyStateDict(sd).ok());
-  sd.find(kTrainStep)->bytes[0] ^= std::byte{1};
+  sd.mutable_bytes(0)[0] ^= std::byte{1};
   const Status s = VerifyStateDict(sd);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("train.step"), std::string::npos);

@@ -260,9 +260,10 @@ void TestTimeout(Comm& world) {
 }
 
 int Run(int argc, char** argv) {
-  Status init = EnsureMpiInitialized(&argc, &argv);
-  if (!init.ok()) {
-    std::fprintf(stderr, "%s\n", init.ToString().c_str());
+  try {
+    EnsureMpiInitialized(&argc, &argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
   auto world = MpiComm();

@@ -1,6 +1,7 @@
 // The multi-rank scenarios with real processes: run under `mpirun -np 4`.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -155,7 +156,12 @@ TEST(HostsMpi, BroadcastOnlyAcrossHosts) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (!dcp::EnsureMpiInitialized(&argc, &argv).ok()) return 2;
+  try {
+    dcp::EnsureMpiInitialized(&argc, &argv);
+  } catch (const dcp::Error& e) {
+    std::fprintf(stderr, "save_mpi_test: %s\n", e.what());
+    return 2;
+  }
   // Only rank 0 prints the test listing; every rank still reports failures.
   if (dcp::testing::World()->rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -96,6 +96,20 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view backend() const override { return "mpi"; }
+  Status CheckConcurrentUse() const override {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (level >= MPI_THREAD_MULTIPLE) return OkStatus();
+    const char* name = level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+                       : level == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED"
+                                                      : "MPI_THREAD_SINGLE";
+    return FailedPrecondition(
+        std::string(
+            "async save over MPI needs MPI_THREAD_MULTIPLE, but MPI was initialized with ") +
+        name +
+        ": initialize it with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or "
+        "dcp::EnsureMpiInitialized, or save synchronously");
+  }
 
   Result<std::vector<std::string>> AllGather(std::string_view mine) override {
     DCP_RETURN_IF_ERROR(CheckUsable("AllGather"));
@@ -504,17 +518,17 @@ std::shared_ptr<Comm> MpiCommWithLimits(MPI_Comm comm, MpiLimits limits) {
   return std::make_shared<MpiCommImpl>(dup, limits);
 }
 
-Status EnsureMpiInitialized(int* argc, char*** argv) {
+void EnsureMpiInitialized(int* argc, char*** argv) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (finalized) return FailedPrecondition("MPI was already finalized; it cannot start again");
-  if (initialized) return OkStatus();  // the caller's: never finalized by dcp
+  if (finalized)
+    throw Error(FailedPrecondition("MPI was already finalized; it cannot start again"));
+  if (initialized) return;  // the caller's: never finalized by dcp
   int provided = 0;
   int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Init_thread", rc);
+  if (rc != MPI_SUCCESS) throw Error(MpiError("MPI_Init_thread", rc));
   std::atexit(FinalizeMpiAtExit);
-  return OkStatus();
 }
 
 }  // namespace dcp
