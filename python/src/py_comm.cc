@@ -1,6 +1,7 @@
 #include "py_comm.h"
 
 #include <Python.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <utility>
@@ -29,7 +30,8 @@ auto WithGil(std::string_view op, F&& f) -> Result<decltype(f())> {
                            what.find("imeout") != std::string::npos;
     std::string msg = "torch.distributed " + std::string(op) + ": " + what;
     return timed_out ? DeadlineExceeded(std::move(msg)) : Unavailable(std::move(msg));
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // a failed conversion (py::cast_error)
+    PyErr_Clear();
     return Unavailable("torch.distributed " + std::string(op) + ": " + e.what());
   }
 }
