@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 
 def test_reshard_4_ranks_then_2_ranks(torchrun, tmp_path):
     out = torchrun(4, "reshard.py", tmp_path)
@@ -15,14 +17,17 @@ def test_one_rank_failing_fails_every_rank(torchrun, tmp_path):
     assert out.count(": ok") == 4, out
 
 
-def test_fsdp2_adamw_to_one_process(torchrun, tmp_path):
-    """FSDP2 on 2 ranks -> a plain module in this process: every tensor equal exactly."""
+@pytest.mark.parametrize("nproc, worker, steps", [(2, "fsdp_save.py", 3),
+                                                   (4, "fsdp_tp_save.py", 2)])
+def test_fsdp2_adamw_to_one_process(torchrun, tmp_path, nproc, worker, steps):
+    """FSDP2 (2 ranks) or FSDP2 x TP (2x2) -> a plain module in this process: every
+    parameter and optimizer state tensor equal exactly."""
     import sys
 
     import torch
 
-    out = torchrun(2, "fsdp_save.py", tmp_path)
-    assert out.count(": ok") == 2, out
+    out = torchrun(nproc, worker, tmp_path)
+    assert out.count(": ok") == nproc, out
 
     sys.path.insert(0, str(Path(__file__).parent / "workers"))
     import model as m
@@ -37,5 +42,5 @@ def test_fsdp2_adamw_to_one_process(torchrun, tmp_path):
     m.restore(net, optim, sd)
     ref = torch.load(tmp_path / "ref.pt", weights_only=True)
     m.assert_equal(m.full_state(net, optim), ref)
-    assert optim.state_dict()["state"][0]["step"].item() == 3
+    assert optim.state_dict()["state"][0]["step"].item() == steps
     m.train(net, optim, steps=1)  # training goes on
