@@ -13,10 +13,6 @@ from ._errors import invalid_argument
 _SCALARS = (bool, int, float, str, type(None))
 
 
-def is_value(obj: Any) -> bool:
-    return isinstance(obj, _SCALARS) or _numpy_scalar(obj)
-
-
 def _numpy_scalar(obj: Any) -> bool:
     np = sys.modules.get("numpy")
     return np is not None and isinstance(obj, np.generic)

@@ -44,3 +44,8 @@ def test_fsdp2_adamw_to_one_process(torchrun, tmp_path, nproc, worker, steps):
     m.assert_equal(m.full_state(net, optim), ref)
     assert optim.state_dict()["state"][0]["step"].item() == steps
     m.train(net, optim, steps=1)  # training goes on
+
+
+def test_read_once_broadcast_and_subgroups(torchrun, tmp_path):
+    out = torchrun(4, "broadcast.py", tmp_path)
+    assert out.count(": ok") == 4, out
