@@ -11,10 +11,11 @@ initialised process group, a world of one. Errors are DcpError, on every rank.
 
 from ._checkpoint import AsyncSaveHandle, async_save, load, save
 from ._chunks import TensorChunk
+from ._comm import set_timeout
 from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
 from ._metadata import Metadata, TensorInfo, read_metadata
 
 __all__ = [
     "AsyncSaveHandle", "DcpError", "LoadResult", "Metadata", "SaveResult", "StagingStats",
-    "TensorChunk", "TensorInfo", "async_save", "load", "read_metadata", "save",
+    "TensorChunk", "TensorInfo", "async_save", "load", "read_metadata", "save", "set_timeout",
 ]

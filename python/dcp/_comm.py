@@ -9,6 +9,7 @@ torch's new_group would need every rank of the default group to take part.
 
 import ctypes
 import sys
+import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
@@ -47,7 +48,17 @@ class GlooGroup:
 
     @staticmethod
     def _wait(work: Any, timeout_s: float) -> None:
-        work.wait(timedelta(seconds=timeout_s))
+        try:
+            work.wait(timedelta(seconds=timeout_s))
+        except Exception:
+            # A timed-out operation is still queued in gloo's worker thread, which releases
+            # its tensors (taking the GIL) when the operation ends -- after the same timeout.
+            # Let it end while this interpreter is alive: a worker that needs the GIL during
+            # interpreter shutdown aborts the process.
+            deadline = time.monotonic() + timeout_s + 30
+            while not work.is_completed() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise
 
     @staticmethod
     def _as_tensor(data: bytes, length: int) -> Any:
@@ -180,3 +191,13 @@ def comm_for(process_group: Any, no_dist: bool) -> Any:
             GlooGroup(_get_process_group_store(process_group), prefix, rank, size), rank, size)
     _DERIVED[id(process_group)] = (process_group, comm)
     return comm
+
+
+def set_timeout(seconds: float, process_group: Any = None) -> None:
+    """Bounds every collective dcp issues over `process_group` (default: the default group).
+
+    A rank that does not arrive in time makes the others raise DcpError with code
+    DEADLINE_EXCEEDED (default: 10 minutes); the communicator is then unusable. Groups the
+    engine creates afterwards (broadcast groups, the async saver's) inherit the value.
+    """
+    comm_for(process_group, no_dist=False).timeout_seconds = seconds

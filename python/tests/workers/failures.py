@@ -45,6 +45,18 @@ def main() -> None:
     sd = {"w": torch.zeros(4), "step": 0}
     dcp.load(sd, good)
     assert sd["step"] == 1
+
+    # A rank that never arrives (3): the others time out instead of hanging. A group of
+    # its own, since a communicator that timed out is not usable any more.
+    group = dist.new_group(list(range(dist.get_world_size())))
+    dcp.set_timeout(2.0, process_group=group)
+    if rank != 3:
+        try:
+            dcp.save(sd, os.path.join(root, "late"), process_group=group)
+        except dcp.DcpError as e:
+            assert e.code == "DEADLINE_EXCEEDED", (e.code, str(e))
+        else:
+            raise AssertionError("no timeout")
     dist.barrier()
     print(f"rank {rank}: ok")
     dist.destroy_process_group()
