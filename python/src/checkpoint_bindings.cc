@@ -37,8 +37,8 @@ void AddTensor(StateDict& sd, const std::string& fqn, uintptr_t data, const std:
   std::optional<DType> t = ParseDType(dtype);
   if (!t) throw Error(InvalidArgument("'" + fqn + "': unknown dtype " + dtype));
   TensorView view(reinterpret_cast<void*>(data), *t, ToShape(shape, "shape", fqn));
-  sd.add(fqn, view, Chunk{ToShape(global_shape, "global shape", fqn),
-                          ToShape(offsets, "offsets", fqn)});
+  sd.add(fqn, view,
+         Chunk{ToShape(global_shape, "global shape", fqn), ToShape(offsets, "offsets", fqn)});
 }
 
 // Owns an AsyncSaver whose destruction waits, with the GIL released, for the persisting
@@ -110,10 +110,10 @@ void BindCheckpoint(py::module_& m) {
       .def_readonly("commit_seconds", &SaveResult::commit_seconds)
       .def_readonly("total_seconds", &SaveResult::total_seconds)
       .def("__repr__", [](const SaveResult& r) {
-        return Repr("SaveResult", std::vector<std::string>{
-                                      "bytes_written=" + std::to_string(r.bytes_written),
-                                      "files_written=" + std::to_string(r.files_written),
-                                      "total_seconds=" + std::to_string(r.total_seconds)});
+        return Repr("SaveResult",
+                    std::vector<std::string>{"bytes_written=" + std::to_string(r.bytes_written),
+                                             "files_written=" + std::to_string(r.files_written),
+                                             "total_seconds=" + std::to_string(r.total_seconds)});
       });
 
   py::class_<LoadResult>(m, "LoadResult", "What a load did on this rank.")
@@ -138,11 +138,11 @@ void BindCheckpoint(py::module_& m) {
       .def_readonly("read_seconds", &LoadResult::read_seconds)
       .def_readonly("total_seconds", &LoadResult::total_seconds)
       .def("__repr__", [](const LoadResult& r) {
-        return Repr("LoadResult", std::vector<std::string>{
-                                      "bytes_read=" + std::to_string(r.bytes_read),
-                                      "entries_loaded=" + std::to_string(r.entries_loaded),
-                                      "broadcasts=" + std::to_string(r.broadcasts),
-                                      "total_seconds=" + std::to_string(r.total_seconds)});
+        return Repr("LoadResult",
+                    std::vector<std::string>{"bytes_read=" + std::to_string(r.bytes_read),
+                                             "entries_loaded=" + std::to_string(r.entries_loaded),
+                                             "broadcasts=" + std::to_string(r.broadcasts),
+                                             "total_seconds=" + std::to_string(r.total_seconds)});
       });
 
   m.def(

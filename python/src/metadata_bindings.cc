@@ -32,8 +32,8 @@ py::dict ToPython(const metadata::Metadata& md) {
     for (const auto& c : t.chunks) {
       chunks.append(py::make_tuple(ToList(c.box.offsets), ToList(c.box.lengths)));
     }
-    tensors.append(py::make_tuple(t.fqn, std::string(DTypeName(t.dtype)),
-                                  ToList(t.global_shape), chunks));
+    tensors.append(
+        py::make_tuple(t.fqn, std::string(DTypeName(t.dtype)), ToList(t.global_shape), chunks));
   }
   for (const auto& b : md.bytes) bytes.append(py::make_tuple(b.fqn, b.byte_length));
   py::dict d;

@@ -58,9 +58,7 @@ PyComm::~PyComm() {
   impl_ = py::object();
 }
 
-double PyComm::TimeoutSeconds() const {
-  return std::chrono::duration<double>(timeout()).count();
-}
+double PyComm::TimeoutSeconds() const { return std::chrono::duration<double>(timeout()).count(); }
 
 Status PyComm::CheckRoot(std::string_view op, int root) const {
   if (root >= 0 && root < size_) return OkStatus();
@@ -70,8 +68,8 @@ Status PyComm::CheckRoot(std::string_view op, int root) const {
 
 Result<std::vector<std::string>> PyComm::AllGather(std::string_view mine) {
   return WithGil("all_gather", [&] {
-    return ToStrings(impl_.attr("all_gather")(py::bytes(mine.data(), mine.size()),
-                                              TimeoutSeconds()));
+    return ToStrings(
+        impl_.attr("all_gather")(py::bytes(mine.data(), mine.size()), TimeoutSeconds()));
   });
 }
 
@@ -94,10 +92,11 @@ Status PyComm::Broadcast(std::string& data, int root) {
 }
 
 Status PyComm::Barrier() {
-  return WithGil("barrier", [&] {
-           impl_.attr("barrier")(TimeoutSeconds());
-           return true;
-         })
+  return WithGil("barrier",
+                 [&] {
+                   impl_.attr("barrier")(TimeoutSeconds());
+                   return true;
+                 })
       .status();
 }
 
@@ -121,8 +120,7 @@ Result<std::shared_ptr<Comm>> PyComm::CreateGroup(const std::vector<int>& ranks)
                      std::binary_search(ranks.begin(), ranks.end(), rank_);
   if (!valid) {
     return InvalidArgument("CreateGroup: ranks must be sorted, unique, within a group of " +
-                           std::to_string(size_) + " and include rank " +
-                           std::to_string(rank_));
+                           std::to_string(size_) + " and include rank " + std::to_string(rank_));
   }
   auto r = WithGil("create_group", [&] {
     py::tuple t = impl_.attr("create_group")(ranks);
