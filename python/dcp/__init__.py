@@ -15,7 +15,16 @@ from ._comm import set_timeout
 from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
 from ._metadata import Metadata, TensorInfo, read_metadata
 
+
+
+def from_torch_dcp(src, dst) -> SaveResult:
+    """Converts a torch.distributed.checkpoint checkpoint into a dcp one (dcp.torch)."""
+    from .torch import from_torch_dcp as convert  # imports torch only when called
+
+    return convert(src, dst)
+
+
 __all__ = [
     "AsyncSaveHandle", "DcpError", "LoadResult", "Metadata", "SaveResult", "StagingStats",
-    "TensorChunk", "TensorInfo", "async_save", "load", "read_metadata", "save", "set_timeout",
+    "TensorChunk", "TensorInfo", "async_save", "from_torch_dcp", "load", "read_metadata", "save", "set_timeout",
 ]

@@ -6,7 +6,8 @@ function torch.distributed.checkpoint uses). Device memory and non-contiguous te
 through one host copy (written back after a load).
 """
 
-from typing import Any, List, Optional, Tuple
+import os
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -90,3 +91,25 @@ def torch_chunk(fqn: str, value: torch.Tensor, for_load: bool) -> Optional[HostC
     return HostChunk(owner=host, data_ptr=host.data_ptr(), dtype=dtype,
                      shape=list(host.shape), global_shape=global_shape, offsets=offsets,
                      write_back=write_back)
+
+
+def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str") -> Any:
+    """Converts a torch.distributed.checkpoint directory (saved by any number of ranks) into
+    a dcp checkpoint at `dst`, in this process; returns the SaveResult.
+
+    Every tensor is read whole into memory, so the process needs room for the whole
+    checkpoint. The source format pickles non-tensor values and torch's loader unpickles
+    them: convert only checkpoints you trust (dcp itself stores them as JSON).
+    """
+    import torch.distributed.checkpoint as torch_dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from ._checkpoint import save
+
+    reader = torch_dcp.FileSystemReader(os.fspath(src))
+    state: Dict[str, Any] = {}
+    for fqn, md in reader.read_metadata().state_dict_metadata.items():
+        is_tensor = isinstance(md, TensorStorageMetadata)
+        state[fqn] = torch.empty(md.size, dtype=md.properties.dtype) if is_tensor else None
+    torch_dcp.load(state, storage_reader=reader, no_dist=True)
+    return save(state, dst, no_dist=True)

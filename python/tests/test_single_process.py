@@ -197,3 +197,19 @@ def test_cuda_tensors_are_staged_through_host(tmp_path):
     h.result(timeout=60)
     dcp.load(dst, tmp_path / "ck2")
     assert torch.equal(dst["t"].cpu(), torch.arange(10, dtype=torch.float16))
+
+
+def test_torch_dcp_checkpoint_converts(tmp_path):
+    import torch.distributed.checkpoint as torch_dcp
+
+    want = {"model": {"w": torch.arange(6.0).reshape(2, 3),
+                      "b": torch.ones(2, dtype=torch.bfloat16)},
+            "optim": {"param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": ["w"]}]},
+            "step": 7}
+    torch_dcp.save(want, checkpoint_id=tmp_path / "torch", no_dist=True)
+    dcp.from_torch_dcp(tmp_path / "torch", tmp_path / "dcp")
+    got = {"model": {"w": torch.zeros(2, 3), "b": torch.zeros(2, dtype=torch.bfloat16)},
+           "optim": {"param_groups": [{"lr": 0.0, "betas": (0, 0), "params": [""]}]},
+           "step": 0}
+    dcp.load(got, tmp_path / "dcp")
+    assert_state_equal(got, want)

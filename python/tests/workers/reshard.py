@@ -1,8 +1,10 @@
 """Every rank: save DTensors in layout "a", load them in layout "b"; then an async save whose
 source tensors are overwritten as soon as it returns; then `dcp verify` on rank 0.
 
-Args: DIR [load-only] -- with load-only, only load DIR/sync and DIR/async (another world
-size than the one that saved them).
+Also a torch.distributed.checkpoint of the same state, converted with dcp.from_torch_dcp.
+
+Args: DIR [load-only] -- with load-only, only load DIR/sync, DIR/async and DIR/converted
+(another world size than the one that saved them).
 """
 
 import os
@@ -36,6 +38,12 @@ def main() -> None:
         assert h.staging.blocked_seconds >= 0
         h.result(timeout=120)
         assert h.done()
+        # A torch.distributed.checkpoint of the same state, converted by rank 0.
+        import torch.distributed.checkpoint as torch_dcp
+        torch_dcp.save(layouts.state("a", salt=2), checkpoint_id=os.path.join(root, "torch"))
+        if rank == 0:
+            dcp.from_torch_dcp(os.path.join(root, "torch"), os.path.join(root, "converted"))
+        dist.barrier()
         if rank == 0:
             dcli = os.path.join(os.path.dirname(sys.executable), "dcp")
             for d in (sync_dir, async_dir):
@@ -44,7 +52,8 @@ def main() -> None:
                 assert out.returncode == 0, out.stderr
                 assert out.stdout.startswith("OK"), out.stdout
 
-    for d, salt in ((sync_dir, 0), (async_dir, 1)):
+    converted = os.path.join(root, "converted")
+    for d, salt in ((sync_dir, 0), (async_dir, 1), (converted, 2)):
         for broadcast in (True, False):
             sd = layouts.empty_state("b")
             r = dcp.load(sd, d, broadcast=broadcast)
