@@ -8,7 +8,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev
   libopenmpi-dev openmpi-bin
-  python3 python3-venv python3-pip
+  python3 python3-venv python3-pip python3-dev  # python3-dev: the Python package (pip install .)
   clang libclang-rt-14-dev  # fuzz targets (scripts/fuzz.sh): -fsanitize=fuzzer runtime
 )
 

@@ -1,0 +1,70 @@
+"""Tensor leaves -> chunks over host memory that the engine reads (save) or fills (load)."""
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from ._errors import invalid_argument
+
+
+@dataclass
+class TensorChunk:
+    """A plain tensor (torch or numpy) that holds one box of a larger global tensor.
+
+    The seed's CHUNK_INFO: `data` holds the elements at `offsets` of a tensor of
+    `global_shape` (data's shape gives the box's lengths). Ranks may hold different boxes
+    of the same name; load fills `data` in place.
+    """
+
+    data: Any
+    global_shape: Sequence[int]
+    offsets: Sequence[int]
+
+
+@dataclass
+class HostChunk:
+    """One chunk as the engine sees it: row-major host memory at `data_ptr`."""
+
+    owner: Any  # keeps the memory alive during the engine call
+    data_ptr: int
+    dtype: str  # safetensors spelling, "BF16"
+    shape: Sequence[int]
+    global_shape: Sequence[int]
+    offsets: Sequence[int]
+    # Load only: copies the host memory back into the caller's tensor when `owner` is a
+    # staging copy (device memory, non-contiguous tensor); None when filled in place.
+    write_back: Optional[Callable[[], None]] = None
+
+
+def is_tensor(obj: Any) -> bool:
+    if isinstance(obj, TensorChunk):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(obj, np.ndarray)
+
+
+def host_chunk(fqn: str, value: Any, for_load: bool) -> Optional[HostChunk]:
+    """The chunk of a tensor leaf; None for a DTensor whose mesh excludes this rank."""
+    global_shape = offsets = None
+    if isinstance(value, TensorChunk):
+        global_shape, offsets = list(value.global_shape), list(value.offsets)
+        value = value.data
+        if len(global_shape) != len(offsets):
+            raise invalid_argument(
+                f"'{fqn}': global_shape {global_shape} and offsets {offsets} differ in rank")
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
+        from ._numpy import numpy_chunk
+        chunk = numpy_chunk(fqn, value, for_load)
+    else:
+        from .torch import torch_chunk
+        chunk = torch_chunk(fqn, value, for_load)
+    if chunk is not None and global_shape is not None:
+        if len(global_shape) != len(chunk.shape):
+            raise invalid_argument(
+                f"'{fqn}': a {len(chunk.shape)}-d chunk of a {len(global_shape)}-d tensor")
+        chunk.global_shape, chunk.offsets = global_shape, offsets
+    return chunk

@@ -1,0 +1,43 @@
+"""read_metadata: what a checkpoint holds, without loading it."""
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Tuple
+
+from . import _dcp
+
+Box = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (offsets, lengths)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    dtype: str  # safetensors spelling: "BF16", "F32", ...
+    shape: Tuple[int, ...]  # global shape
+    chunks: Tuple[Box, ...]  # stored chunks
+
+    @property
+    def torch_dtype(self) -> Any:
+        from .torch import FROM_DCP
+
+        return FROM_DCP[self.dtype]
+
+
+@dataclass(frozen=True)
+class Metadata:
+    tensors: Dict[str, TensorInfo]
+    bytes: Dict[str, int]  # non-tensor entries: fqn -> stored size
+    world_size: int  # ranks that saved it
+    files: Dict[str, int]  # data file -> size
+    save_id: int
+
+
+def read_metadata(checkpoint_id: "os.PathLike | str") -> Metadata:
+    """Names, dtypes, global shapes and stored chunks of a checkpoint (dcp or HuggingFace)."""
+    md = _dcp.read_metadata(os.fspath(checkpoint_id))
+    tensors = {
+        fqn: TensorInfo(dtype, tuple(shape),
+                        tuple((tuple(o), tuple(n)) for o, n in chunks))
+        for fqn, dtype, shape, chunks in md["tensors"]
+    }
+    return Metadata(tensors=tensors, bytes=dict(md["bytes"]), world_size=md["world_size"],
+                    files=dict(md["files"]), save_id=md["save_id"])

@@ -1,0 +1,115 @@
+"""torch tensors and DTensors as chunks.
+
+A CPU tensor is a view of its own memory; a DTensor is its local shard, placed in the global
+tensor where its placements put it (torch's compute_local_shape_and_global_offset, the same
+function torch.distributed.checkpoint uses). Device memory and non-contiguous tensors go
+through one host copy (written back after a load).
+"""
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from ._chunks import HostChunk
+from ._errors import invalid_argument
+
+_NAMES = {
+    "bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16",
+    "uint32": "U32", "int32": "I32", "uint64": "U64", "int64": "I64", "float16": "F16",
+    "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0",
+    "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
+}
+# torch dtype <-> dcp dtype name, for the dtypes this torch has.
+TO_DCP = {getattr(torch, n): d for n, d in _NAMES.items() if hasattr(torch, n)}
+FROM_DCP = {d: t for t, d in TO_DCP.items()}
+
+
+def dtype_name(fqn: str, dtype: "torch.dtype") -> str:
+    try:
+        return TO_DCP[dtype]
+    except KeyError:
+        raise invalid_argument(f"'{fqn}': torch dtype {dtype} has no dcp dtype") from None
+
+
+def _dtensor_class():
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch without distributed
+        return None
+    return DTensor
+
+
+def dtensor_box(fqn: str, dt: Any) -> Optional[Tuple[torch.Tensor, List[int], List[int]]]:
+    """(local tensor, global shape, offsets), or None when this rank is not in the mesh."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    for p in dt.placements:
+        if p.is_partial():
+            raise invalid_argument(
+                f"'{fqn}': DTensor placement {p} holds partial sums, not a box of the "
+                "tensor; redistribute it to Shard or Replicate before saving")
+    if dt.device_mesh.get_coordinate() is None:
+        return None
+    local = dt.to_local()
+    shape, offsets = compute_local_shape_and_global_offset(
+        dt.shape, dt.device_mesh, dt.placements)
+    if tuple(shape) != tuple(local.shape):
+        raise invalid_argument(
+            f"'{fqn}': DTensor placements {tuple(dt.placements)} on mesh "
+            f"{tuple(dt.device_mesh.shape)} give this rank a local tensor of shape "
+            f"{tuple(local.shape)}, not one box ({tuple(shape)} at {tuple(offsets)}); "
+            "such layouts cannot be stored as chunks")
+    return local, list(dt.shape), list(offsets)
+
+
+def torch_chunk(fqn: str, value: torch.Tensor, for_load: bool) -> Optional[HostChunk]:
+    DTensor = _dtensor_class()
+    if DTensor is not None and isinstance(value, DTensor):
+        box = dtensor_box(fqn, value)
+        if box is None:
+            return None
+        local, global_shape, offsets = box
+    else:
+        local, global_shape, offsets = value, list(value.shape), [0] * value.dim()
+    local = local.detach()
+    if local.layout != torch.strided or local.is_quantized:
+        raise invalid_argument(f"'{fqn}': {local.layout} tensors are not supported")
+    if local.device.type == "meta":
+        raise invalid_argument(f"'{fqn}': a meta tensor has no data")
+    dtype = dtype_name(fqn, local.dtype)
+    host, write_back = local, None
+    if local.device.type != "cpu" or not local.is_contiguous() or local.is_conj() or local.is_neg():
+        if for_load:
+            host = torch.empty(local.shape, dtype=local.dtype, device="cpu")
+
+            def write_back(dst=local, src=host):
+                dst.copy_(src)
+        else:
+            host = local.to("cpu").resolve_conj().resolve_neg().contiguous()
+    return HostChunk(owner=host, data_ptr=host.data_ptr(), dtype=dtype,
+                     shape=list(host.shape), global_shape=global_shape, offsets=offsets,
+                     write_back=write_back)
+
+
+def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str") -> Any:
+    """Converts a torch.distributed.checkpoint directory (saved by any number of ranks) into
+    a dcp checkpoint at `dst`, in this process; returns the SaveResult.
+
+    Every tensor is read whole into memory, so the process needs room for the whole
+    checkpoint. The source format pickles non-tensor values and torch's loader unpickles
+    them: convert only checkpoints you trust (dcp itself stores them as JSON).
+    """
+    import torch.distributed.checkpoint as torch_dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from ._checkpoint import save
+
+    reader = torch_dcp.FileSystemReader(os.fspath(src))
+    state: Dict[str, Any] = {}
+    for fqn, md in reader.read_metadata().state_dict_metadata.items():
+        is_tensor = isinstance(md, TensorStorageMetadata)
+        state[fqn] = torch.empty(md.size, dtype=md.properties.dtype) if is_tensor else None
+    torch_dcp.load(state, storage_reader=reader, no_dist=True)
+    return save(state, dst, no_dist=True)

@@ -1,0 +1,214 @@
+// StateDict, save, load and async save for Python. Tensors arrive as raw host pointers: the
+// Python side (dcp/_checkpoint.py) keeps their owners alive for the duration of the call.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "dcp/async.h"
+#include "dcp/checkpoint.h"
+#include "dcp/state_dict.h"
+
+namespace py = pybind11;
+
+namespace dcp::python {
+namespace {
+
+Shape ToShape(const std::vector<int64_t>& v, std::string_view what, std::string_view fqn) {
+  if (v.size() > static_cast<size_t>(kMaxDims)) {
+    throw Error(InvalidArgument("'" + std::string(fqn) + "': " + std::string(what) + " has " +
+                                std::to_string(v.size()) + " dimensions, more than " +
+                                std::to_string(kMaxDims)));
+  }
+  Shape s;
+  for (int64_t x : v) s.push_back(x);
+  return s;
+}
+
+void AddTensor(StateDict& sd, const std::string& fqn, uintptr_t data, const std::string& dtype,
+               const std::vector<int64_t>& shape, const std::vector<int64_t>& global_shape,
+               const std::vector<int64_t>& offsets) {
+  std::optional<DType> t = ParseDType(dtype);
+  if (!t) throw Error(InvalidArgument("'" + fqn + "': unknown dtype " + dtype));
+  TensorView view(reinterpret_cast<void*>(data), *t, ToShape(shape, "shape", fqn));
+  sd.add(fqn, view,
+         Chunk{ToShape(global_shape, "global shape", fqn), ToShape(offsets, "offsets", fqn)});
+}
+
+// Owns an AsyncSaver whose destruction waits, with the GIL released, for the persisting
+// thread (which takes the GIL to communicate).
+class Saver {
+ public:
+  AsyncSave Save(const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,
+                 bool use_collectives) {
+    SaveOptions opts;
+    opts.comm = std::move(comm);
+    opts.use_collectives = use_collectives;
+    py::gil_scoped_release release;
+    if (!saver_) saver_ = std::make_unique<AsyncSaver>();
+    return saver_->Save(sd, dir, opts);
+  }
+  void Close() {
+    py::gil_scoped_release release;
+    saver_.reset();
+  }
+  ~Saver() { Close(); }
+
+ private:
+  std::unique_ptr<AsyncSaver> saver_;
+};
+
+template <typename T>
+std::string Repr(const char* name, const T& fields) {
+  std::string s = std::string(name) + "(";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    s += (i ? ", " : "") + fields[i];
+  }
+  return s + ")";
+}
+
+}  // namespace
+
+void BindCheckpoint(py::module_& m) {
+  py::class_<StateDict>(m, "StateDict",
+                        "Entries over caller memory; the caller keeps it alive while in use.")
+      .def(py::init<>())
+      .def("add_tensor", &AddTensor, py::arg("fqn"), py::arg("data_ptr"), py::arg("dtype"),
+           py::arg("shape"), py::arg("global_shape"), py::arg("offsets"),
+           "One chunk of `fqn`: row-major host memory at data_ptr holding `shape` elements "
+           "at `offsets` of a tensor of `global_shape`; dtype as in safetensors (\"BF16\").")
+      .def(
+          "add_bytes",
+          [](StateDict& sd, const std::string& fqn, const py::bytes& b) {
+            sd.add_bytes(fqn, std::string_view(b));
+          },
+          py::arg("fqn"), py::arg("data") = py::bytes())
+      .def(
+          "bytes_of",
+          [](const StateDict& sd, const std::string& fqn) -> std::optional<py::bytes> {
+            const StateEntry* e = sd.find(fqn);
+            if (!e || e->kind != StateEntry::Kind::kBytes) return std::nullopt;
+            return py::bytes(reinterpret_cast<const char*>(e->bytes.data()), e->bytes.size());
+          },
+          py::arg("fqn"), "A bytes entry's payload (after load: the saved one), or None.")
+      .def("__len__", &StateDict::size);
+
+  py::class_<SaveResult>(m, "SaveResult", "What a save did on this rank.")
+      .def_readonly("bytes_written", &SaveResult::bytes_written)
+      .def_readonly("items_written", &SaveResult::items_written)
+      .def_readonly("files_written", &SaveResult::files_written)
+      .def_readonly("unique_bytes", &SaveResult::unique_bytes)
+      .def_readonly("plan_cache_hit", &SaveResult::plan_cache_hit)
+      .def_readonly("plan_seconds", &SaveResult::plan_seconds)
+      .def_readonly("write_seconds", &SaveResult::write_seconds)
+      .def_readonly("commit_seconds", &SaveResult::commit_seconds)
+      .def_readonly("total_seconds", &SaveResult::total_seconds)
+      .def("__repr__", [](const SaveResult& r) {
+        return Repr("SaveResult",
+                    std::vector<std::string>{"bytes_written=" + std::to_string(r.bytes_written),
+                                             "files_written=" + std::to_string(r.files_written),
+                                             "total_seconds=" + std::to_string(r.total_seconds)});
+      });
+
+  py::class_<LoadResult>(m, "LoadResult", "What a load did on this rank.")
+      .def_readonly("bytes_read", &LoadResult::bytes_read)
+      .def_readonly("files_opened", &LoadResult::files_opened)
+      .def_readonly("chunks_read", &LoadResult::chunks_read)
+      .def_readonly("entries_loaded", &LoadResult::entries_loaded)
+      .def_readonly("entries_skipped", &LoadResult::entries_skipped)
+      .def_readonly("shared_shards", &LoadResult::shared_shards)
+      .def_readonly("shards_read_for_others", &LoadResult::shards_read_for_others)
+      .def_readonly("shared_chunks", &LoadResult::shared_chunks)
+      .def_readonly("broadcasts", &LoadResult::broadcasts)
+      .def_readonly("batches", &LoadResult::batches)
+      .def_readonly("bytes_sent", &LoadResult::bytes_sent)
+      .def_readonly("bytes_received", &LoadResult::bytes_received)
+      .def_readonly("groups_created", &LoadResult::groups_created)
+      .def_readonly("metadata_seconds", &LoadResult::metadata_seconds)
+      .def_readonly("plan_seconds", &LoadResult::plan_seconds)
+      .def_readonly("exchange_seconds", &LoadResult::exchange_seconds)
+      .def_readonly("shared_seconds", &LoadResult::shared_seconds)
+      .def_readonly("private_seconds", &LoadResult::private_seconds)
+      .def_readonly("read_seconds", &LoadResult::read_seconds)
+      .def_readonly("total_seconds", &LoadResult::total_seconds)
+      .def("__repr__", [](const LoadResult& r) {
+        return Repr("LoadResult",
+                    std::vector<std::string>{"bytes_read=" + std::to_string(r.bytes_read),
+                                             "entries_loaded=" + std::to_string(r.entries_loaded),
+                                             "broadcasts=" + std::to_string(r.broadcasts),
+                                             "total_seconds=" + std::to_string(r.total_seconds)});
+      });
+
+  m.def(
+      "save",
+      [](const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,
+         bool use_collectives) {
+        SaveOptions opts;
+        opts.comm = std::move(comm);
+        opts.use_collectives = use_collectives;
+        py::gil_scoped_release release;
+        return save(sd, dir, opts);
+      },
+      py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("use_collectives"));
+
+  m.def(
+      "load",
+      [](StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm, bool broadcast,
+         bool allow_partial, std::string strip_prefix, std::string add_prefix) {
+        LoadOptions opts;
+        opts.comm = std::move(comm);
+        opts.broadcast = broadcast;
+        opts.allow_partial = allow_partial;
+        opts.strip_prefix = std::move(strip_prefix);
+        opts.add_prefix = std::move(add_prefix);
+        py::gil_scoped_release release;
+        return load(sd, dir, opts);
+      },
+      py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("broadcast"),
+      py::arg("allow_partial"), py::arg("strip_prefix"), py::arg("add_prefix"));
+
+  py::class_<StagingStats>(m, "StagingStats")
+      .def_readonly("bytes_staged", &StagingStats::bytes_staged)
+      .def_readonly("bytes_allocated", &StagingStats::bytes_allocated)
+      .def_readonly("reused", &StagingStats::reused)
+      .def_readonly("wait_seconds", &StagingStats::wait_seconds)
+      .def_readonly("copy_seconds", &StagingStats::copy_seconds)
+      .def_readonly("blocked_seconds", &StagingStats::blocked_seconds);
+
+  py::class_<AsyncSave>(m, "AsyncSave", "The engine's handle of one asynchronous save.")
+      .def("done", &AsyncSave::Poll)
+      .def(
+          "wait",
+          [](const AsyncSave& h, std::optional<double> timeout_s) {
+            py::gil_scoped_release release;
+            if (!timeout_s) {
+              h.Wait();
+              return true;
+            }
+            return h.Wait(std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000)));
+          },
+          py::arg("timeout_s") = py::none(), "True once the save finished.")
+      .def(
+          "get",
+          [](const AsyncSave& h) {
+            py::gil_scoped_release release;
+            return h.Get();
+          },
+          "Waits; the SaveResult, or raises the save's DcpError.")
+      .def_property_readonly("staging", &AsyncSave::staging)
+      .def_property_readonly("dir", &AsyncSave::dir);
+
+  py::class_<Saver>(m, "AsyncSaver", "Owns the staging pool and the persisting thread.")
+      .def(py::init<>())
+      .def("save", &Saver::Save, py::arg("state_dict"), py::arg("dir"), py::arg("comm"),
+           py::arg("use_collectives"))
+      .def("close", &Saver::Close, "Waits for pending saves, then stops the thread.");
+}
+
+}  // namespace dcp::python

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `make test`'s Python step: builds the package into a virtual environment with torch from
+# PyPI and runs its pytest suite (torchrun jobs included).
+#   run.sh VENV_DIR BUILD_DIR
+# VENV_DIR is created once and reused; BUILD_DIR is scikit-build-core's build directory, kept
+# so that rebuilds are incremental. Exits 77 (skip) only when PyPI cannot be reached.
+set -euo pipefail
+
+venv=$1
+build_dir=$2
+src=$(cd "$(dirname "$0")/../.." && pwd)
+deps=(torch numpy pytest "scikit-build-core>=0.10" "pybind11>=2.13")
+
+if ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core, pybind11" 2>/dev/null; then
+  if ! python3 -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/pip/', timeout=15)" 2>/dev/null; then
+    echo "python.package: PyPI is unreachable, cannot install torch: skipped"
+    exit 77
+  fi
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q "${deps[@]}"
+fi
+
+# The build tools are in the venv already: no isolated build environment to download.
+if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}; fi
+"$venv/bin/pip" install -q --no-build-isolation "$src" -C build-dir="$build_dir"
+
+cd "$src"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests

@@ -1,0 +1,58 @@
+"""Read-once broadcast through the torch comm: every rank plays its own host (DCP_HOST_ID),
+so shards held by several ranks are read by one and broadcast over gloo groups that the
+engine creates (CreateGroup: the world, and groups of 2 created by their members only).
+Also a save and load on a process subgroup.
+
+Args: DIR
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+import dcp
+
+
+def main() -> None:
+    root = sys.argv[1]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    os.environ["DCP_HOST_ID"] = f"host{rank}"
+    mesh = init_device_mesh("cpu", (2, 2))
+    full_a = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    full_b = torch.arange(48, dtype=torch.int32).reshape(6, 8)
+
+    def state(a, b):
+        return {"pairs": distribute_tensor(a, mesh, [Replicate(), Shard(0)]),  # 2 holders each
+                "all": distribute_tensor(b, mesh, [Replicate(), Replicate()])}  # 4 holders
+
+    dcp.save(state(full_a, full_b), os.path.join(root, "ckpt"))
+    for attempt in range(2):
+        sd = state(torch.zeros(8, 8), torch.zeros(6, 8, dtype=torch.int32))
+        r = dcp.load(sd, os.path.join(root, "ckpt"))
+        assert torch.equal(sd["pairs"].full_tensor(), full_a)
+        assert torch.equal(sd["all"].full_tensor(), full_b)
+        assert r.broadcasts > 0, r
+        # Groups of 2 are created once (by their members) and reused by the next load.
+        assert r.groups_created == (1 if attempt == 0 else 0), (attempt, r.groups_created)
+
+    # A process subgroup: ranks 1 and 3 save and load alone.
+    sub = dist.new_group([1, 3])
+    if rank in (1, 3):
+        t = torch.full((4,), float(rank))
+        dcp.save({"t": t, "who": rank}, os.path.join(root, "sub"), process_group=sub)
+        sd = {"t": torch.zeros(4), "who": -1}
+        dcp.load(sd, os.path.join(root, "sub"), process_group=sub)
+        assert sd["t"].tolist() in ([1.0] * 4, [3.0] * 4) and sd["who"] in (1, 3), sd
+        assert dcp.read_metadata(os.path.join(root, "sub")).world_size == 2
+    dist.barrier()
+    print(f"rank {rank}: ok")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
