@@ -2,7 +2,8 @@
 """Checks every #include of the library against the arrows of src/layers.txt.
 
 The compiler already refuses a forbidden include (each layer sees only its allowed headers,
-cmake/DcpLayers.cmake); this check reports all of them at once, by file and line, without
+cmake/DcpLayers.cmake; the CLI and the Python extension see only the public headers and the
+tooling they name); this check reports all of them at once, by file and line, without
 compiling, and also covers what the build does not compile (comm/mpi without MPI).
 
   check_layers.py [ROOT]      exit 0 if clean, 1 listing each forbidden include
@@ -50,7 +51,7 @@ def allowed_for(layers, name):
     kind, deps, _ = layers[name]
     if kind == "cli":
         libs = [n for n, (k, _, _) in layers.items() if k == "lib"]
-        folders = set(deps) | {"tools"}
+        folders = set(deps) | {name}
         headers = {h for n in closure(layers, libs) for h in layers[n][2]}
         return folders, headers
     folders = {name, *deps}
@@ -62,7 +63,7 @@ def sources(root, layers):
     """(layer, path) for every library, tooling and CLI source and public header."""
     owner_of_header = {h: n for n, (_, _, hs) in layers.items() for h in hs}
     for name, (kind, _, _) in layers.items():
-        base = os.path.join(root, "tools" if kind == "cli" else os.path.join("src", name))
+        base = os.path.join(root, name if kind == "cli" else os.path.join("src", name))
         for dirpath, _, files in os.walk(base):
             for f in sorted(files):
                 if f.endswith((".cc", ".h")) and not f.endswith("_test.cc"):
@@ -97,7 +98,7 @@ def check(root):
             if top == "dcp":
                 if inc.split("/", 1)[1] not in headers:
                     problems.append(f"{rel}:{line}: {layer} may not include \"{inc}\"")
-            elif top in folders_all or top == "tools":
+            elif top in folders_all or top == "tools" or inc.startswith("python/"):
                 if top not in folders:
                     problems.append(f"{rel}:{line}: {layer} may not include \"{inc}\"")
     return problems

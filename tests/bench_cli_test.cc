@@ -111,9 +111,11 @@ TEST(SimulateCliTest, SixtyFourRanksKeysAndDedupInvariants) {
   EXPECT_EQ(save["bytes_written_per_rank"]["sum"], j["unique_bytes"]);
   EXPECT_GE(j["unique_bytes"].get<uint64_t>(), j["model_bytes"].get<uint64_t>());
   const json& ex = save["exchange_bytes_per_rank"];
-  EXPECT_EQ(ex["hello"], 24 * 64);
+  // The figures themselves are checked against a real save's (MultiRankThreads,
+  // SimulatePredictsTheExchangeOfARealSave); here, how they relate.
   EXPECT_EQ(ex["total"].get<uint64_t>(), ex["hello"].get<uint64_t>() + ex["plans"].get<uint64_t>());
-  EXPECT_EQ(save["plan_cache_hit"]["exchange_bytes_per_rank"], 24 * 64);
+  EXPECT_EQ(save["plan_cache_hit"]["exchange_bytes_per_rank"], ex["hello"]);
+  EXPECT_EQ(ex["hello"].get<uint64_t>() % 64, 0u);  // the same hello from every rank
   ExpectKeys(j["metadata"], {"bytes", "encode_seconds", "decode_seconds"}, "metadata");
   EXPECT_GT(j["metadata"]["bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(j["load"]["distinct_plans"], 4);

@@ -8,11 +8,42 @@
 #include "checkpoint/save.h"
 #include "dcp/checkpoint.h"
 #include "multirank_scenarios.h"
+#include "simulate/simulate.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
+#include "workload/populate.h"
+#include "workload/workload.h"
 
 namespace dcp::testing {
 namespace {
+
+// The simulator's exchange figures are predictions; a real save measures what it received.
+// Two independent computations of the same number: they must agree.
+TEST(MultiRankThreads, SimulatePredictsTheExchangeOfARealSave) {
+  TempDir tmp;
+  checkpoint::ClearSavePlanCache();
+  simulate::SimulateOptions so;
+  so.workload = {
+      .model = "qwen3-30b-a3b", .layers = 2, .width_scale = 1.0 / 32, .save_layout = "tp2,dp2"};
+  so.ranks = 4;
+  so.ranks_per_host = 4;
+  auto report = simulate::Simulate(so);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  auto w = workload::MakeWorkload(so.workload, "dp4");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  std::vector<uint64_t> miss(4), hit(4);
+  RunRanks(4, [&](const auto& c) {
+    auto sd = workload::PopulateStateDict(w->model, w->save_layout, c->rank());
+    ASSERT_TRUE(sd.ok()) << sd.status().ToString();
+    miss[c->rank()] = save(sd->sd, tmp.Sub("a"), {.comm = c}).plan_exchange_bytes;
+    hit[c->rank()] = save(sd->sd, tmp.Sub("b"), {.comm = c}).plan_exchange_bytes;
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(miss[r], report->exchange_bytes_per_rank) << "rank " << r;
+    EXPECT_EQ(hit[r], report->hello_bytes_per_rank) << "rank " << r;  // a hit: hashes only
+  }
+  EXPECT_LT(hit[0], miss[0]);
+}
 
 TEST(MultiRankThreads, TensorParallelTimesDataParallel) {
   TempDir tmp;

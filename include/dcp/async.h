@@ -132,6 +132,7 @@ class AsyncSaver {
     uint64_t bytes_in_use = 0;     // of which by saves not yet persisted
     uint64_t allocations = 0;      // buffers allocated since creation
     uint64_t buffers = 0;          // buffers held now
+    uint64_t waiting = 0;          // Save calls waiting for buffers now (back-pressure)
   };
   PoolStats pool_stats() const;
 

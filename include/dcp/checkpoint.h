@@ -37,6 +37,9 @@ struct SaveResult {
   uint64_t files_written = 0;  // by this rank
   uint64_t unique_bytes = 0;   // in the whole checkpoint
   bool plan_cache_hit = false;
+  // Planning payload this rank received (plan hashes, then each distinct plan once; with a
+  // plan cache hit, the hashes only): what `dcp simulate` predicts per rank at scale.
+  uint64_t plan_exchange_bytes = 0;
   double plan_seconds = 0;    // local plan + exchange + global plan
   double write_seconds = 0;   // data files, durable
   double commit_seconds = 0;  // gather results + metadata commit

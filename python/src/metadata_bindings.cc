@@ -7,24 +7,17 @@
 #include <vector>
 
 #include "bindings.h"
-#include "checkpoint/metadata_io.h"
-#include "dcp/status.h"
-#include "storage/file_system.h"
+#include "dcp/checkpoint.h"
+#include "dcp/metadata.h"
 
 namespace py = pybind11;
 
 namespace dcp::python {
 namespace {
 
-// The one place that reaches into the library's internals: switch to the public
-// dcp::read_metadata(dir) (dcp/metadata.h) once it exists.
-metadata::Metadata ReadCheckpointMetadata(const std::string& dir) {
-  return ValueOrThrow(checkpoint::ReadMetadata(storage::PosixFileSystem(), dir));
-}
-
 std::vector<int64_t> ToList(const Shape& s) { return {s.begin(), s.end()}; }
 
-py::dict ToPython(const metadata::Metadata& md) {
+py::dict ToPython(const Metadata& md) {
   py::list files, tensors, bytes;
   for (const auto& f : md.files) files.append(py::make_tuple(f.name, f.size));
   for (const auto& t : md.tensors) {
@@ -52,10 +45,10 @@ void BindMetadata(py::module_& m) {
   m.def(
       "read_metadata",
       [](const std::string& dir) {
-        metadata::Metadata md;
+        Metadata md;
         {
           py::gil_scoped_release release;
-          md = ReadCheckpointMetadata(dir);
+          md = read_metadata(dir);
         }
         return ToPython(md);
       },

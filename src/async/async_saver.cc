@@ -330,7 +330,7 @@ void AsyncSaver::WaitAll() { impl_->WaitAll(); }
 
 AsyncSaver::PoolStats AsyncSaver::pool_stats() const {
   const auto s = impl_->pool.stats();
-  return {s.bytes_allocated, s.bytes_in_use, s.allocations, s.buffers};
+  return {s.bytes_allocated, s.bytes_in_use, s.allocations, s.buffers, s.waiting};
 }
 
 bool AsyncSave::Poll() const {

@@ -71,6 +71,16 @@ void ExpectCheckpointEquals(const std::string& dir, const Model& want) {
 // The real file system, except that CreateDirs (a save's first storage call) waits until the
 // gate is opened: a save that is "slow" for as long as the test wants. Bounded, so a broken
 // test fails instead of hanging.
+// Polls the saver's own count of Saves blocked by back-pressure (bounded: false after 60 s).
+bool WaitUntilWaitingForBuffers(const AsyncSaver& saver) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (saver.pool_stats().waiting == 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 class GatedFileSystem final : public storage::FileSystem {
  public:
   void Open() {
@@ -91,8 +101,17 @@ class GatedFileSystem final : public storage::FileSystem {
   Status Remove(const std::string& p) override { return base_.Remove(p); }
   Status CreateDirs(const std::string& d) override {
     std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, 60s, [&] { return open_; })) return DeadlineExceeded("gate closed");
+    ++blocked_;
+    cv_.notify_all();
+    const bool opened = cv_.wait_for(lock, 60s, [&] { return open_; });
+    --blocked_;
+    if (!opened) return DeadlineExceeded("gate closed");
     return base_.CreateDirs(d);
+  }
+  // Blocks until a save is held at the gate (bounded: false after 60 s).
+  bool WaitUntilSomeoneIsBlocked() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, 60s, [&] { return blocked_ > 0; });
   }
   Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
   Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
@@ -102,6 +121,7 @@ class GatedFileSystem final : public storage::FileSystem {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;
+  int blocked_ = 0;  // callers waiting at the gate
 };
 
 class ThrowingFileSystem final : public storage::FileSystem {
@@ -183,13 +203,13 @@ TEST(AsyncSaver, SecondSaveWaitsForTheFirstByDefault) {
         checkpoint::ReadMetadata(storage::PosixFileSystem(), tmp.Sub("one")).ok();
     returned = true;
   });
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(WaitUntilWaitingForBuffers(saver)) << "the second Save never waited for buffers";
   EXPECT_FALSE(returned) << "the second Save did not wait for the first";
   fs.Open();
   second.join();
   EXPECT_TRUE(first_committed_when_returned);
   EXPECT_TRUE(h1.Wait(120s));
-  EXPECT_GT(h2.staging().wait_seconds, 0.1);
+  EXPECT_GT(h2.staging().wait_seconds, 0);
   EXPECT_TRUE(h2.staging().reused);  // the first one's buffer, released
   EXPECT_NO_THROW(h2.Get());
   ExpectCheckpointEquals(tmp.Sub("two"), m);
@@ -227,13 +247,13 @@ TEST(AsyncSaver, BackPressureWithASmallCap) {
     h2 = saver.Save(m.sd, tmp.Sub("two"));
     returned = true;
   });
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(WaitUntilWaitingForBuffers(saver)) << "staging did not wait for buffers";
   EXPECT_FALSE(returned) << "staging did not wait for buffers";
   EXPECT_LE(saver.pool_stats().bytes_allocated, cap);
   fs.Open();
   second.join();
   EXPECT_TRUE(h1.Wait(120s));
-  EXPECT_GT(h2.staging().wait_seconds, 0.1);
+  EXPECT_GT(h2.staging().wait_seconds, 0);
   EXPECT_LE(h2.staging().pool_bytes, cap);
   EXPECT_NO_THROW(h2.Get());
 }
@@ -284,8 +304,10 @@ TEST(AsyncSaver, DestructionWaitsForThePendingSave) {
   {
     AsyncSaver saver;
     h = SaveWithFileSystem(saver, m.sd, tmp.Sub("ck"), {}, {}, fs);
+    // The save cannot finish before the gate opens, and the gate opens only once the save
+    // is held there: the destructor below has a pending save to wait for.
     opener = std::thread([&] {
-      std::this_thread::sleep_for(200ms);
+      EXPECT_TRUE(fs.WaitUntilSomeoneIsBlocked());
       fs.Open();
     });
   }

@@ -128,7 +128,9 @@ Result<StagingPool::Lease> StagingPool::Acquire(uint64_t bytes) {
       break;
     }
     // Back-pressure: a busy buffer will be released when its save has persisted.
+    ++waiting_;
     released_.wait(lock);
+    --waiting_;
   }
   lease.wait_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -151,6 +153,7 @@ StagingPool::Stats StagingPool::stats() const {
   s.bytes_allocated = bytes_allocated_;
   s.bytes_in_use = bytes_in_use_;
   s.allocations = allocations_;
+  s.waiting = waiting_;
   for (const Buffer& b : buffers_) s.buffers += b.block.empty() ? 0 : 1;
   return s;
 }

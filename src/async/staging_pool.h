@@ -68,6 +68,7 @@ class StagingPool {
     uint64_t bytes_in_use = 0;
     uint64_t allocations = 0;  // since creation
     uint64_t buffers = 0;      // held now
+    uint64_t waiting = 0;      // Acquire calls blocked by back-pressure now
   };
   Stats stats() const;
 
@@ -82,6 +83,7 @@ class StagingPool {
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable released_;
   std::vector<Buffer> buffers_;   // by id; freed ones keep their slot with an empty block
+  uint64_t waiting_ = 0;          // Acquire calls in released_.wait
   uint64_t bytes_allocated_ = 0;  // including reservations of allocations in progress
   uint64_t bytes_in_use_ = 0;
   uint64_t allocations_ = 0;

@@ -17,6 +17,7 @@
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "comm/exchange.h"
+#include "core/check.h"
 #include "core/copy_runs.h"
 #include "core/log.h"
 #include "core/wire.h"
@@ -328,9 +329,11 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     w.Fixed64(cached ? cached->digest : 0);
     w.Fixed64(RandomId());
   }
+  DCP_CHECK(hello.size() == kSaveHelloBytes);
   auto gathered =
       AllGatherOrFail(*comm, st.ok() ? OkStatus() : st.Annotate("save to " + dir + ": "), hello);
   if (!gathered.ok()) return gathered.status();
+  for (const std::string& m : *gathered) result.plan_exchange_bytes += m.size();
   std::vector<uint64_t> hashes(world), cached_digests(world);
   uint64_t save_id = 0;
   for (int r = 0; r < world; ++r) {
@@ -356,6 +359,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     // Only the first holder of each distinct plan sends it.
     auto plans_raw = comm->AllGather(classes.IsSender(rank) ? encoded : std::string());
     if (!plans_raw.ok()) return plans_raw.status();
+    for (const std::string& m : *plans_raw) result.plan_exchange_bytes += m.size();
     std::vector<planner::LocalSavePlan> distinct(holders.size());
     for (size_t c = 0; c < holders.size(); ++c) {
       auto p = planner::DecodeLocalPlan((*plans_raw)[holders[c].front()]);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "checkpoint/save.h"
 #include "dcp/checkpoint.h"
 #include "dcp/format.h"
 #include "dcp/layout.h"
@@ -331,7 +332,7 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
     (void)digest;
     r.cache_hit_plan_seconds = Since(t0);
   }
-  r.hello_bytes_per_rank = 24 * static_cast<uint64_t>(n);
+  r.hello_bytes_per_rank = checkpoint::kSaveHelloBytes * static_cast<uint64_t>(n);
   for (uint64_t s : save.encoded_sizes) {
     r.plans_bytes_per_rank += s;
     r.max_encoded_plan_bytes = std::max(r.max_encoded_plan_bytes, s);

@@ -53,7 +53,7 @@ struct SimulateReport {
   Distribution bytes_written;         // per rank (ranks writing nothing count as 0)
   uint64_t writers = 0;               // ranks writing at least one item
   // Bytes each rank receives for the plan exchange (all-gathers).
-  uint64_t hello_bytes_per_rank = 0;     // 24-byte hello (hash, cache digest, save id) x ranks
+  uint64_t hello_bytes_per_rank = 0;     // Save's hello (checkpoint::kSaveHelloBytes) x ranks
   uint64_t plans_bytes_per_rank = 0;     // the distinct plans, each sent once
   uint64_t exchange_bytes_per_rank = 0;  // miss: hello + plans; a hit: the hello only
   uint64_t max_encoded_plan_bytes = 0;
