@@ -1,48 +1,48 @@
-// The comm conformance checks against the MPI backend, with real processes:
+// The comm conformance suite (comm_conformance.h) over the MPI backend, with real processes:
 //   mpirun -np 4 --oversubscribe comm_mpi_test
-// Runs with any world size >= 1 (the group and timeout checks need >= 2). Exits non-zero if
-// any check fails on any rank.
+// plus what only MPI has: the large-message (chunked) paths, refusing calls after a timeout,
+// and CreateGroup waiting for its members. Runs with any world size >= 1 (the checks that
+// leave a rank out need >= 2).
+//
+// Every rank runs the same tests in the same order. At the end of each test the ranks agree on
+// the verdict, so a failure on one rank fails that test on every rank; if any test failed, the
+// program aborts the whole job (MPI_Abort) after all ranks are done, so mpirun exits non-zero
+// even when a timed-out collective is still pending.
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/mpi/mpi_comm_internal.h"
+#include "comm_conformance.h"
 #include "dcp/comm.h"
 #include "dcp/mpi_comm.h"
 
-namespace dcp {
+namespace dcp::testing {
 namespace {
 
 using namespace std::chrono_literals;
 
-int g_rank = 0;
-int g_failures = 0;
-
-#define CHECK(cond)                                                                           \
-  do {                                                                                        \
-    if (!(cond)) {                                                                            \
-      std::fprintf(stderr, "[rank %d] %s:%d: CHECK failed: %s\n", g_rank, __FILE__, __LINE__, \
-                   #cond);                                                                    \
-      ++g_failures;                                                                           \
-    }                                                                                         \
+#define DCP_ASSERT_OK(expr)                                  \
+  do {                                                       \
+    const ::dcp::Status dcp_test_s_ = (expr);                \
+    ASSERT_TRUE(dcp_test_s_.ok()) << dcp_test_s_.ToString(); \
   } while (0)
 
-#define CHECK_OK(expr)                                                                     \
-  do {                                                                                     \
-    const ::dcp::Status check_s_ = (expr);                                                 \
-    if (!check_s_.ok()) {                                                                  \
-      std::fprintf(stderr, "[rank %d] %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #expr, \
-                   check_s_.ToString().c_str());                                           \
-      ++g_failures;                                                                        \
-    }                                                                                      \
-  } while (0)
-
-std::string Label(int rank) { return "rank-" + std::to_string(rank) + std::string(rank * 7, 'x'); }
+// The world every test uses, unless it breaks a communicator on purpose.
+Comm& World() {
+  static std::shared_ptr<Comm> world = [] {
+    auto c = MpiComm(MPI_COMM_WORLD);
+    c->set_timeout(60s);
+    return c;
+  }();
+  return *world;
+}
 
 std::string Pattern(size_t size, int seed) {
   std::string s(size, '\0');
@@ -52,253 +52,192 @@ std::string Pattern(size_t size, int seed) {
   return s;
 }
 
-std::span<std::byte> Bytes(std::string& s) { return std::as_writable_bytes(std::span(s)); }
-
-void TestAllGatherGatherBroadcast(Comm& c) {
-  const int n = c.size();
-  auto all = c.AllGather(Label(c.rank()));
-  CHECK_OK(all.status());
-  if (all.ok()) {
-    CHECK(static_cast<int>(all->size()) == n);
-    for (int r = 0; r < n && r < static_cast<int>(all->size()); ++r) CHECK((*all)[r] == Label(r));
-  }
-  const int root = n - 1;
-  auto got = c.Gather(Label(c.rank()), root);
-  CHECK_OK(got.status());
-  if (got.ok() && c.rank() == root) {
-    CHECK(static_cast<int>(got->size()) == n);
-    for (int r = 0; r < n && r < static_cast<int>(got->size()); ++r) CHECK((*got)[r] == Label(r));
-  } else if (got.ok()) {
-    CHECK(got->empty());
-  }
-  CHECK(c.Gather("x", n).status().code() == StatusCode::kInvalidArgument);
-
-  std::string data = c.rank() == root ? "" : "stale";
-  CHECK_OK(c.Broadcast(data, root));
-  CHECK(data.empty());
-  const std::string big = Pattern(3 << 20, 5);
-  data = c.rank() == root ? big : "short";
-  CHECK_OK(c.Broadcast(data, root));
-  CHECK(data == big);
-}
-
-void TestIBroadcast(Comm& c) {
-  const int root = c.size() - 1;
-  const std::string a = Pattern(1 << 20, 1), b = Pattern(4097, 2);
-  std::string buf_a = c.rank() == root ? a : std::string(a.size(), '\0');
-  std::string buf_b = c.rank() == 0 ? b : std::string(b.size(), '\0');
-  auto ra = c.IBroadcast(Bytes(buf_a), root);
-  auto rb = c.IBroadcast(Bytes(buf_b), 0);
-  CHECK_OK(ra.status());
-  CHECK_OK(rb.status());
-  if (!ra.ok() || !rb.ok()) return;
-  CHECK_OK((*ra)->Wait());
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto done = (*rb)->Test();
-    CHECK_OK(done.status());
-    if (!done.ok() || *done) break;
-    std::this_thread::yield();
-  }
-  CHECK_OK((*rb)->Wait());
-  CHECK(buf_a == a);
-  CHECK(buf_b == b);
-  auto empty = c.IBroadcast({}, 0);
-  CHECK_OK(empty.status());
-  if (empty.ok()) CHECK_OK((*empty)->Wait());
-}
-
-void TestManyConsecutive(Comm& c) {
-  const int n = c.size();
-  for (int i = 0; i < 300; ++i) {
-    const int root = i % n;
-    const std::string tag = std::to_string(i) + "/" + std::to_string(c.rank());
-    auto expect = [&](int r) { return std::to_string(i) + "/" + std::to_string(r); };
-    switch (i % 4) {
-      case 0: {
-        auto all = c.AllGather(tag);
-        CHECK_OK(all.status());
-        if (all.ok()) {
-          for (int r = 0; r < n; ++r) CHECK((*all)[r] == expect(r));
-        }
-        break;
-      }
-      case 1: {
-        auto got = c.Gather(tag, root);
-        CHECK_OK(got.status());
-        if (got.ok() && c.rank() == root) {
-          for (int r = 0; r < n; ++r) CHECK((*got)[r] == expect(r));
-        }
-        break;
-      }
-      case 2: {
-        std::string data = tag;
-        CHECK_OK(c.Broadcast(data, root));
-        CHECK(data == expect(root));
-        break;
-      }
-      case 3:
-        CHECK_OK(c.Barrier());
-        break;
+// Every test ends with the ranks agreeing on the verdict: a rank whose checks passed fails the
+// test too, naming the rank that failed.
+class CommMpi : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    const bool failed_here = HasFailure();
+    Status all =
+        AgreeOnStatus(World(), failed_here ? Internal("see that rank's output") : OkStatus());
+    if (!failed_here) {
+      EXPECT_TRUE(all.ok()) << "failed on another rank: " << all.ToString();
     }
   }
+};
+
+// The checks that leave rank size-1 out, on a fresh communicator with a short timeout: the
+// others' communicator is unusable afterwards, since MPI cannot cancel their collective. Once
+// they are done, the absent rank runs `join` (with a long timeout) to complete what they
+// abandoned, so nothing is pending at MPI_Finalize. `after` runs on the ranks that took part.
+void RunWithAbsentRank(const std::function<void(Comm&)>& check,
+                       const std::function<void(Comm&)>& join,
+                       const std::function<void(Comm&)>& after = {}) {
+  auto c = MpiComm(MPI_COMM_WORLD);
+  c->set_timeout(200ms);
+  const bool absent = World().rank() == World().size() - 1;
+  check(*c);
+  if (!absent && after) after(*c);
+  DCP_ASSERT_OK(World().Barrier());
+  if (absent) {
+    c->set_timeout(60s);
+    join(*c);
+  }
+  DCP_ASSERT_OK(World().Barrier());
 }
 
-// Groups of equal parity: (0,2) and (1,3) at 4 ranks, used interleaved with the world.
-void TestGroups(Comm& c) {
-  const int n = c.size();
-  std::vector<int> members;
-  for (int r = c.rank() % 2; r < n; r += 2) members.push_back(r);
-  auto g = c.CreateGroup(members);
-  CHECK_OK(g.status());
-  if (!g.ok()) return;
-  Comm& group = **g;
-  CHECK(group.rank() == c.rank() / 2);
-  CHECK(group.size() == static_cast<int>(members.size()));
-  for (int i = 0; i < 6; ++i) {
-    auto sub = group.AllGather("g" + std::to_string(c.rank()));
-    CHECK_OK(sub.status());
-    if (sub.ok()) {
-      for (size_t k = 0; k < members.size(); ++k)
-        CHECK((*sub)[k] == "g" + std::to_string(members[k]));
-    }
-    std::string w = "w" + std::to_string(c.rank());
-    CHECK_OK(c.Broadcast(w, i % n));
-    CHECK(w == "w" + std::to_string(i % n));
-    const int sub_root = i % group.size();
-    std::string s = "s" + std::to_string(c.rank());
-    CHECK_OK(group.Broadcast(s, sub_root));
-    CHECK(s == "s" + std::to_string(members[sub_root]));
-    CHECK_OK(group.Barrier());
-    CHECK_OK(c.Barrier());
-  }
-  std::vector<int> everyone(n);
-  for (int r = 0; r < n; ++r) everyone[r] = r;
-  auto world = c.CreateGroup(everyone);
-  CHECK_OK(world.status());
-  if (world.ok()) {
-    CHECK((*world)->rank() == c.rank());
-    CHECK_OK((*world)->Barrier());
-  }
-  CHECK(c.CreateGroup({n}).status().code() == StatusCode::kInvalidArgument);
+// The shared suite, in the order of comm_conformance.h.
+
+TEST_F(CommMpi, RankAndSize) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  CheckRankAndSize(World(), size, "mpi");
 }
 
-void TestAgree(Comm& c) {
-  CHECK_OK(AgreeOnStatus(c, OkStatus()));
-  const int failing = c.size() - 1;
-  Status all = AgreeOnStatus(c, c.rank() == failing ? NotFound("tensor w missing") : OkStatus());
-  CHECK(all.code() == StatusCode::kNotFound);
-  if (c.size() > 1) {
-    CHECK(all.message() == "rank " + std::to_string(failing) + ": tensor w missing");
+TEST_F(CommMpi, AllGatherIsInRankOrder) { CheckAllGatherIsInRankOrder(World()); }
+
+TEST_F(CommMpi, GatherToNonZeroRoot) { CheckGatherToNonZeroRoot(World()); }
+
+TEST_F(CommMpi, GatherRejectsBadRoot) { CheckGatherRejectsBadRoot(World()); }
+
+TEST_F(CommMpi, BroadcastEmptyAndLarge) { CheckBroadcastEmptyAndLarge(World()); }
+
+TEST_F(CommMpi, IBroadcastPipelined) { CheckIBroadcastPipelined(World()); }
+
+// The ranks' marks go to a directory on this host: mpirun runs them all here.
+TEST_F(CommMpi, BarrierSeparatesPhases) {
+  std::string dir;
+  if (World().rank() == 0) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "dcp-comm-mpi-XXXXXX").string();
+    if (mkdtemp(tmpl.data())) dir = tmpl;
   }
+  DCP_ASSERT_OK(World().Broadcast(dir, 0));
+  ASSERT_FALSE(dir.empty()) << "rank 0 could not make a directory";
+  CheckBarrierSeparatesPhases(World(), dir);
+  DCP_ASSERT_OK(World().Barrier());
+  if (World().rank() == 0) std::filesystem::remove_all(dir);
 }
 
-// Counts beyond the int limits, simulated with tiny limits: chunked broadcasts, all-gather by
-// per-rank broadcasts, point-to-point gather.
-void TestChunkedPaths(Comm& world) {
+TEST_F(CommMpi, ManyConsecutiveCollectivesDoNotMix) {
+  CheckManyConsecutiveCollectivesDoNotMix(World());
+}
+
+TEST_F(CommMpi, CreateGroupInterleaved) { CheckCreateGroupInterleaved(World()); }
+
+TEST_F(CommMpi, AgreeOnStatusSpreadsOneFailure) { CheckAgreeOnStatusSpreadsOneFailure(World()); }
+
+// After the timeout MPI's communicator also refuses further calls.
+TEST_F(CommMpi, BarrierTimesOutWhenOneRankIsAbsent) {
+  if (World().size() < 2) GTEST_SKIP() << "a world of one has nobody to wait for";
+  RunWithAbsentRank(
+      CheckBarrierTimesOutWhenOneRankIsAbsent,
+      [](Comm& c) { EXPECT_TRUE(c.Barrier().ok()); },  // completes the others' barrier
+      [](Comm& c) { EXPECT_EQ(c.Barrier().code(), StatusCode::kFailedPrecondition); });
+}
+
+TEST_F(CommMpi, BroadcastTimesOutWhenRootIsAbsent) {
+  if (World().size() < 2) GTEST_SKIP() << "a world of one has nobody to wait for";
+  RunWithAbsentRank(CheckBroadcastTimesOutWhenRootIsAbsent, [](Comm& c) {
+    // The others gave up waiting for the size; an empty payload sends nothing after it.
+    std::string nothing;
+    EXPECT_TRUE(c.Broadcast(nothing, c.rank()).ok());
+  });
+}
+
+// Not run here: CheckTimeoutNamesOperationAndMissingRank (MPI cannot tell who is missing from
+// a collective) and CheckMismatchedCollectivesFail (undefined behaviour in MPI).
+
+// Only MPI: CreateGroup meets its members with point-to-point messages before
+// MPI_Comm_create_group, with a timeout naming the absent member.
+TEST_F(CommMpi, CreateGroupTimesOutNamingAbsentMember) {
+  if (World().size() < 2) GTEST_SKIP() << "a world of one has nobody to wait for";
+  const int absent = World().size() - 1;
+  auto g = MpiComm(MPI_COMM_WORLD);
+  g->set_timeout(200ms);
+  if (World().rank() == 0) {
+    auto sub = g->CreateGroup({0, absent});
+    EXPECT_EQ(sub.status().code(), StatusCode::kDeadlineExceeded) << sub.status().ToString();
+    EXPECT_NE(sub.status().message().find("rank(s) " + std::to_string(absent)), std::string::npos)
+        << sub.status().message();
+  }
+  DCP_ASSERT_OK(World().Barrier());
+}
+
+// Only MPI: counts beyond the int limits, simulated with tiny limits: chunked broadcasts,
+// all-gather by per-rank broadcasts, point-to-point gather.
+TEST_F(CommMpi, ChunkedPaths) {
   auto c = MpiCommWithLimits(MPI_COMM_WORLD, MpiLimits{.max_count = 1000, .chunk = 777});
-  c->set_timeout(20s);
+  c->set_timeout(60s);
   const int n = c->size();
   std::string mine = Pattern(3000 + 17 * c->rank(), c->rank());
   auto all = c->AllGather(mine);
-  CHECK_OK(all.status());
-  if (all.ok()) {
-    for (int r = 0; r < n; ++r) CHECK((*all)[r] == Pattern(3000 + 17 * r, r));
-  }
+  DCP_ASSERT_OK(all.status());
+  ASSERT_EQ(static_cast<int>(all->size()), n);
+  for (int r = 0; r < n; ++r) EXPECT_TRUE((*all)[r] == Pattern(3000 + 17 * r, r)) << "rank " << r;
   auto got = c->Gather(mine, n - 1);
-  CHECK_OK(got.status());
-  if (got.ok() && c->rank() == n - 1) {
-    for (int r = 0; r < n; ++r) CHECK((*got)[r] == Pattern(3000 + 17 * r, r));
+  DCP_ASSERT_OK(got.status());
+  if (c->rank() == n - 1) {
+    ASSERT_EQ(static_cast<int>(got->size()), n);
+    for (int r = 0; r < n; ++r) EXPECT_TRUE((*got)[r] == Pattern(3000 + 17 * r, r)) << "rank " << r;
   }
   const std::string big = Pattern(10000, 9);
   std::string data = c->rank() == 0 ? big : "";
-  CHECK_OK(c->Broadcast(data, 0));
-  CHECK(data == big);
+  DCP_ASSERT_OK(c->Broadcast(data, 0));
+  EXPECT_TRUE(data == big);
   std::string buf = c->rank() == 0 ? big : std::string(big.size(), '\0');
-  auto req = c->IBroadcast(Bytes(buf), 0);
-  CHECK_OK(req.status());
-  if (req.ok()) CHECK_OK((*req)->Wait());
-  CHECK(buf == big);
-  CHECK_OK(world.Barrier());
+  auto req = c->IBroadcast(std::as_writable_bytes(std::span(buf)), 0);
+  DCP_ASSERT_OK(req.status());
+  DCP_ASSERT_OK((*req)->Wait());
+  EXPECT_TRUE(buf == big);
 }
 
-// The last rank never joins a barrier: the others fail with kDeadlineExceeded in about the
-// timeout, and the communicator then refuses calls. The late rank joins afterwards so that
-// MPI's orphaned barrier completes before finalize.
-void TestTimeout(Comm& world) {
-  if (world.size() < 2) return;
-  auto c = MpiComm(MPI_COMM_WORLD);
-  c->set_timeout(200ms);
-  const int absent = world.size() - 1;
-  if (world.rank() != absent) {
-    auto start = std::chrono::steady_clock::now();
-    Status s = c->Barrier();
-    auto took = std::chrono::steady_clock::now() - start;
-    CHECK(s.code() == StatusCode::kDeadlineExceeded);
-    CHECK(s.message().find("Barrier") != std::string::npos);
-    CHECK(took >= 190ms);
-    CHECK(took < 60s);  // a hang guard, not a timing test
-    CHECK(c->Barrier().code() == StatusCode::kFailedPrecondition);
-    std::fprintf(stderr, "[rank %d] expected timeout: %s\n", g_rank, s.ToString().c_str());
+// Prints failed assertions only, prefixed with the rank: the listener for ranks other than 0.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_,
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
   }
-  // CreateGroup waits for its members with a timeout too, naming the absent one.
-  auto g = MpiComm(MPI_COMM_WORLD);
-  g->set_timeout(200ms);
-  if (world.rank() == 0) {
-    auto sub = g->CreateGroup({0, absent});
-    CHECK(sub.status().code() == StatusCode::kDeadlineExceeded);
-    CHECK(sub.status().message().find("rank(s) " + std::to_string(absent)) != std::string::npos);
-    std::fprintf(stderr, "[rank %d] expected timeout: %s\n", g_rank,
-                 sub.status().ToString().c_str());
-  }
-  CHECK_OK(world.Barrier());
-  if (world.rank() == absent) {
-    c->set_timeout(20s);
-    CHECK_OK(c->Barrier());  // completes the others' abandoned barrier
-  }
-  CHECK_OK(world.Barrier());
-}
 
-int Run(int argc, char** argv) {
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace dcp::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
   try {
-    EnsureMpiInitialized(&argc, &argv);
-  } catch (const Error& e) {
+    dcp::EnsureMpiInitialized(&argc, &argv);
+  } catch (const dcp::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  auto world = MpiComm();
-  world->set_timeout(60s);
-  g_rank = world->rank();
-  CHECK(world->backend() == "mpi");
-
-  const std::vector<std::pair<const char*, std::function<void(Comm&)>>> tests = {
-      {"AllGatherGatherBroadcast", TestAllGatherGatherBroadcast},
-      {"IBroadcast", TestIBroadcast},
-      {"ManyConsecutive", TestManyConsecutive},
-      {"Groups", TestGroups},
-      {"AgreeOnStatus", TestAgree},
-      {"ChunkedPaths", TestChunkedPaths},
-      {"Timeout", TestTimeout},
-  };
-  for (const auto& [name, fn] : tests) {
-    int before = g_failures;
-    fn(*world);
-    if (g_rank == 0 || g_failures != before) {
-      std::fprintf(stderr, "[rank %d] %s: %s\n", g_rank, name,
-                   g_failures == before ? "ok" : "FAILED");
-    }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new dcp::testing::FailurePrinter(rank));
   }
-  // Every rank learns whether all passed, so mpirun's exit code reflects any failure.
-  Status mine =
-      g_failures == 0 ? OkStatus() : Internal(std::to_string(g_failures) + " checks failed");
-  Status all = AgreeOnStatus(*world, mine);
-  if (g_rank == 0)
+  const int rc = RUN_ALL_TESTS();
+  // The verdict over a fresh communicator: the world's may be broken by a failed test.
+  auto verdict = dcp::MpiComm(MPI_COMM_WORLD);
+  verdict->set_timeout(std::chrono::seconds(300));
+  dcp::Status all =
+      dcp::AgreeOnStatus(*verdict, rc == 0 ? dcp::OkStatus() : dcp::Internal("tests failed"));
+  if (rank == 0) {
     std::fprintf(stderr, "comm_mpi_test: %s\n", all.ok() ? "PASSED" : all.ToString().c_str());
-  world.reset();
-  return all.ok() ? 0 : 1;
+  }
+  if (!all.ok()) {
+    // A timed-out collective may still be pending, which MPI_Finalize could wait for forever:
+    // rank 0 ends the whole job (the others would wait for it in MPI_Finalize).
+    std::fflush(nullptr);
+    if (rank == 0) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  return 0;
 }
-
-}  // namespace
-}  // namespace dcp
-
-int main(int argc, char** argv) { return dcp::Run(argc, argv); }
