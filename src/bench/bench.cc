@@ -186,6 +186,18 @@ Status Runner::Setup() {
   DCP_RETURN_IF_ERROR(comm_.Broadcast(dir, 0));
   ckpt_ = dir + "/ckpt";
   ref_dir_ = dir + "/reference";
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);  // the phases create it anyway
+    auto in_memory = InMemoryFileSystem(dir);
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, in_memory.status()));
+    report_.scratch_in_memory = *in_memory;
+    if (*in_memory && o_.cold && rank_ == 0) {
+      report_.notes.push_back(dir +
+                              " is on an in-memory file system (tmpfs): its pages cannot be "
+                              "dropped, so cold reads and loads are warm");
+    }
+  }
 
   if (o_.storage_gibps > 0) {
     // One token bucket in shared memory for every rank of this machine.
@@ -553,6 +565,7 @@ std::string ReportJson(const BenchReport& r) {
   }
   j["phases"] = phases;
   j["notes"] = r.notes;
+  j["scratch_in_memory"] = r.scratch_in_memory;
   return j.dump(2) + "\n";
 }
 

@@ -73,6 +73,7 @@ struct BenchReport {
   ReferenceReport reference;
   std::vector<PhaseReport> phases;
   std::vector<std::string> notes;  // skipped phases and the like
+  bool scratch_in_memory = false;  // tmpfs/ramfs: "cold" cannot be cold (see notes)
 };
 
 Result<BenchReport> RunBench(std::shared_ptr<Comm> comm, const BenchOptions& opts);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,6 +124,13 @@ double MemcpyGiBps(uint64_t bytes, int reps) {
     if (s > 0) best = std::max(best, bytes / s / double(uint64_t{1} << 30));
   }
   return best;
+}
+
+Result<bool> InMemoryFileSystem(const std::string& dir) {
+  struct statfs st;
+  if (::statfs(dir.c_str(), &st) != 0) return ErrnoStatus("statfs", dir, errno);
+  constexpr decltype(st.f_type) kTmpfs = 0x01021994, kRamfs = 0x858458f6;  // linux/magic.h
+  return st.f_type == kTmpfs || st.f_type == kRamfs;
 }
 
 }  // namespace dcp::bench

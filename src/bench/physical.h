@@ -33,6 +33,10 @@ struct Residency {
   }
 };
 
+// Whether `dir` lives on a file system held in memory (tmpfs, ramfs), whose pages cannot be
+// dropped: there, a "cold" read is a memory copy.
+Result<bool> InMemoryFileSystem(const std::string& dir);
+
 // How much of the files sits in the page cache now (mincore over a read-only mapping,
 // which itself faults nothing in).
 Result<Residency> MeasureResidency(const std::vector<std::string>& paths);

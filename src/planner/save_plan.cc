@@ -147,12 +147,20 @@ Result<LocalSavePlan> DecodeLocalPlan(std::string_view data) {
 // Replicated chunks are never split below this (many tiny pieces cost more than the imbalance).
 constexpr uint64_t kMinSplitBytes = uint64_t{4} << 20;
 
-Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
-                                const std::vector<std::vector<int>>& holders, int world_size,
-                                const SavePlanOptions& opts) {
+namespace {
+
+// Every distinct fqn of the gathered plans: tensors with their chunks (each with the plan
+// classes holding it) and bytes entries. Ranks that disagree on what an fqn is fail here.
+struct Gathered {
   std::map<std::string, TensorAcc, std::less<>> tensors;
   std::map<std::string, BytesAcc, std::less<>> bytes;
+};
 
+Result<Gathered> GatherEntries(const std::vector<LocalSavePlan>& plans,
+                               const std::vector<std::vector<int>>& holders) {
+  Gathered g;
+  auto& tensors = g.tensors;
+  auto& bytes = g.bytes;
   for (int p = 0; p < static_cast<int>(plans.size()); ++p) {
     for (const SaveItem& it : plans[p].items) {
       if (it.is_bytes) {
@@ -186,58 +194,90 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
       if (c.plans.empty() || c.plans.back() != p) c.plans.push_back(p);
     }
   }
+  return g;
+}
+
+// A replicated chunk much larger than a rank's fair share would leave its writer far behind
+// the others (whole-chunk balance): it is split along dimension 0 into pieces that different
+// holders write. Returns {box} when it is not split.
+std::vector<Box> SplitReplicated(const Box& box, const ChunkAcc& c, DType dtype,
+                                 const std::vector<std::vector<int>>& holders,
+                                 uint64_t fair_share) {
+  if (c.nbytes <= fair_share || box.rank() == 0 || box.lengths[0] < 2) return {box};
+  uint64_t members = 0;
+  for (int p : c.plans) members += holders[p].size();
+  const uint64_t rows = static_cast<uint64_t>(box.lengths[0]);
+  if (!DTypeBytes(dtype, box.NumElements() / rows)) return {box};  // rows split bytes
+  const uint64_t n = std::min({members, (c.nbytes + fair_share - 1) / fair_share, rows});
+  if (n < 2) return {box};
+  std::vector<Box> out;
+  const uint64_t per = (rows + n - 1) / n;
+  for (uint64_t at = 0; at < rows; at += per) {
+    Box piece = box;
+    piece.offsets[0] += static_cast<int64_t>(at);
+    piece.lengths[0] = static_cast<int64_t>(std::min(per, rows - at));
+    out.push_back(piece);
+  }
+  return out;
+}
+
+// A replicated item awaiting its writer.
+struct Pending {
+  uint64_t weight;
+  bool is_bytes;
+  size_t entry, chunk;  // index into out.tensors/out.bytes and the chunk list
+  const std::vector<int>* plans;
+};
+
+// Invariant 2: largest first, each to the holder with the fewest bytes so far, ties to the
+// lowest rank; ties between items in (kind, fqn, box) order, which the sort gets from the
+// already-sorted entry and chunk indices.
+void AssignWriters(std::vector<Pending> pending, const std::vector<std::vector<int>>& holders,
+                   GlobalSavePlan* out) {
+  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return std::tie(b.weight, a.is_bytes, a.entry, a.chunk) <
+           std::tie(a.weight, b.is_bytes, b.entry, b.chunk);
+  });
+  ClassBalancer balancer(holders, out->bytes_per_rank);
+  for (const Pending& it : pending) {
+    const int rank = balancer.Assign(*it.plans, it.weight);
+    out->bytes_per_rank[rank] += it.weight;
+    if (it.is_bytes) {
+      out->bytes[it.entry].writer = rank;
+    } else {
+      out->tensors[it.entry].chunks[it.chunk].writer = rank;
+    }
+  }
+}
+
+uint64_t WeightOf(uint64_t nbytes, bool is_bytes) {
+  return is_bytes ? uint64_t{1} : std::max<uint64_t>(nbytes, 1);
+}
+
+}  // namespace
+
+Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
+                                const std::vector<std::vector<int>>& holders, int world_size,
+                                const SavePlanOptions& opts) {
+  DCP_ASSIGN_OR_RETURN(Gathered g, GatherEntries(plans, holders));
 
   GlobalSavePlan out;
   out.bytes_per_rank.assign(world_size, 0);
-  out.tensors.reserve(tensors.size());
-  // A replicated item awaiting its writer.
-  struct Pending {
-    uint64_t weight;
-    bool is_bytes;
-    size_t entry, chunk;  // index into out.tensors/out.bytes and the chunk list
-    const std::vector<int>* plans;
-  };
+  out.tensors.reserve(g.tensors.size());
   std::vector<Pending> pending;
-  auto weight_of = [](uint64_t nbytes, bool is_bytes) {
-    return is_bytes ? uint64_t{1} : std::max<uint64_t>(nbytes, 1);
-  };
   auto single_holder = [&](const std::vector<int>& ps) {
     return ps.size() == 1 && holders[ps[0]].size() == 1;
   };
-  auto assign = [&](int rank, uint64_t weight) { out.bytes_per_rank[rank] += weight; };
-
-  // A replicated chunk much larger than a rank's fair share would leave its writer far
-  // behind the others (whole-chunk balance): such chunks are split along dimension 0 into
-  // pieces that different holders write.
   uint64_t total = 0;
-  for (const auto& [fqn, t] : tensors) {
+  for (const auto& [fqn, t] : g.tensors) {
     for (const auto& [box, c] : t.chunks) total += c.nbytes;
   }
   const uint64_t fair_share =
       std::max<uint64_t>(total / static_cast<uint64_t>(std::max(world_size, 1)), kMinSplitBytes);
-  auto pieces_of = [&](const Box& box, const ChunkAcc& c, DType dtype) -> std::vector<Box> {
-    if (!opts.balance || !opts.split_replicas || c.nbytes <= fair_share || box.rank() == 0 ||
-        box.lengths[0] < 2) {
-      return {box};
-    }
-    uint64_t members = 0;
-    for (int p : c.plans) members += holders[p].size();
-    const uint64_t rows = static_cast<uint64_t>(box.lengths[0]);
-    if (!DTypeBytes(dtype, box.NumElements() / rows)) return {box};  // rows split bytes
-    const uint64_t n = std::min({members, (c.nbytes + fair_share - 1) / fair_share, rows});
-    if (n < 2) return {box};
-    std::vector<Box> out;
-    const uint64_t per = (rows + n - 1) / n;
-    for (uint64_t at = 0; at < rows; at += per) {
-      Box piece = box;
-      piece.offsets[0] += static_cast<int64_t>(at);
-      piece.lengths[0] = static_cast<int64_t>(std::min(per, rows - at));
-      out.push_back(piece);
-    }
-    return out;
-  };
+  const bool split = opts.balance && opts.split_replicas;
 
-  for (auto& [fqn, t] : tensors) {
+  // Chunks held by one rank go to it; replicated ones wait for AssignWriters.
+  for (auto& [fqn, t] : g.tensors) {
     GlobalSavePlan::Tensor gt{fqn, t.dtype, t.global_shape, {}};
     std::vector<Box> boxes;
     std::vector<int> lowest_holder;
@@ -248,15 +288,18 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
       for (int p : c.plans) lowest = std::min(lowest, FirstRank(holders, p));
       boxes.push_back(chunk_box);
       lowest_holder.push_back(lowest);
-      for (const Box& box : pieces_of(chunk_box, c, t.dtype)) {
+      const std::vector<Box> pieces =
+          split ? SplitReplicated(chunk_box, c, t.dtype, holders, fair_share)
+                : std::vector<Box>{chunk_box};
+      for (const Box& box : pieces) {
         const uint64_t nbytes = *DTypeBytes(t.dtype, box.NumElements());
         int writer = -1;
         if (single_holder(c.plans) || !opts.balance) {
           writer = lowest;
-          assign(writer, weight_of(nbytes, false));
+          out.bytes_per_rank[writer] += WeightOf(nbytes, false);
         } else {
           pending.push_back(
-              {weight_of(nbytes, false), false, out.tensors.size(), gt.chunks.size(), &c.plans});
+              {WeightOf(nbytes, false), false, out.tensors.size(), gt.chunks.size(), &c.plans});
         }
         gt.chunks.push_back({box, nbytes, writer});
         out.unique_bytes += nbytes;
@@ -266,34 +309,19 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
         CheckTiling(fqn, t.global_shape, boxes, lowest_holder, opts.require_coverage));
     out.tensors.push_back(std::move(gt));
   }
-  for (auto& [fqn, b] : bytes) {
+  for (auto& [fqn, b] : g.bytes) {
     int writer = -1;
     if (single_holder(b.plans) || !opts.balance) {
       writer = FirstRank(holders, b.plans[0]);
       for (int p : b.plans) writer = std::min(writer, FirstRank(holders, p));
-      assign(writer, 1);
+      out.bytes_per_rank[writer] += 1;
     } else {
       pending.push_back({1, true, out.bytes.size(), 0, &b.plans});
     }
     out.bytes.push_back({fqn, b.nbytes, writer});
   }
 
-  // Largest first; ties in (kind, fqn, box) order, which the sort below gets from the
-  // already-sorted entry and chunk indices.
-  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
-    return std::tie(b.weight, a.is_bytes, a.entry, a.chunk) <
-           std::tie(a.weight, b.is_bytes, b.entry, b.chunk);
-  });
-  ClassBalancer balancer(holders, out.bytes_per_rank);
-  for (const Pending& it : pending) {
-    const int rank = balancer.Assign(*it.plans, it.weight);
-    assign(rank, it.weight);
-    if (it.is_bytes) {
-      out.bytes[it.entry].writer = rank;
-    } else {
-      out.tensors[it.entry].chunks[it.chunk].writer = rank;
-    }
-  }
+  AssignWriters(std::move(pending), holders, &out);
   // Pieces of split chunks were appended after their chunk; restore box order.
   for (auto& t : out.tensors) {
     std::sort(t.chunks.begin(), t.chunks.end(),

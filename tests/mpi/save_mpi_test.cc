@@ -100,13 +100,13 @@ TEST(MultiRankMpi, AsyncSaveThroughFileCoordinator) {
 
 // Read-once broadcast with real processes (4 ranks unless said otherwise).
 TEST(BroadcastMpi, PureDataParallelReadsEachByteOnce) {
-  if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  if (World()->size() != 4) FAIL() << "needs 4 ranks (ctest runs it with mpirun -np 4)";
   SharedDir d;
   BroadcastLoad(World(), d.path(), "dp4", "dp4");
 }
 
 TEST(BroadcastMpi, ReshardingLayouts) {
-  if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  if (World()->size() != 4) FAIL() << "needs 4 ranks (ctest runs it with mpirun -np 4)";
   SharedDir d;
   BroadcastLoad(World(), d.path(), "tp4", "tp2,dp2");
   BroadcastLoad(World(), d.path(), "tp2,dp2", "tp4");
@@ -115,7 +115,7 @@ TEST(BroadcastMpi, ReshardingLayouts) {
 }
 
 TEST(BroadcastMpi, InterleavedGroups) {
-  if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  if (World()->size() != 4) FAIL() << "needs 4 ranks (ctest runs it with mpirun -np 4)";
   SharedDir d;
   BroadcastLoad(World(), d.path(), "dp2,tp2", "dp2,tp2");
 }
@@ -131,21 +131,22 @@ TEST(BroadcastMpi, CorruptShardFailsEveryRank) {
 }
 
 TEST(BroadcastMpi, EightRanks) {
-  if (World()->size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  if (World()->size() != 8) FAIL() << "needs 8 ranks (ctest mpi.broadcast_8)";
   SharedDir d;
   BroadcastLoad(World(), d.path(), "tp2,dp4", "tp4,dp2");
   BroadcastLoad(World(), d.path(), "dp8", "dp8");
 }
 
 TEST(HuggingFaceMpi, DirectTensorParallelLoadReadsEachByteOnce) {
-  if (World()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  if (World()->size() != 4) FAIL() << "needs 4 ranks (ctest runs it with mpirun -np 4)";
   SharedDir d;
   HuggingFaceDirectLoad(World(), d.path());
 }
 
 TEST(HostsMpi, BroadcastOnlyAcrossHosts) {
   if (World()->size() != 4 || !std::getenv("DCP_HOST_ID")) {
-    GTEST_SKIP() << "needs 4 ranks and DCP_HOST_ID per rank";
+    FAIL() << "needs 4 ranks and DCP_HOST_ID per rank: the emulated hosts are missing (ctest "
+              "mpi.two_hosts)";
   }
   SharedDir d;
   HostAwareBroadcast(World(), d.path());
