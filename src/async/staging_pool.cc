@@ -135,8 +135,7 @@ Result<StagingPool::Lease> StagingPool::Acquire(uint64_t bytes, std::chrono::mil
       return DeadlineExceeded(
           "async save waited " + std::to_string(timeout.count()) + " ms for " +
           std::to_string(need) + " bytes of staging memory, but " + std::to_string(bytes_in_use_) +
-          " bytes stay busy in earlier saves that have not persisted (cap " +
-          std::to_string(cap) +
+          " bytes stay busy in earlier saves that have not persisted (cap " + std::to_string(cap) +
           " bytes, max_staging_bytes): an earlier save is stuck; wait for it or raise "
           "max_staging_bytes");
     }

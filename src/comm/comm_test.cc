@@ -118,9 +118,9 @@ TEST_P(CommTest, AgreeingTwiceAddsNoSecondPrefix) {
     ASSERT_FALSE(twice.ok());
     EXPECT_TRUE(once.agreed());
     EXPECT_TRUE(twice.agreed());
-    const std::string want = c.size() == 1 ? "bench: save: disk gone"
-                                           : "bench: save: rank " + std::to_string(last) +
-                                                 ": disk gone";
+    const std::string want = c.size() == 1
+                                 ? "bench: save: disk gone"
+                                 : "bench: save: rank " + std::to_string(last) + ": disk gone";
     EXPECT_EQ(twice.message(), want);
   });
 }

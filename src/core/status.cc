@@ -44,7 +44,8 @@ Status Status::Annotate(std::string_view context) const {
 // left on device"), lower-cased as part of one sentence.
 Status ErrnoStatus(std::string_view op, std::string_view path, int err) {
   std::string text = std::strerror(err);
-  if (!text.empty() && text[0] >= 'A' && text[0] <= 'Z' && !(text.size() > 1 && text[1] >= 'A' && text[1] <= 'Z')) {
+  if (!text.empty() && text[0] >= 'A' && text[0] <= 'Z' &&
+      !(text.size() > 1 && text[1] >= 'A' && text[1] <= 'Z')) {
     text[0] = static_cast<char>(text[0] - 'A' + 'a');
   }
   std::string msg = std::string(op) + " " + std::string(path) + ": " + text;

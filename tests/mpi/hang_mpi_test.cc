@@ -73,8 +73,10 @@ int Funneled(int argc, char** argv, const std::string& dir) {
       error = e.what();
     }
     if (error.find("MPI_THREAD_MULTIPLE") == std::string::npos) {
-      std::fprintf(stderr, "hang_mpi_test: rank %d: expected an error naming MPI_THREAD_MULTIPLE, got '%s'\n",
-                   rank, error.c_str());
+      std::fprintf(
+          stderr,
+          "hang_mpi_test: rank %d: expected an error naming MPI_THREAD_MULTIPLE, got '%s'\n", rank,
+          error.c_str());
       rc = 1;
     } else if (rank == 0) {
       std::fprintf(stderr, "hang_mpi_test: funneled: %s\n", error.c_str());

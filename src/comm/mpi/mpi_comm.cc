@@ -370,8 +370,7 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
         break;
       }
       uint64_t their_call = 0;
-      MPI_Recv(&their_call, 1, MPI_UINT64_T, status.MPI_SOURCE, kPingTag, comm_,
-               MPI_STATUS_IGNORE);
+      MPI_Recv(&their_call, 1, MPI_UINT64_T, status.MPI_SOURCE, kPingTag, comm_, MPI_STATUS_IGNORE);
       heard_[status.MPI_SOURCE] = their_call;
       auto pong = std::make_shared<OpState>();
       pong->my_size = calls_;
@@ -605,9 +604,9 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   const MpiLimits limits_;
   int rank_ = 0;
   int size_ = 1;
-  uint64_t calls_ = 0;  // for messages
-  std::string broken_;  // why the communicator is unusable; empty while it is usable
-  std::map<int, uint64_t> heard_;                 // rank -> the call it pinged us from
+  uint64_t calls_ = 0;             // for messages
+  std::string broken_;             // why the communicator is unusable; empty while it is usable
+  std::map<int, uint64_t> heard_;  // rank -> the call it pinged us from
   std::vector<std::shared_ptr<OpState>> pongs_;  // answers being sent
 };
 
