@@ -3,6 +3,7 @@
 
 #include "dcp/status.h"
 #include "tools/commands.h"
+#include "tools/world.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dcp: distributed checkpoints for large-model training"};
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const dcp::Error& e) {
+    // An error every rank agreed on is printed once, by rank 0; the others exit with the same
+    // code. An error local to a rank (a timeout, say) is printed by that rank.
+    if (e.agreed() && dcp::tools::WorldRank() != 0) return 1;
     // "dcp verify: ..." : the library's one sentence, under the command that failed.
     std::string cmd = "dcp";
     for (const CLI::App* sub : app.get_subcommands()) cmd += " " + sub->get_name();

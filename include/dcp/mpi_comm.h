@@ -2,10 +2,21 @@
 // dcp is built with MPI (DCP_WITH_MPI).
 //
 // MPI's blocking collectives cannot time out, so every collective is issued in its
-// non-blocking form and polled until it completes or `timeout()` passes. MPI cannot cancel a
-// collective: after a timeout the communicator refuses further calls (kFailedPrecondition) and
-// the job should fail. Buffers of a timed-out operation stay owned by the communicator until it
-// is destroyed, since MPI may still write into them.
+// non-blocking form and polled until it completes or `timeout()` passes. The timeout error names
+// the ranks that did not arrive: the rank that timed out asks every other rank which call it
+// waits in (ranks answer while they wait inside dcp), and names those that stay silent.
+//
+// MPI cannot cancel a collective: after a timeout the communicator refuses further calls
+// (kFailedPrecondition) and the job must end. Buffers of a timed-out operation stay allocated
+// until exit, since MPI may still write into them. Two consequences:
+// - Broadcasts into the caller's memory (IBroadcast, used by load for single-shard broadcasts):
+//   if any MPI communicator fails while one is in flight, the process prints the error and
+//   aborts the job (MPI_Abort) instead of returning, because MPI could write into that memory
+//   after load returned. So no MPI write into caller memory ever happens after load returns.
+// - At exit, MPI initialized by EnsureMpiInitialized is finalized only when nothing dcp
+//   abandoned is still pending; otherwise MPI_Finalize could wait forever for a stopped peer,
+//   and the job is aborted (MPI_Abort) so that mpirun returns. A caller that initialized MPI
+//   itself should do the same: after a dcp timeout, call MPI_Abort rather than MPI_Finalize.
 #pragma once
 
 // The MPI-2 C++ bindings (removed in MPI-3) only add warnings; dcp uses the C API.

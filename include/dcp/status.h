@@ -38,12 +38,23 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   std::string ToString() const;
 
-  // Prefixes context ("saving to /ckpt: ") without changing the code.
+  // Prefixes context ("saving to /ckpt: ") without changing the code or agreed().
   Status Annotate(std::string_view context) const;
+
+  // True when every rank of the communicator returned this same status (AgreeOnStatus and the
+  // collectives that agree on failure set it): one rank reporting it is enough, as the CLI
+  // does under mpirun. Not part of equality or ToString().
+  bool agreed() const { return agreed_; }
+  Status MarkAgreed() const {
+    Status s = *this;
+    s.agreed_ = !ok();
+    return s;
+  }
 
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  bool agreed_ = false;
 };
 
 inline Status OkStatus() { return Status(); }
@@ -91,11 +102,15 @@ class [[nodiscard]] Result {
 // The public API's exception: the code and one clear message.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const Status& s) : std::runtime_error(s.message()), code_(s.code()) {}
+  explicit Error(const Status& s)
+      : std::runtime_error(s.message()), code_(s.code()), agreed_(s.agreed()) {}
   StatusCode code() const { return code_; }
+  // Every rank of the communicator raised this same error (Status::agreed()).
+  bool agreed() const { return agreed_; }
 
  private:
   StatusCode code_;
+  bool agreed_ = false;
 };
 
 inline void ThrowIfError(const Status& s) {

@@ -61,7 +61,7 @@ StagingPool::~StagingPool() {
   }
 }
 
-Result<StagingPool::Lease> StagingPool::Acquire(uint64_t bytes) {
+Result<StagingPool::Lease> StagingPool::Acquire(uint64_t bytes, std::chrono::milliseconds timeout) {
   const uint64_t need = RoundUpToPage(bytes == 0 ? 1 : bytes);
   if (max_bytes_ > 0 && need > max_bytes_) {
     return InvalidArgument("the state dict needs " + std::to_string(bytes) +
@@ -129,8 +129,16 @@ Result<StagingPool::Lease> StagingPool::Acquire(uint64_t bytes) {
     }
     // Back-pressure: a busy buffer will be released when its save has persisted.
     ++waiting_;
-    released_.wait(lock);
+    const bool woken = released_.wait_until(lock, start + timeout) == std::cv_status::no_timeout;
     --waiting_;
+    if (!woken && std::chrono::steady_clock::now() >= start + timeout) {
+      return DeadlineExceeded(
+          "async save waited " + std::to_string(timeout.count()) + " ms for " +
+          std::to_string(need) + " bytes of staging memory, but " + std::to_string(bytes_in_use_) +
+          " bytes stay busy in earlier saves that have not persisted (cap " + std::to_string(cap) +
+          " bytes, max_staging_bytes): an earlier save is stuck; wait for it or raise "
+          "max_staging_bytes");
+    }
   }
   lease.wait_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

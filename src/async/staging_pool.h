@@ -7,6 +7,7 @@
 // speed with no page fault.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -59,8 +60,10 @@ class StagingPool {
   };
   // A buffer of at least `bytes`: the smallest idle one that fits, else a new one, after
   // freeing idle buffers that are too small. Waits while a new one would exceed the cap.
-  // kInvalidArgument when `bytes` exceeds a non-zero cap (it could never be served).
-  Result<Lease> Acquire(uint64_t bytes);
+  // kInvalidArgument when `bytes` exceeds a non-zero cap (it could never be served);
+  // kDeadlineExceeded, naming the busy bytes and the cap, after waiting `timeout` in total.
+  Result<Lease> Acquire(uint64_t bytes,
+                        std::chrono::milliseconds timeout = std::chrono::minutes(10));
   void Release(int id);
 
   struct Stats {

@@ -108,6 +108,23 @@ TEST_P(CommTest, CreateGroupInterleaved) { RunRanks(CheckCreateGroupInterleaved)
 
 TEST_P(CommTest, AgreeOnStatusSpreadsOneFailure) { RunRanks(CheckAgreeOnStatusSpreadsOneFailure); }
 
+// A status that was agreed already (a failed save inside a timed benchmark phase) keeps its
+// one "rank R: " prefix when agreed again, and says it was agreed (the CLI prints it once).
+TEST_P(CommTest, AgreeingTwiceAddsNoSecondPrefix) {
+  RunRanks([](Comm& c) {
+    const int last = c.size() - 1;
+    Status once = AgreeOnStatus(c, c.rank() == last ? Unavailable("disk gone") : OkStatus());
+    Status twice = AgreeOnStatus(c, once.Annotate("bench: save: "));
+    ASSERT_FALSE(twice.ok());
+    EXPECT_TRUE(once.agreed());
+    EXPECT_TRUE(twice.agreed());
+    const std::string want = c.size() == 1
+                                 ? "bench: save: disk gone"
+                                 : "bench: save: rank " + std::to_string(last) + ": disk gone";
+    EXPECT_EQ(twice.message(), want);
+  });
+}
+
 // The checks below leave a rank out, so the others wait for the (short) timeout.
 
 TEST_P(CommTest, BarrierTimesOutWhenOneRankIsAbsent) {

@@ -3,14 +3,21 @@
 namespace dcp {
 namespace {
 
+// The code byte's high bit says the status was already agreed by every rank (and prefixed
+// with its rank), so agreeing on it again adds no second "rank R: ".
+constexpr uint8_t kAgreedBit = 0x80;
+
 std::string Encode(const Status& s) {
-  std::string out(1, static_cast<char>(s.code()));
+  std::string out(
+      1, static_cast<char>(static_cast<uint8_t>(s.code()) | (s.agreed() ? kAgreedBit : 0)));
   out += s.message();
   return out;
 }
 
+bool IsAgreed(std::string_view m) { return (static_cast<uint8_t>(m[0]) & kAgreedBit) != 0; }
+
 Status Decode(std::string_view m) {
-  auto code = static_cast<StatusCode>(static_cast<uint8_t>(m[0]));
+  auto code = static_cast<StatusCode>(static_cast<uint8_t>(m[0]) & ~kAgreedBit);
   return Status(code == StatusCode::kOk ? StatusCode::kInternal : code, std::string(m.substr(1)));
 }
 
@@ -32,8 +39,8 @@ Result<std::vector<std::string_view>> UntagAll(const std::vector<std::string>& g
     if (m.empty()) return Internal("empty message from rank " + std::to_string(r));
     if (static_cast<StatusCode>(static_cast<uint8_t>(m[0])) != StatusCode::kOk) {
       Status s = Decode(m);
-      if (gathered.size() == 1) return s;
-      return s.Annotate("rank " + std::to_string(r) + ": ");
+      if (gathered.size() == 1 || IsAgreed(m)) return s.MarkAgreed();
+      return s.Annotate("rank " + std::to_string(r) + ": ").MarkAgreed();
     }
     out.push_back(m.substr(1));
   }
@@ -59,7 +66,7 @@ Status BroadcastStatus(Comm& comm, int root, const Status& s) {
   DCP_RETURN_IF_ERROR(comm.Broadcast(m, root));
   if (m.empty()) return Internal("empty status broadcast");
   if (static_cast<StatusCode>(static_cast<uint8_t>(m[0])) == StatusCode::kOk) return OkStatus();
-  return Decode(m);
+  return Decode(m).MarkAgreed();
 }
 
 }  // namespace dcp

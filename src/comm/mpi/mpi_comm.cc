@@ -11,10 +11,13 @@
 #include "dcp/mpi_comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "comm/comm_util.h"
 #include "comm/mpi/mpi_comm_internal.h"
@@ -29,6 +32,8 @@ constexpr int kGatherTag = 7301;       // Gather of more than 2 GiB in total
 constexpr int kGroupHelloTag = 7302;   // CreateGroup: member -> first member
 constexpr int kGroupGoTag = 7303;      // CreateGroup: first member -> members
 constexpr int kCreateGroupTag = 7304;  // MPI_Comm_create_group
+constexpr int kPingTag = 7305;         // after a timeout: "I am stuck in call #N; are you?"
+constexpr int kPongTag = 7306;         // the answer: the call this rank is waiting in
 
 Status MpiError(std::string_view op, int rc) {
   char text[MPI_MAX_ERROR_STRING];
@@ -52,6 +57,55 @@ struct OpState {
   std::vector<int> displs;
   std::vector<int> tokens;
 };
+
+// Operations MPI may still touch (timed out or failed), process-wide: their buffers live until
+// exit, and at exit MPI is finalized only if every one of them has completed since; otherwise
+// MPI_Finalize could wait forever for a peer that never comes, so the job is aborted instead.
+class Abandoned {
+ public:
+  static Abandoned& Get() {
+    static auto* a = new Abandoned;  // never destroyed: used from the at-exit handler
+    return *a;
+  }
+  void Add(std::shared_ptr<OpState> st) {
+    std::lock_guard lock(mu_);
+    ops_.push_back(std::move(st));
+  }
+  // True when every abandoned operation has completed (progressing MPI for up to `wait`).
+  bool Settle(std::chrono::milliseconds wait) {
+    std::lock_guard lock(mu_);
+    const auto deadline = Clock::now() + wait;
+    while (true) {
+      bool all = true;
+      for (auto& st : ops_) {
+        int flag = 1;
+        if (!st->reqs.empty()) {
+          MPI_Testall(static_cast<int>(st->reqs.size()), st->reqs.data(), &flag,
+                      MPI_STATUSES_IGNORE);
+        }
+        all &= flag != 0;
+      }
+      if (all || Clock::now() >= deadline) return all;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::shared_ptr<OpState>> ops_;
+};
+
+// Broadcasts in flight into memory the caller owns (IBroadcast). If a communicator fails while
+// any is in flight, MPI may write into that memory after the failing call returned and the
+// caller freed it; MPI cannot cancel a collective, so the process aborts the job instead.
+std::atomic<int> g_caller_buffers_in_flight{0};
+
+[[noreturn]] void AbortJob(const std::string& why) {
+  std::fprintf(stderr, "dcp: %s\n", why.c_str());
+  std::fflush(nullptr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
 
 // Polls MPI in a yield loop for a short while (low latency for small collectives, and fast
 // progress: Open MPI progresses messages only inside MPI calls), then with growing sleeps.
@@ -82,14 +136,8 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;  // too late to free anything; MPI released it all
-    for (auto& st : abandoned_) {
-      int flag = 0;
-      if (!st->reqs.empty()) {
-        MPI_Testall(static_cast<int>(st->reqs.size()), st->reqs.data(), &flag, MPI_STATUSES_IGNORE);
-      }
-      // Still running: MPI may write into these buffers later, so they must outlive us.
-      if (!st->reqs.empty() && !flag) new std::shared_ptr<OpState>(st);  // deliberate leak
-    }
+    // Operations still running (MPI may write into their buffers) are in Abandoned already.
+    for (auto& p : pongs_) Abandoned::Get().Add(std::move(p));
     MPI_Comm_free(&comm_);
   }
 
@@ -257,6 +305,16 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   // communicator becomes unusable and keeps `st` alive.
   Status Complete(std::string_view op, const std::shared_ptr<OpState>& st,
                   Clock::time_point deadline) {
+    if (!broken_.empty()) {
+      // An earlier operation failed: this one cannot complete in order any more.
+      int done = 0;
+      MPI_Testall(static_cast<int>(st->reqs.size()), st->reqs.data(), &done, MPI_STATUSES_IGNORE);
+      if (done) {
+        st->reqs.clear();
+        return OkStatus();
+      }
+      return Break(st, CheckUsable(op));
+    }
     Poller poller;
     while (true) {
       int done = 0;
@@ -267,15 +325,8 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
         st->reqs.clear();
         return OkStatus();
       }
-      if (Clock::now() >= deadline) {
-        return Break(
-            st, DeadlineExceeded("mpi " + std::string(op) + " (call #" + std::to_string(calls_) +
-                                 ") timed out after " + std::to_string(timeout().count()) +
-                                 " ms on rank " + std::to_string(rank_) + " of " +
-                                 std::to_string(size_) +
-                                 ": some rank did not arrive; MPI cannot cancel a collective, so "
-                                 "this communicator is no longer usable"));
-      }
+      AnswerPings();
+      if (Clock::now() >= deadline) return Break(st, Diagnose(op));
       poller.Pause(deadline);
     }
   }
@@ -300,8 +351,127 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   // Marks the communicator unusable because of `why`, keeping the operation's buffers.
   Status Break(const std::shared_ptr<OpState>& st, Status why) {
     if (broken_.empty()) broken_ = why.message();
-    abandoned_.push_back(st);
+    Abandoned::Get().Add(st);
+    if (g_caller_buffers_in_flight.load() > 0) {
+      AbortJob(why.message() +
+               "; a broadcast into the caller's memory is still in flight and MPI cannot cancel "
+               "it, so the job is aborted rather than let MPI write into freed memory");
+    }
     return why;
+  }
+
+  // Answers other ranks' pings (sent after their timeout) with the call this rank waits in,
+  // and remembers who pinged: a rank that pings is stuck in a call too.
+  void AnswerPings() {
+    while (true) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, comm_, &flag, &status) != MPI_SUCCESS || !flag) {
+        break;
+      }
+      uint64_t their_call = 0;
+      MPI_Recv(&their_call, 1, MPI_UINT64_T, status.MPI_SOURCE, kPingTag, comm_, MPI_STATUS_IGNORE);
+      heard_[status.MPI_SOURCE] = their_call;
+      auto pong = std::make_shared<OpState>();
+      pong->my_size = calls_;
+      pong->reqs.resize(1);
+      if (MPI_Isend(&pong->my_size, 1, MPI_UINT64_T, status.MPI_SOURCE, kPongTag, comm_,
+                    &pong->reqs[0]) == MPI_SUCCESS) {
+        pongs_.push_back(std::move(pong));
+      }
+    }
+    std::erase_if(pongs_, [](const std::shared_ptr<OpState>& p) {
+      int done = 0;
+      MPI_Testall(static_cast<int>(p->reqs.size()), p->reqs.data(), &done, MPI_STATUSES_IGNORE);
+      return done != 0;
+    });
+  }
+
+  // After a timeout of call #calls_: asks every other rank which call it waits in, for a short
+  // grace period, and names those that did not answer or wait elsewhere. A rank answers only
+  // while it polls inside a call on this communicator, so a stopped rank, or one busy outside
+  // dcp, stays silent.
+  Status Diagnose(std::string_view op) {
+    const auto grace = std::clamp<std::chrono::milliseconds>(
+        timeout() / 5, std::chrono::milliseconds(1000), std::chrono::milliseconds(10000));
+    auto st = std::make_shared<OpState>();
+    st->my_size = calls_;
+    st->sizes.assign(size_, 0);
+    std::vector<MPI_Request> recvs(size_, MPI_REQUEST_NULL);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Irecv(&st->sizes[r], 1, MPI_UINT64_T, r, kPongTag, comm_, &recvs[r]);
+      st->reqs.emplace_back();
+      MPI_Isend(&st->my_size, 1, MPI_UINT64_T, r, kPingTag, comm_, &st->reqs.back());
+    }
+    std::vector<bool> answered(size_, false);
+    answered[rank_] = true;
+    const auto deadline = Clock::now() + grace;
+    comm_internal::Backoff backoff{std::chrono::microseconds(50), std::chrono::microseconds(500)};
+    while (true) {
+      AnswerPings();
+      bool all = true;
+      for (int r = 0; r < size_; ++r) {
+        if (answered[r]) continue;
+        int flag = 0;
+        MPI_Test(&recvs[r], &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+          answered[r] = true;
+        } else if (auto it = heard_.find(r); it != heard_.end()) {
+          // It pinged us: it is stuck in a call as well.
+          answered[r] = true;
+          st->sizes[r] = it->second;
+        }
+        all &= answered[r];
+      }
+      if (all || Clock::now() >= deadline) break;
+      backoff.Sleep(deadline);
+    }
+    for (MPI_Request& req : recvs) {
+      if (req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&req);
+        st->reqs.push_back(req);  // completes once cancelled; its buffer stays alive
+      }
+    }
+    Abandoned::Get().Add(st);
+    std::vector<int> missing;
+    std::string elsewhere;
+    for (int r = 0; r < size_; ++r) {
+      if (!answered[r]) {
+        missing.push_back(r);
+      } else if (r != rank_ && st->sizes[r] != calls_) {
+        elsewhere += (elsewhere.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) +
+                     " waits in call #" + std::to_string(st->sizes[r]);
+      }
+    }
+    std::string detail = "timed out on rank " + std::to_string(rank_);
+    if (missing.empty() && elsewhere.empty()) {
+      detail += "; every rank answered that it waits in this call, yet it did not complete";
+    } else if (missing.empty()) {
+      detail += "; no rank is missing, but " + elsewhere;
+    } else {
+      detail += " (no answer from the missing ranks: stopped, dead, or busy outside dcp)";
+      if (!elsewhere.empty()) detail += "; " + elsewhere;
+    }
+    detail += WorldRankNote(missing);
+    detail += "; MPI cannot cancel a collective, so this communicator is no longer usable";
+    return comm_internal::TimeoutStatus("mpi", op, calls_, timeout(), missing, size_, detail);
+  }
+
+  // "; in MPI_COMM_WORLD: rank(s) ..." when this communicator is a subset of the world.
+  std::string WorldRankNote(const std::vector<int>& ranks) const {
+    int world_size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (ranks.empty() || world_size == size_) return {};
+    MPI_Group mine, world;
+    MPI_Comm_group(comm_, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> out(ranks.size(), MPI_UNDEFINED);
+    MPI_Group_translate_ranks(mine, static_cast<int>(ranks.size()), ranks.data(), world,
+                              out.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    return "; in MPI_COMM_WORLD: rank(s) " + comm_internal::JoinRanks(out);
   }
 
   // Records request `rc` just posted into `st`.
@@ -434,13 +604,16 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   const MpiLimits limits_;
   int rank_ = 0;
   int size_ = 1;
-  uint64_t calls_ = 0;  // for messages
-  std::string broken_;  // why the communicator is unusable; empty while it is usable
-  std::vector<std::shared_ptr<OpState>> abandoned_;  // operations MPI may still touch
+  uint64_t calls_ = 0;             // for messages
+  std::string broken_;             // why the communicator is unusable; empty while it is usable
+  std::map<int, uint64_t> heard_;  // rank -> the call it pinged us from
+  std::vector<std::shared_ptr<OpState>> pongs_;  // answers being sent
 };
 
-// A broadcast in flight. Destroying it unfinished waits for it (bounded by the timeout):
-// MPI offers no way to abandon a collective whose buffer is about to go away.
+// A broadcast in flight, into the caller's memory. Destroying it unfinished waits for it
+// (bounded by the timeout): MPI offers no way to abandon a collective whose buffer is about to
+// go away. While it is in flight it counts in g_caller_buffers_in_flight, so that a failure of
+// any communicator aborts the job rather than return while MPI may still write into it.
 class MpiBroadcastRequest final : public CommRequest {
  public:
   MpiBroadcastRequest(std::shared_ptr<MpiCommImpl> comm, std::shared_ptr<OpState> st)
@@ -452,7 +625,7 @@ class MpiBroadcastRequest final : public CommRequest {
   Status Wait() override {
     if (!finished_) {
       status_ = comm_->Complete("IBroadcast", st_, Clock::now() + comm_->timeout());
-      finished_ = true;
+      Finish();
     }
     return status_;
   }
@@ -465,14 +638,19 @@ class MpiBroadcastRequest final : public CommRequest {
     auto done = comm_->Poll("IBroadcast", st_);
     if (!done.ok()) {
       status_ = done.status();
-      finished_ = true;
+      Finish();
       return status_;
     }
-    if (*done) finished_ = true;
+    if (*done) Finish();
     return *done;
   }
 
  private:
+  void Finish() {
+    finished_ = true;
+    g_caller_buffers_in_flight.fetch_sub(1);
+  }
+
   std::shared_ptr<MpiCommImpl> comm_;  // outlives the operation
   std::shared_ptr<OpState> st_;
   bool finished_ = false;
@@ -484,17 +662,31 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IBroadcast(std::span<std::byte
   DCP_RETURN_IF_ERROR(comm_internal::CheckRoot("IBroadcast", root, size_));
   ++calls_;
   auto st = std::make_shared<OpState>();
+  // Counted before posting: a failure while posting must not return with chunks in flight.
+  auto req = std::make_unique<MpiBroadcastRequest>(shared_from_this(), st);
+  g_caller_buffers_in_flight.fetch_add(1);
   // The caller's buffer, which it keeps alive until Wait(): no copy of tensor data.
-  DCP_RETURN_IF_ERROR(
-      PostBroadcast("IBroadcast", st, reinterpret_cast<char*>(buf.data()), buf.size(), root));
-  return std::unique_ptr<CommRequest>(
-      std::make_unique<MpiBroadcastRequest>(shared_from_this(), std::move(st)));
+  Status posted =
+      PostBroadcast("IBroadcast", st, reinterpret_cast<char*>(buf.data()), buf.size(), root);
+  if (!posted.ok()) {
+    (void)req->Test();  // settles the count; the comm is broken
+    return posted;
+  }
+  return std::unique_ptr<CommRequest>(std::move(req));
 }
 
+// MPI_Finalize waits for pending operations; after a timeout one may never complete (its peer
+// stopped), so the job is aborted instead, and mpirun returns.
 void FinalizeMpiAtExit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (!Abandoned::Get().Settle(std::chrono::milliseconds(1000))) {
+    AbortJob(
+        "a timed-out or failed MPI operation is still pending at exit, so MPI_Finalize could "
+        "wait forever: aborting the job (MPI_Abort)");
+  }
+  MPI_Finalize();
 }
 
 }  // namespace
