@@ -108,7 +108,7 @@ void ToHf(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
 
 }  // namespace
 
-void AddConvert(CLI::App& app, int* exit_code) {
+void AddConvert(CLI::App& app, int* /*exit_code: errors are thrown*/) {
   auto* cmd = app.add_subcommand(
       "convert", "Convert a HuggingFace safetensors checkpoint to dcp, or back with --to hf");
   auto a = std::make_shared<ConvertArgs>();
@@ -126,16 +126,12 @@ void AddConvert(CLI::App& app, int* exit_code) {
                   "--to hf: tensors are loaded in groups of up to this size (default 256MB)");
   cmd->add_flag("--quiet", a->quiet, "no progress line");
   cmd->callback([=] {
+    // Errors reach main(), which prints an error every rank agreed on once.
     std::shared_ptr<Comm> comm = WorldComm();
-    try {
-      if (a->to == "hf") {
-        ToHf(*a, comm);
-      } else {
-        ToDcp(*a, comm);
-      }
-    } catch (const Error& e) {
-      std::cerr << "dcp convert: " << e.what() << "\n";
-      *exit_code = 1;
+    if (a->to == "hf") {
+      ToHf(*a, comm);
+    } else {
+      ToDcp(*a, comm);
     }
   });
 }

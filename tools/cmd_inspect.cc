@@ -6,7 +6,7 @@
 
 namespace dcp::tools {
 
-void AddInspect(CLI::App& app, int* exit_code) {
+void AddInspect(CLI::App& app, int* /*exit_code: errors are thrown*/) {
   auto* cmd =
       app.add_subcommand("inspect", "Describe a checkpoint: tensors, chunks, files, totals");
   auto dir = std::make_shared<std::string>();

@@ -8,7 +8,7 @@
 
 namespace dcp::tools {
 
-void AddVerify(CLI::App& app, int* exit_code) {
+void AddVerify(CLI::App& app, int* /*exit_code: errors are thrown*/) {
   auto* cmd =
       app.add_subcommand("verify", "Check every data file and every checksum of a checkpoint");
   auto dir = std::make_shared<std::string>();
