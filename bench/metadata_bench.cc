@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "dcp/state_dict.h"
 #include "metadata/codec.h"
 #include "metadata/metadata.h"
+#include "planner/load_plan.h"
 
 namespace dcp::metadata {
 namespace {
@@ -109,6 +111,88 @@ void BM_Decode(benchmark::State& state) {
   SetCounters(state, encoded.size());
 }
 BENCHMARK(BM_Decode)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+// Load planning against the 1M stored chunks: one rank of a 64-rank job whose chunks are row
+// slabs (FSDP-style resharding: each destination chunk meets ~2 of its tensor's 100 stored
+// chunks) or column slabs (each meets all 100). PlanLoad intersects each destination chunk
+// only with the stored chunks the index says are near (core/box_index.h).
+StateDict DestinationFor(const Metadata& md, bool rows, int rank, int world) {
+  // Planning never touches tensor memory; a dummy address satisfies "has memory".
+  void* const kNotDereferenced = reinterpret_cast<void*>(uintptr_t{4096});
+  StateDict sd;
+  if (world == 0) {  // 64 row blocks of 4 per tensor, strided (a round-robin layout)
+    for (const TensorMeta& t : md.tensors) {
+      for (int k = 0; k < 64; ++k) {
+        sd.add(t.fqn, TensorView(kNotDereferenced, t.dtype, Shape{4, t.global_shape[1]}),
+               Chunk{t.global_shape, Shape{4 * (k * 256 + rank), 0}});
+      }
+    }
+    return sd;
+  }
+  for (const TensorMeta& t : md.tensors) {
+    const int d = rows ? 0 : 1;
+    const int64_t n = t.global_shape[d], per = (n + world - 1) / world;
+    Shape offsets = Shape::Zeros(2), lengths = t.global_shape;
+    offsets[d] = std::min<int64_t>(per * rank, n);
+    lengths[d] = std::min<int64_t>(per, n - offsets[d]);
+    sd.add(t.fqn, TensorView(kNotDereferenced, t.dtype, lengths), Chunk{t.global_shape, offsets});
+  }
+  return sd;
+}
+
+// 64 tensors of 16,384 row-slab chunks each (FSDP over 16k ranks): 1M stored chunks in a few
+// tensors, where testing every stored chunk per destination chunk is what costs.
+const Metadata& WideMetadata() {
+  static const Metadata md = [] {
+    Metadata m;
+    m.files = {{"data.safetensors", 0}};
+    for (int i = 0; i < 64; ++i) {
+      TensorMeta t;
+      char fqn[64];
+      std::snprintf(fqn, sizeof(fqn), "model.layers.%02d.weight", i);
+      t.fqn = fqn;
+      t.dtype = DType::kBF16;
+      t.global_shape = Shape{16384 * 4, 2048};
+      for (int j = 0; j < 16384; ++j) {
+        StoredChunk c;
+        c.box = Box{Shape{4 * j, 0}, Shape{4, 2048}};
+        c.byte_length = 4 * 2048 * 2;
+        c.byte_offset = m.files[0].size;
+        m.files[0].size += c.byte_length;
+        t.chunks.push_back(c);
+      }
+      m.tensors.push_back(std::move(t));
+    }
+    return m;
+  }();
+  return md;
+}
+
+void BM_PlanLoad(benchmark::State& state) {
+  const Metadata& md = state.range(0) == 2 ? WideMetadata() : ModelMetadata();
+  const StateDict sd =
+      DestinationFor(md, state.range(0) != 1, 17, state.range(0) == 2 ? 0 : kFiles);
+  uint64_t reads = 0;
+  for (auto _ : state) {
+    auto plan = planner::PlanLoad(sd, md, false, "bench");
+    if (!plan.ok()) state.SkipWithError(plan.status().ToString().c_str());
+    reads = plan.ok() ? plan->reads.size() : 0;
+    benchmark::DoNotOptimize(reads);
+  }
+  state.counters["stored_chunks"] = static_cast<double>(md.TotalChunks());
+  state.counters["read_items"] = static_cast<double>(reads);
+  static const char* kLabels[] = {"100 chunks/tensor, row slabs (FSDP reshard)",
+                                  "100 chunks/tensor, column slabs (TP reshard)",
+                                  "16k chunks/tensor, 64 strided row blocks each"};
+  state.SetLabel(kLabels[state.range(0)]);
+}
+BENCHMARK(BM_PlanLoad)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
 
 }  // namespace
 }  // namespace dcp::metadata

@@ -1,11 +1,18 @@
 #include "planner/load_plan.h"
 
 #include <algorithm>
+#include <numeric>
+#include <optional>
 
+#include "core/box_index.h"
 #include "core/copy_runs.h"
 
 namespace dcp::planner {
 namespace {
+
+// Tensors with more stored chunks than this, loaded into several destination chunks, are
+// searched through a BoxIndex (one destination chunk: one scan is cheaper than the index).
+constexpr size_t kIndexMinChunks = 256;
 
 Status CheckDestination(const StateEntry& e, const metadata::TensorMeta& t,
                         const std::string& where) {
@@ -67,6 +74,17 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
       return InvalidArgument(where + " is bytes in the checkpoint, a tensor in the destination");
     DCP_RETURN_IF_ERROR(CheckDestination(e, *t, where));
     const auto ti = static_cast<uint32_t>(t - md.tensors.data());
+    // With many stored chunks, only those near each destination chunk are intersected
+    // (core/box_index.h); with few, testing each is cheaper than building the index.
+    std::optional<BoxIndex> index;
+    if (t->chunks.size() > kIndexMinChunks && e.chunks.size() > 1) {
+      index.emplace(t->chunks.size(), [&](size_t i) { return t->chunks[i].box; });
+    }
+    std::vector<size_t> all;
+    if (!index) {
+      all.resize(t->chunks.size());
+      std::iota(all.begin(), all.end(), size_t{0});
+    }
     for (uint32_t ci = 0; ci < e.chunks.size(); ++ci) {
       const Box& dst = e.chunks[ci].box;
       for (uint32_t cj = 0; cj < ci && !dst.Empty(); ++cj) {
@@ -76,7 +94,8 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
         }
       }
       uint64_t covered = 0;
-      for (uint32_t si = 0; si < t->chunks.size(); ++si) {
+      for (const size_t s : index ? index->Intersecting(dst) : all) {
+        const auto si = static_cast<uint32_t>(s);
         auto region = Intersect(dst, t->chunks[si].box);
         if (!region) continue;
         // Sub-byte dtypes: every copy must start and end on whole bytes; found here, the
