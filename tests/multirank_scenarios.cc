@@ -233,7 +233,7 @@ void RanksSeeDifferentDirectories(const std::shared_ptr<Comm>& comm, const std::
   std::string ranks;
   for (int i = 1; i < n; ++i) ranks += (i > 1 ? ", " : "") + std::to_string(i);
   EXPECT_NE(msg.find("rank(s) " + ranks + " do not see"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(mine + "/dcp.lock"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dir + "/n1/ckpt/dcp.lock"), std::string::npos) << msg;
   auto all = comm->AllGather(msg);
   ASSERT_TRUE(all.ok());
   for (const auto& m : *all) EXPECT_EQ(m, msg) << "ranks disagree on the error";

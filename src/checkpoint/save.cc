@@ -402,8 +402,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     }
     if (!ranks.empty()) {
       return FailedPrecondition(
-          "save to " + dir + ": rank(s) " + ranks + " do not see the directory rank 0 writes to (" +
-          why +
+          "save: rank(s) " + ranks + " do not see the directory rank 0 writes to (" + why +
           "); every rank must see one shared directory (a shared file system and an absolute "
           "path); nothing was written");
     }
