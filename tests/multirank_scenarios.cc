@@ -220,6 +220,32 @@ void FileCoordinatorMatches(const std::shared_ptr<Comm>& comm, const std::string
   EXPECT_TRUE(workload::VerifyStateDict(dst->sd).ok());
 }
 
+void RanksSeeDifferentDirectories(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  const int n = comm->size();
+  auto sd = workload::PopulateStateDict(model, Layout("tp" + std::to_string(n)), comm->rank());
+  ASSERT_TRUE(sd.ok());
+  const std::string mine = dir + "/n" + std::to_string(comm->rank()) + "/ckpt";
+  auto r = checkpoint::Save(sd->sd, mine, {.comm = comm}, storage::PosixFileSystem());
+  ASSERT_FALSE(r.ok()) << "ranks saved into directories rank 0 cannot see";
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& msg = r.status().message();
+  std::string ranks;
+  for (int i = 1; i < n; ++i) ranks += (i > 1 ? ", " : "") + std::to_string(i);
+  EXPECT_NE(msg.find("rank(s) " + ranks + " do not see"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dir + "/n1/ckpt/dcp.lock"), std::string::npos) << msg;
+  auto all = comm->AllGather(msg);
+  ASSERT_TRUE(all.ok());
+  for (const auto& m : *all) EXPECT_EQ(m, msg) << "ranks disagree on the error";
+  if (std::filesystem::exists(mine)) {
+    for (const auto& e : std::filesystem::directory_iterator(mine)) {
+      EXPECT_FALSE(checkpoint::IsDcpDataFileName(e.path().filename().string()))
+          << "rank " << comm->rank() << " wrote " << e.path();
+    }
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
 void SaveWithoutCollectives(const std::shared_ptr<Comm>& comm, const std::string& dir) {
   const auto model = SmallModel();
   const int n = comm->size();

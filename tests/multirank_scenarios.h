@@ -31,6 +31,11 @@ void OneRankFailsToWrite(const std::shared_ptr<Comm>& comm, const std::string& d
 void FileCoordinatorMatches(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
 // Without collectives each rank writes its own metadata; load merges them.
+// Issue 11 item 2: each rank is given its own directory `dir`/n<rank>/ckpt (as with
+// node-local disks, or one relative path from different working directories): every rank
+// fails with one error naming ranks 1.. and their paths, and no data file is written.
+void RanksSeeDifferentDirectories(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
 void SaveWithoutCollectives(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
 }  // namespace dcp::testing

@@ -82,6 +82,11 @@ TEST(MultiRankThreads, FileCoordinatorGivesTheSameCheckpoint) {
   RunRanks(4, [&](const auto& c) { FileCoordinatorMatches(c, tmp.path()); });
 }
 
+TEST(MultiRankThreads, RanksSeeDifferentDirectories) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { RanksSeeDifferentDirectories(c, tmp.path()); });
+}
+
 TEST(MultiRankThreads, WithoutCollectives) {
   TempDir tmp;
   RunRanks(3, [&](const auto& c) { SaveWithoutCollectives(c, tmp.path()); });

@@ -75,6 +75,9 @@ Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string
   auto ranks = ReadRankMetadata(fs, dir);
   if (ranks.ok() || ranks.status().code() != StatusCode::kNotFound) return ranks;
   if (hf::DetectSource(fs, dir) != hf::SourceKind::kNone) return ReadHfMetadata(fs, dir);
+  if (auto listed = fs.List(dir); !listed.ok() && listed.status().code() == StatusCode::kNotFound) {
+    return NotFound("checkpoint directory " + dir + " does not exist");
+  }
   return FailedPrecondition("checkpoint " + dir + " has no committed metadata (" +
                             std::string(kMetadataName) +
                             " is missing): not a checkpoint, or its save did not finish");

@@ -13,7 +13,7 @@ namespace dcp::checkpoint {
 // when `dir` is a HuggingFace source -- a .safetensors file, a directory with
 // model.safetensors or model.safetensors.index.json -- metadata built from its headers, file
 // names relative to DataDirOf(dir), has_checksums false). Errors name the directory:
-// kFailedPrecondition when no metadata was committed (not a checkpoint, or a save that never
+// kNotFound when `dir` does not exist, kFailedPrecondition when no metadata was committed (not a checkpoint, or a save that never
 // finished), kDataLoss when it is corrupt or foreign, kFailedPrecondition for an unsupported
 // version.
 Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::string& dir);

@@ -42,6 +42,8 @@ bool IsMetadataTmpName(std::string_view name) {
   return name.starts_with(std::string(kMetadataName) + std::string(kTmpSuffixPrefix));
 }
 
+bool IsStaleLockName(std::string_view name) { return name.starts_with("dcp.lock.stale-"); }
+
 }  // namespace dcp::checkpoint
 
 namespace dcp::checkpoint {

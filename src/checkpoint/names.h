@@ -17,6 +17,8 @@ std::string BytesFileName(uint64_t save_id, int rank);  // data-<id>-r<rank>.byt
 // save may garbage-collect.
 bool IsDcpDataFileName(std::string_view name);
 bool IsMetadataTmpName(std::string_view name);
+// dcp.lock.stale-<id>: a stale save lock moved aside while being taken over.
+bool IsStaleLockName(std::string_view name);
 
 }  // namespace dcp::checkpoint
 

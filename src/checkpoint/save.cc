@@ -16,6 +16,7 @@
 
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
+#include "checkpoint/save_lock.h"
 #include "comm/exchange.h"
 #include "core/check.h"
 #include "core/copy_runs.h"
@@ -222,7 +223,7 @@ void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
   for (const std::string& n : *names) {
     if (keep.count(n)) continue;
     bool garbage = only_rank < 0 ? IsDcpDataFileName(n) || IsMetadataTmpName(n) ||
-                                       ParseRankMetadataName(n) >= 0
+                                       ParseRankMetadataName(n) >= 0 || IsStaleLockName(n)
                                  : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos;
     if (garbage) (void)fs.Remove(storage::JoinPath(dir, n));
   }
@@ -232,6 +233,40 @@ std::unordered_set<std::string> FileNames(const metadata::Metadata& md) {
   std::unordered_set<std::string> names;
   for (const auto& f : md.files) names.insert(f.name);
   return names;
+}
+
+// Before writing, with the directory's lock held: data files that no committed metadata
+// names belong to saves that are dead (a live one would hold the lock), e.g. a save that
+// failed on a full disk and could not remove its files. Removing them first means such
+// leftovers never make the next save fail too. Nothing is removed when the committed
+// metadata cannot be read.
+void RemoveFilesOfDeadSaves(storage::FileSystem& fs, const std::string& dir) {
+  auto names = fs.List(dir);
+  if (!names.ok()) return;
+  std::unordered_set<std::string> keep;
+  for (const std::string& n : *names) {
+    if (n != kMetadataName && ParseRankMetadataName(n) < 0) continue;
+    auto data = storage::ReadWholeFile(fs, storage::JoinPath(dir, n));
+    if (!data.ok()) return;
+    auto md = metadata::Decode(*data);
+    if (!md.ok()) return;
+    keep.merge(FileNames(*md));
+  }
+  for (const std::string& n : *names) {
+    if (keep.count(n)) continue;
+    if (IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n)) {
+      (void)fs.Remove(storage::JoinPath(dir, n));
+    }
+  }
+}
+
+// Whether the data files of a save whose commit failed may be removed: yes unless the
+// directory's metadata names this save after all (a commit that renamed, then failed).
+bool FilesDisposable(storage::FileSystem& fs, const std::string& dir, uint64_t save_id) {
+  auto data = storage::ReadWholeFile(fs, storage::JoinPath(dir, std::string(kMetadataName)));
+  if (!data.ok()) return data.status().code() == StatusCode::kNotFound;
+  auto md = metadata::Decode(*data);
+  return md.ok() && md->save_id != save_id;
 }
 
 // Writes this rank's items of `plan` to new files named by `save_id`; durable on return.
@@ -315,10 +350,18 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   SaveResult result;
   const auto t0 = Clock::now();
 
-  // 1. Local plan, and agreement on (plan hash, cached plan, save id) in one exchange.
+  // 1. Local plan; rank 0 locks the directory (no other save may write into it until this
+  //    one has committed or failed) and removes files of dead saves; then agreement on
+  //    (plan hash, cached plan, save id) in one exchange.
   auto local = planner::BuildLocalSavePlan(sd);
   Status st = local.status();
-  if (st.ok()) st = fs.CreateDirs(dir);
+  const uint64_t my_id = RandomId();
+  SaveLock lock;  // rank 0's; released on every return
+  if (rank == 0) {
+    if (st.ok()) st = fs.CreateDirs(dir);
+    if (st.ok()) st = lock.Acquire(fs, dir, my_id);
+    if (st.ok()) RemoveFilesOfDeadSaves(fs, dir);
+  }
   std::string encoded = st.ok() ? planner::EncodeLocalPlan(*local) : std::string();
   const uint64_t local_hash = planner::PlanHash(encoded);
   std::optional<CachedPlan> cached = opts.plan_cache ? Cache().Find(local_hash) : std::nullopt;
@@ -327,7 +370,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     wire::Writer w(hello);
     w.Fixed64(local_hash);
     w.Fixed64(cached ? cached->digest : 0);
-    w.Fixed64(RandomId());
+    w.Fixed64(my_id);
   }
   DCP_CHECK(hello.size() == kSaveHelloBytes);
   auto gathered =
@@ -342,6 +385,27 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     cached_digests[r] = rd.Fixed64();
     uint64_t id = rd.Fixed64();
     if (r == 0) save_id = id;
+  }
+
+  // 1b. Every rank proves it sees the directory rank 0 locked (node-local disks, or a
+  //     relative path resolved from different working directories, would scatter the
+  //     checkpoint): nothing is written or deleted until all do.
+  if (world > 1) {
+    Status seen = rank == 0 ? OkStatus() : CheckSeesLock(fs, dir, save_id);
+    auto all = comm->AllGather(seen.ok() ? std::string() : seen.message());
+    if (!all.ok()) return all.status();
+    std::string ranks, why;
+    for (int r = 0; r < world; ++r) {
+      if ((*all)[r].empty()) continue;
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + (*all)[r]);
+    }
+    if (!ranks.empty()) {
+      return FailedPrecondition(
+          "save: rank(s) " + ranks + " do not see the directory rank 0 writes to (" + why +
+          "); every rank must see one shared directory (a shared file system and an absolute "
+          "path); nothing was written");
+    }
   }
   uint64_t digest =
       planner::DigestOfPlanHashes(hashes) ^ (opts.dedup_replicas ? 0x9e3779b97f4a7c15ULL : 0);
@@ -387,6 +451,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
                               0);
   if (!results.ok()) return results.status();
   Status commit;
+  bool attempted = false;                       // rank 0 tried to commit
   std::optional<metadata::Metadata> committed;  // rank 0, for the clean-up below
   if (rank == 0) {
     auto payloads = UntagAll(*results);
@@ -400,12 +465,31 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     if (commit.ok()) {
       auto md = BuildMetadata(*plan, save_id, all, world);
       commit = md.status();
-      if (md.ok()) commit = CommitMetadata(fs, dir, *md);
+      if (md.ok()) {
+        attempted = true;
+        commit = CommitMetadata(fs, dir, *md);
+      }
       if (commit.ok()) committed = std::move(md).value();
       if (!commit.ok()) commit = commit.Annotate("save to " + dir + ": commit: ");
     }
   }
-  DCP_RETURN_IF_ERROR(BroadcastStatus(*comm, 0, commit));
+  // The verdict, and whether this save's files may go (the save failed and its metadata is
+  // not in place): then every rank removes its own, so a failed save on a full disk frees
+  // the space it took.
+  std::string verdict;
+  if (rank == 0) {
+    const bool disposable = !commit.ok() && (!attempted || FilesDisposable(fs, dir, save_id));
+    verdict = std::string(1, disposable ? 'D' : 'K') + (commit.ok() ? TagOk("") : TagError(commit));
+  }
+  DCP_RETURN_IF_ERROR(comm->Broadcast(verdict, 0));
+  if (verdict.size() < 2) return Internal("save to " + dir + ": empty commit verdict received");
+  if (auto v = UntagAll({verdict.substr(1)}); !v.ok()) {
+    if (verdict[0] == 'D') {
+      (void)fs.Remove(storage::JoinPath(dir, DataFileName(save_id, rank)));
+      (void)fs.Remove(storage::JoinPath(dir, BytesFileName(save_id, rank)));
+    }
+    return v.status();
+  }
   const auto t3 = Clock::now();
   // The checkpoint is committed and every rank knows it: removing the previous save's files
   // (slow on some file systems) no longer holds anyone up but rank 0.

@@ -40,6 +40,9 @@ class FileSystem {
   virtual ~FileSystem() = default;
   // Creates or truncates.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Creates `path` only if it does not exist (O_EXCL): kFailedPrecondition when it does.
+  // The default checks then creates (not atomic); PosixFileSystem is atomic.
+  virtual Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& path);
   virtual Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) = 0;
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Status SyncDir(const std::string& dir) = 0;

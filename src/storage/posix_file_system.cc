@@ -91,6 +91,12 @@ class Posix final : public FileSystem {
     if (fd < 0) return ErrnoStatus("create", path, errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
   }
+  Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) return FailedPrecondition(path + " already exists");
+    if (fd < 0) return ErrnoStatus("create", path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
+  }
   Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) override {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoStatus("open", path, errno);
@@ -145,6 +151,13 @@ class Posix final : public FileSystem {
 };
 
 }  // namespace
+
+Result<std::unique_ptr<WritableFile>> FileSystem::NewExclusiveFile(const std::string& path) {
+  auto size = FileSize(path);
+  if (size.ok()) return FailedPrecondition(path + " already exists");
+  if (size.status().code() != StatusCode::kNotFound) return size.status();
+  return NewWritableFile(path);
+}
 
 FileSystem& PosixFileSystem() {
   static Posix fs;

@@ -65,6 +65,14 @@ Result<std::unique_ptr<storage::WritableFile>> FaultFileSystem::NewWritableFile(
   return std::unique_ptr<storage::WritableFile>(new FaultWritableFile(*this, std::move(base)));
 }
 
+Result<std::unique_ptr<storage::WritableFile>> FaultFileSystem::NewExclusiveFile(
+    const std::string& path) {
+  DCP_RETURN_IF_ERROR(Tick("create", path));
+  DCP_ASSIGN_OR_RETURN(auto base, base_.NewExclusiveFile(path));
+  RecordSynced(path, 0);
+  return std::unique_ptr<storage::WritableFile>(new FaultWritableFile(*this, std::move(base)));
+}
+
 Status FaultFileSystem::Rename(const std::string& from, const std::string& to) {
   DCP_RETURN_IF_ERROR(Tick("rename", from));
   DCP_RETURN_IF_ERROR(base_.Rename(from, to));

@@ -23,6 +23,7 @@ class FaultFileSystem final : public storage::FileSystem {
   void SimulateCrash();
 
   Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& path) override;
+  Result<std::unique_ptr<storage::WritableFile>> NewExclusiveFile(const std::string& path) override;
   Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& path) override {
     return base_.OpenReadable(path);
   }

@@ -70,6 +70,11 @@ TEST(MultiRankMpi, FileCoordinatorGivesTheSameCheckpoint) {
   FileCoordinatorMatches(World(), d.path());
 }
 
+TEST(MultiRankMpi, RanksSeeDifferentDirectories) {
+  SharedDir d;
+  RanksSeeDifferentDirectories(World(), d.path());
+}
+
 TEST(MultiRankMpi, WithoutCollectives) {
   SharedDir d;
   SaveWithoutCollectives(World(), d.path());
