@@ -563,7 +563,8 @@ TEST(HfExportTest, FailedOrKilledOverwriteLeavesOldOrNewExport) {
   TempDir tmp;
   TwoCheckpoints c = MakeTwo(tmp);
   const std::string out = tmp.Sub("out");
-  DcpToHfOptions o = HfOptions(1024, 512);
+  // The old export: three shards and an index; the new one: one file, loaded in 512 B groups.
+  DcpToHfOptions o = HfOptions(5'000'000'000, 512);
   o.overwrite = true;
   auto count = [&] {
     std::filesystem::remove_all(out);
