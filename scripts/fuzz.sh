@@ -31,7 +31,7 @@ FLAGS=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -I"$root/include" -I"$root/src")
 CORE=(src/core/dtype.cc src/core/box.cc src/core/status.cc)
 declare -A SOURCES=(
-  [safetensors_header]="fuzz/safetensors_header_fuzz.cc src/hf/safetensors_header.cc ${CORE[*]}"
+  [safetensors_header]="fuzz/safetensors_header_fuzz.cc src/hf/safetensors_header.cc src/storage/posix_file_system.cc ${CORE[*]}"
   [metadata]="fuzz/metadata_fuzz.cc src/metadata/codec.cc src/metadata/metadata.cc ${CORE[*]}"
 )
 declare -A LIBS=([safetensors_header]="" [metadata]="-lxxhash")

@@ -1,10 +1,15 @@
 // HuggingFace safetensors in and out: conversions both ways, direct loads, and the errors a
 // malformed source gives through the public entry points.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "checkpoint/verify.h"
@@ -14,6 +19,7 @@
 #include "hf/safetensors_header.h"
 #include "storage/data_files.h"
 #include "test_util.h"
+#include "testfs/fault_file_system.h"
 
 namespace dcp {
 namespace {
@@ -449,6 +455,268 @@ TEST(HfCliTest, ConvertBothWays) {
                                 &out),
             1);
   EXPECT_NE(out.find("bad size '5XB'"), std::string::npos) << out;
+}
+
+// ---- Issue 11: exports never leave a loadable mix; linear in tensors; clear CLI ---------------
+
+// Names in `dir`, hidden ones included.
+std::set<std::string> Entries(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    out.insert(e.path().filename().string());
+  }
+  return out;
+}
+
+// Two models of the same tensor names (different bytes), each converted to a dcp checkpoint.
+struct TwoCheckpoints {
+  std::vector<T> a, b;
+  std::string ckpt_a, ckpt_b;
+};
+
+TwoCheckpoints MakeTwo(TempDir& tmp) {
+  TwoCheckpoints c;
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = "layer." + std::to_string(i) + ".weight";
+    c.a.push_back(Random(name, DType::kF32, Shape{16, 8}, 10 + i));  // 512 B each
+    c.b.push_back(Random(name, DType::kF32, Shape{16, 8}, 50 + i));
+  }
+  WriteHf(tmp.Sub("a.safetensors"), c.a);
+  WriteHf(tmp.Sub("b.safetensors"), c.b);
+  c.ckpt_a = tmp.Sub("ckpt_a");
+  c.ckpt_b = tmp.Sub("ckpt_b");
+  EXPECT_TRUE(convert::HfToDcp(tmp.Sub("a.safetensors"), c.ckpt_a, {}, Fs()).ok());
+  EXPECT_TRUE(convert::HfToDcp(tmp.Sub("b.safetensors"), c.ckpt_b, {}, Fs()).ok());
+  return c;
+}
+
+TEST(HfExportTest, NonEmptyDestinationRefusedUnlessOverwrite) {
+  TempDir tmp;
+  TwoCheckpoints c = MakeTwo(tmp);
+  const std::string out = tmp.Sub("out/hf");
+  // 3 shards of two tensors: the earlier export has an index and three shard files.
+  ASSERT_TRUE(convert::DcpToHf(c.ckpt_a, out, HfOptions(1024), Fs()).ok());
+  ExpectSame(c.a, ReadHf(out));
+  const std::set<std::string> first = Entries(out);
+  EXPECT_EQ(first.size(), 4u);
+
+  auto again = convert::DcpToHf(c.ckpt_b, out, HfOptions(1024), Fs());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("is not empty"), std::string::npos)
+      << again.status().ToString();
+  EXPECT_NE(again.status().message().find("--overwrite"), std::string::npos);
+  ExpectSame(c.a, ReadHf(out));  // untouched
+  EXPECT_EQ(Entries(out), first);
+
+  // Replaced by one file: no index or shard of the earlier export is left behind.
+  DcpToHfOptions o = HfOptions();
+  o.overwrite = true;
+  auto r = convert::DcpToHf(c.ckpt_b, out, o, Fs());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Entries(out), std::set<std::string>{"model.safetensors"});
+  ExpectSame(c.b, ReadHf(out));
+  // No staging or old directory left beside it.
+  EXPECT_EQ(Entries(tmp.Sub("out")), std::set<std::string>{"hf"});
+
+  // Exporting into the source itself is refused, overwrite or not.
+  auto self = convert::DcpToHf(c.ckpt_b, c.ckpt_b, o, Fs());
+  ASSERT_FALSE(self.ok());
+  EXPECT_NE(self.status().message().find("is (or contains) the source"), std::string::npos)
+      << self.status().ToString();
+  auto parent = convert::DcpToHf(c.ckpt_b, tmp.path(), o, Fs());
+  ASSERT_FALSE(parent.ok());
+}
+
+TEST(HfExportTest, SourceChangedDuringExportFails) {
+  TempDir tmp;
+  TwoCheckpoints c = MakeTwo(tmp);
+  const std::string src = tmp.Sub("live");
+  ASSERT_TRUE(convert::HfToDcp(tmp.Sub("a.safetensors"), src, {}, Fs()).ok());
+  const std::string out = tmp.Sub("out");
+  DcpToHfOptions o = HfOptions(1024, 512);  // 3 shards, loaded tensor by tensor
+  int calls = 0;
+  o.after_shard_for_test = [&](size_t) {
+    // Another job saves over the source after the first shard.
+    if (calls++ == 0) {
+      ASSERT_TRUE(convert::HfToDcp(tmp.Sub("b.safetensors"), src, {}, Fs()).ok());
+    }
+  };
+  auto r = convert::DcpToHf(src, out, o, Fs());
+  ASSERT_FALSE(r.ok()) << "exported a mix of two checkpoints";
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("changed during the export"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(calls, 1);
+  // Nothing exported, nothing left beside it.
+  EXPECT_FALSE(std::filesystem::exists(out));
+  for (const std::string& e : Entries(tmp.path())) {
+    EXPECT_EQ(e.find("dcp-export"), std::string::npos) << e;
+  }
+}
+
+TEST(HfExportTest, FailedOrKilledOverwriteLeavesOldOrNewExport) {
+  // A failure at every mutating file-system operation of an overwriting export in turn (every
+  // later operation failing too, as if the process had died there): the destination always
+  // holds the whole old export or the whole new one, never a mix.
+  TempDir tmp;
+  TwoCheckpoints c = MakeTwo(tmp);
+  const std::string out = tmp.Sub("out");
+  // The old export: three shards and an index; the new one: one file, loaded in 512 B groups.
+  DcpToHfOptions o = HfOptions(5'000'000'000, 512);
+  o.overwrite = true;
+  auto count = [&] {
+    std::filesystem::remove_all(out);
+    EXPECT_TRUE(convert::DcpToHf(c.ckpt_a, out, HfOptions(1024), Fs()).ok());
+    testfs::FaultFileSystem fs(Fs());
+    EXPECT_TRUE(convert::DcpToHf(c.ckpt_b, out, o, fs).ok());
+    return fs.ops();
+  };
+  const int64_t ops = count();
+  ASSERT_GT(ops, 8);
+  int old_seen = 0, new_seen = 0;
+  for (int64_t n = 0; n <= ops; ++n) {
+    SCOPED_TRACE("failing from operation " + std::to_string(n) + " of " + std::to_string(ops));
+    std::filesystem::remove_all(out);
+    ASSERT_TRUE(convert::DcpToHf(c.ckpt_a, out, HfOptions(1024), Fs()).ok());
+    testfs::FaultFileSystem fs(Fs());
+    fs.FailAt(n);
+    auto r = convert::DcpToHf(c.ckpt_b, out, o, fs);
+    fs.SimulateCrash();
+    auto got = ReadHf(out);
+    ASSERT_EQ(got.size(), c.a.size());
+    const bool is_old = got.begin()->second.data == c.a[0].data;
+    ExpectSame(is_old ? c.a : c.b, got);
+    if (is_old) {
+      ++old_seen;
+      EXPECT_FALSE(r.ok());
+      // The old export, exactly: its index and its three shards.
+      EXPECT_EQ(Entries(out).size(), 4u);
+    } else {
+      ++new_seen;
+      EXPECT_EQ(Entries(out), std::set<std::string>{"model.safetensors"});
+    }
+  }
+  EXPECT_GT(old_seen, 0);
+  EXPECT_GT(new_seen, 0);
+}
+
+TEST(HfConvertTest, ManyTensorsInOneFileConvertQuickly) {
+  // Issue 11 item 8: writing a safetensors header was quadratic in its tensor count (200k tensors
+  // took minutes). 50k tiny tensors, both ways, with every name and offset checked.
+  TempDir tmp;
+  constexpr int kTensors = 50000;
+  std::vector<T> model;
+  model.reserve(kTensors);
+  for (int i = 0; i < kTensors; ++i) {
+    T t{"t." + std::to_string(i), DType::kI32, Shape{1}, std::vector<std::byte>(4)};
+    std::memcpy(t.data.data(), &i, 4);
+    model.push_back(std::move(t));
+  }
+  WriteHf(tmp.Sub("model.safetensors"), model);
+  ASSERT_TRUE(convert::HfToDcp(tmp.Sub("model.safetensors"), tmp.Sub("dcp"), {}, Fs()).ok());
+  auto r = convert::DcpToHf(tmp.Sub("dcp"), tmp.Sub("hf"), HfOptions(), Fs());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->total_tensors, static_cast<uint64_t>(kTensors));
+  auto h = hf::ReadSafetensorsHeader(Fs(), tmp.Sub("hf/model.safetensors"));
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->tensors.size(), static_cast<size_t>(kTensors));
+  // One dtype: data order is fqn order, 4 bytes apart.
+  std::vector<std::string> names;
+  for (const T& t : model) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSERT_EQ(h->tensors[i].name, names[i]);
+    ASSERT_EQ(h->tensors[i].begin, 4 * i);
+    ASSERT_EQ(h->tensors[i].end, 4 * i + 4);
+  }
+  ExpectSame(model, ReadHf(tmp.Sub("hf")));
+}
+
+TEST(HfCliTest, ClearMessages) {
+  TempDir tmp;
+  const std::string cli = DCP_CLI_PATH;
+  std::string out;
+  // A source file with custom __metadata__ keys, written by hand.
+  {
+    const std::string json = R"({"__metadata__":{"format":"pt","base_model":"x","step":"7"},)"
+                             R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    std::string file(8, '\0');
+    for (int i = 0; i < 8; ++i) file[i] = static_cast<char>(uint64_t{json.size()} >> (8 * i));
+    file += json + std::string(8, '\x01');
+    std::ofstream(tmp.Sub("model.safetensors"), std::ios::binary) << file;
+  }
+  const std::string hf_file = tmp.Sub("model.safetensors");
+
+  // verify / inspect on an HF source say there are no checksums.
+  ASSERT_EQ(testing::RunCommand(cli + " verify " + hf_file, &out), 0) << out;
+  EXPECT_NE(out.find("HuggingFace source: no checksums, sizes checked"), std::string::npos) << out;
+  EXPECT_EQ(out.find("0 B checked"), std::string::npos) << out;
+  ASSERT_EQ(testing::RunCommand(cli + " inspect " + hf_file, &out), 0) << out;
+  EXPECT_NE(out.find("HuggingFace source: no checksums, sizes checked"), std::string::npos) << out;
+  EXPECT_EQ(out.find("save 0000000000000000"), std::string::npos) << out;
+
+  // Size options do not apply to HF -> dcp.
+  EXPECT_EQ(testing::RunCommand(
+                cli + " convert --quiet " + hf_file + " " + tmp.Sub("d0") + " --max-shard-size 1GB",
+                &out),
+            1);
+  EXPECT_NE(out.find("apply to --to hf only"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(tmp.Sub("d0")));
+
+  // Custom __metadata__ keys are named in a warning.
+  ASSERT_EQ(testing::RunCommand(cli + " convert --quiet " + hf_file + " " + tmp.Sub("d"), &out), 0)
+      << out;
+  EXPECT_NE(out.find("warning: the source's __metadata__ keys base_model, step are not kept"),
+            std::string::npos)
+      << out;
+
+  // dcp -> dcp without --to hf: the hint.
+  EXPECT_EQ(testing::RunCommand(cli + " convert " + tmp.Sub("d") + " " + tmp.Sub("e"), &out), 1);
+  EXPECT_NE(out.find("is a dcp checkpoint"), std::string::npos) << out;
+  EXPECT_NE(out.find("add --to hf"), std::string::npos) << out;
+
+  // A second export is refused; --overwrite replaces it.
+  ASSERT_EQ(testing::RunCommand(
+                cli + " convert --quiet " + tmp.Sub("d") + " " + tmp.Sub("hf") + " --to hf", &out),
+            0)
+      << out;
+  EXPECT_EQ(testing::RunCommand(
+                cli + " convert --quiet " + tmp.Sub("d") + " " + tmp.Sub("hf") + " --to hf", &out),
+            1);
+  EXPECT_NE(out.find("is not empty"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunCommand(cli + " convert --quiet " + tmp.Sub("d") + " " + tmp.Sub("hf") +
+                                    " --to hf --overwrite",
+                                &out),
+            0)
+      << out;
+}
+
+TEST(HfCliTest, FifoInsteadOfAFileIsRefusedNotWaitedOn) {
+  // Issue 11 item 9: a FIFO in place of dcp.metadata or a data file blocked verify forever.
+  TempDir tmp;
+  WriteHf(tmp.Sub("a.safetensors"), {Random("w", DType::kF32, Shape{4}, 1)});
+  ASSERT_TRUE(convert::HfToDcp(tmp.Sub("a.safetensors"), tmp.Sub("ckpt"), {}, Fs()).ok());
+  const std::string cli = DCP_CLI_PATH;
+  std::string out;
+  // A data file replaced by a FIFO.
+  std::string data_file;
+  for (const std::string& n : Entries(tmp.Sub("ckpt"))) {
+    if (n.rfind("data-", 0) == 0) data_file = tmp.Sub("ckpt/" + n);
+  }
+  ASSERT_FALSE(data_file.empty());
+  std::filesystem::remove(data_file);
+  ASSERT_EQ(::mkfifo(data_file.c_str(), 0644), 0);
+  EXPECT_NE(testing::RunCommand(cli + " verify " + tmp.Sub("ckpt"), &out), 0);
+  EXPECT_NE(out.find("it is a FIFO, not a regular file"), std::string::npos) << out;
+  EXPECT_NE(out.find(data_file), std::string::npos) << out;
+  // The metadata replaced by a FIFO.
+  const std::string md = tmp.Sub("ckpt/dcp.metadata");
+  std::filesystem::remove(md);
+  ASSERT_EQ(::mkfifo(md.c_str(), 0644), 0);
+  EXPECT_NE(testing::RunCommand(cli + " verify " + tmp.Sub("ckpt"), &out), 0);
+  EXPECT_NE(out.find("it is a FIFO, not a regular file"), std::string::npos) << out;
 }
 
 }  // namespace

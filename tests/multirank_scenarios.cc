@@ -345,7 +345,9 @@ void AsyncSaveWhileTraining(const std::shared_ptr<Comm>& comm, const std::string
     SCOPED_TRACE("save " + std::to_string(i));
     SaveResult r;
     ASSERT_NO_THROW(r = handles[i].Get());
-    if (i > 0) EXPECT_TRUE(r.plan_cache_hit);  // the first may hit a plan of an earlier test
+    if (i > 0) {
+      EXPECT_TRUE(r.plan_cache_hit);  // the first may hit a plan of an earlier test
+    }
     const StagingStats& st = handles[i].staging();
     EXPECT_EQ(st.reused, i > 0) << "the staging pool was reallocated";
     EXPECT_EQ(st.allocations, i == 0 ? 1u : 0u);

@@ -387,8 +387,15 @@ TEST_F(Checks, DeletedGarbageAndForeignMetadata) {
   struct Case {
     std::string name, data, want;
   };
+  // An intact file of a newer version: resealed (a bare edit of the version byte is corruption,
+  // which the header hash catches).
   std::string other_version = good;
   other_version[8] = 7;
+  {
+    const uint64_t h =
+        metadata::SealHash(other_version, std::string_view(other_version).substr(32), 7);
+    for (int i = 0; i < 8; ++i) other_version[24 + i] = static_cast<char>(h >> (8 * i));
+  }
   std::string corrupt_body = good;
   corrupt_body[good.size() - 3] ^= 1;
   for (const Case& c :
@@ -478,8 +485,12 @@ TEST(SaveLoad, CrashAtEveryStepKeepsACompleteCheckpoint) {
       EXPECT_TRUE(
           FillOrCheck(false, 1, DType::kF32, global, Box::Whole(global), md.bufs[0].data()));
     } else {
-      EXPECT_NE(r.status().message().find("no committed metadata"), std::string::npos)
-          << "op " << n << ": " << r.status().message();
+      // Nothing committed: the directory holds no metadata, or (a failure before it was
+      // created) does not exist.
+      const std::string& m = r.status().message();
+      EXPECT_TRUE(m.find("no committed metadata") != std::string::npos ||
+                  m.find("does not exist") != std::string::npos)
+          << "op " << n << ": " << m;
     }
   }
 

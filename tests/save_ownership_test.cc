@@ -351,7 +351,7 @@ void FullDiskDoesNotWedge(bool failed_save_can_clean_up) {
     auto r = checkpoint::Save(t.sd, dir, {}, disk);
     disk.fail_removes = false;
     ASSERT_FALSE(r.ok()) << "48 MiB fit on a 64 MiB disk holding 24 MiB";
-    EXPECT_NE(r.status().message().find("No space left"), std::string::npos)
+    EXPECT_NE(r.status().message().find("no space left"), std::string::npos)
         << r.status().ToString();
     if (failed_save_can_clean_up) {
       EXPECT_EQ(DataFiles(dir).size(), 1u) << "the failed save left its partial files";

@@ -19,6 +19,8 @@ struct ConvertArgs {
   std::string max_shard_size = "5GB";
   std::string buffer_size = "256MB";
   bool quiet = false;
+  bool overwrite = false;
+  bool size_options_given = false;  // --max-shard-size or --buffer-size on the command line
 };
 
 double GiBps(uint64_t bytes, double s) { return s > 0 ? bytes / s / (1 << 30) : 0; }
@@ -35,6 +37,24 @@ std::set<std::string> DataFiles(const std::string& dir) {
 }
 
 void ToDcp(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(a.src) / "dcp.metadata", ec) ||
+      std::filesystem::exists(std::filesystem::path(a.src) / "dcp.metadata.rank0", ec)) {
+    throw Error(
+        InvalidArgument(a.src +
+                        " is a dcp checkpoint, and dcp convert writes dcp by default; to export "
+                        "it to HuggingFace safetensors, add --to hf"));
+  }
+  if (a.size_options_given) {
+    throw Error(InvalidArgument(
+        "--max-shard-size and --buffer-size apply to --to hf only (a dcp checkpoint "
+        "has one data file per rank)"));
+  }
+  if (a.overwrite) {
+    throw Error(InvalidArgument(
+        "--overwrite applies to --to hf only (a dcp save replaces the checkpoint in "
+        "DST atomically anyway)"));
+  }
   const bool show = comm->rank() == 0 && !a.quiet;
   std::optional<Progress> progress;
   std::optional<PollProgress> poll;
@@ -45,7 +65,7 @@ void ToDcp(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
   opts.on_start = [&](uint64_t total, uint64_t) {
     if (!show) return;
     progress.emplace("dcp convert " + a.src, total, 0, "data files written");
-    poll.emplace(*progress, [&a, &before]() -> std::pair<uint64_t, uint64_t> {
+    poll.emplace(*progress, [&a, &before, total]() -> std::pair<uint64_t, uint64_t> {
       uint64_t bytes = 0, files = 0;
       std::error_code ec;
       for (const std::string& n : DataFiles(a.dst)) {
@@ -53,11 +73,19 @@ void ToDcp(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
         uint64_t size = std::filesystem::file_size(std::filesystem::path(a.dst) / n, ec);
         if (!ec) bytes += size, ++files;
       }
-      return {bytes, files};
+      // The files also hold safetensors headers, which the total (tensor bytes) does not count:
+      // never show more than 100%.
+      return {std::min(bytes, total), files};
     });
   };
   const std::optional<HfToDcpResult> r = convert_hf_to_dcp(a.src, a.dst, opts);
   poll.reset();  // stops the progress line before the summary
+  if (comm->rank() == 0 && !r->dropped_metadata_keys.empty()) {
+    std::string names;
+    for (const std::string& n : r->dropped_metadata_keys) names += (names.empty() ? "" : ", ") + n;
+    std::cerr << "dcp convert: warning: the source's __metadata__ keys " << names
+              << " are not kept (a dcp checkpoint holds tensors and bytes entries only)\n";
+  }
   if (comm->rank() == 0) {
     std::printf(
         "converted %s (HuggingFace, %s) to dcp checkpoint %s on %d rank(s) in %.2f s: "
@@ -71,6 +99,7 @@ void ToHf(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
   DcpToHfOptions opts{.comm = comm};
   opts.max_shard_bytes = ValueOrThrow(ParseByteSize(a.max_shard_size));
   opts.buffer_bytes = ValueOrThrow(ParseByteSize(a.buffer_size));
+  opts.overwrite = a.overwrite;
   const bool show = comm->rank() == 0 && !a.quiet;
   std::optional<Progress> progress;
   opts.on_start = [&](uint64_t my_bytes, uint64_t my_tensors) {
@@ -119,14 +148,20 @@ void AddConvert(CLI::App& app, int* /*exit_code: errors are thrown*/) {
   cmd->add_option("dst", a->dst, "output directory")->required();
   cmd->add_option("--to", a->to, "output format: dcp (default) or hf")
       ->check(CLI::IsMember({"dcp", "hf"}));
-  cmd->add_option("--max-shard-size", a->max_shard_size,
-                  "--to hf: largest output file (KB/MB/GB are powers of 10, KiB/MiB/GiB of 2); a "
-                  "larger tensor gets a file of its own (default 5GB)");
-  cmd->add_option("--buffer-size", a->buffer_size,
-                  "--to hf: tensors are loaded in groups of up to this size (default 256MB)");
+  auto* max_shard = cmd->add_option(
+      "--max-shard-size", a->max_shard_size,
+      "--to hf: largest output file (KB/MB/GB are powers of 10, KiB/MiB/GiB of 2); a "
+      "larger tensor gets a file of its own (default 5GB)");
+  auto* buffer =
+      cmd->add_option("--buffer-size", a->buffer_size,
+                      "--to hf: tensors are loaded in groups of up to this size (default 256MB)");
+  cmd->add_flag("--overwrite", a->overwrite,
+                "--to hf: replace a non-empty DST (atomically: the old export stays until the "
+                "new one is complete)");
   cmd->add_flag("--quiet", a->quiet, "no progress line");
   cmd->callback([=] {
     // Errors reach main(), which prints an error every rank agreed on once.
+    a->size_options_given = max_shard->count() > 0 || buffer->count() > 0;
     std::shared_ptr<Comm> comm = WorldComm();
     if (a->to == "hf") {
       ToHf(*a, comm);

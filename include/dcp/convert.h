@@ -36,6 +36,9 @@ struct HfToDcpResult {
   uint64_t tensors = 0;      // by this rank
   uint64_t bytes = 0;        // tensor bytes, by this rank
   uint64_t total_bytes = 0;  // tensor bytes of the whole source
+  // `__metadata__` keys of the source files other than "format", sorted, unique: a dcp
+  // checkpoint has no place for them, so they are not kept (the CLI warns).
+  std::vector<std::string> dropped_metadata_keys;
   SaveResult save;
   double seconds = 0;
 };
@@ -54,6 +57,12 @@ struct DcpToHfOptions {
   std::function<void(uint64_t bytes, uint64_t tensors)> progress;
   // Called on every rank once the shards are planned: this rank's tensor bytes and tensors.
   std::function<void(uint64_t my_bytes, uint64_t my_tensors)> on_start;
+  // A non-empty `dst` is refused unless this is set; then it is replaced atomically: the export
+  // is written into a hidden sibling directory and swapped in only once complete, so a killed
+  // or failed export leaves the previous content of `dst`, never a mix.
+  bool overwrite = false;
+  // Tests only: called on this rank after shard `index` is written (and the source checked).
+  std::function<void(size_t index)> after_shard_for_test;
 };
 
 struct DcpToHfResult {
@@ -69,6 +78,8 @@ struct DcpToHfResult {
 
 // Writes model.safetensors, or model-0000i-of-0000n.safetensors shards and
 // model.safetensors.index.json, into `dst`. Bytes entries are skipped (listed in the result).
+// The source metadata is read once; if the source checkpoint changes during the export (a save
+// replaced it), the export fails (kFailedPrecondition) and `dst` is left as it was.
 DcpToHfResult convert_dcp_to_hf(const std::string& src, const std::string& dst,
                                 const DcpToHfOptions& opts = {});
 

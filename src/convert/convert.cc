@@ -9,12 +9,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/save.h"
 #include "hf/hf_checkpoint.h"
+#include "metadata/codec.h"
 
 namespace dcp {
 namespace convert {
@@ -61,21 +64,27 @@ std::string ShardName(size_t i, size_t n) {
 }
 
 // The safetensors header of a shard: 8-byte length, JSON padded with spaces to a multiple
-// of 8 so the data starts aligned.
+// of 8 so the data starts aligned. Built as text, in order, in linear time (an ordered_json
+// object's operator[] is a linear search: quadratic in tensors per shard).
 std::string ShardHeader(const std::vector<OutTensor>& tensors, const OutShard& shard) {
-  nlohmann::ordered_json h;
-  h["__metadata__"] = {{"format", "pt"}};
+  std::string json = R"({"__metadata__":{"format":"pt"})";
   uint64_t pos = 0;
   for (size_t i : shard.tensors) {
     const OutTensor& t = tensors[i];
-    nlohmann::ordered_json shape = nlohmann::ordered_json::array();
-    for (int64_t d : t.shape) shape.push_back(d);
-    h[t.fqn] = {{"dtype", std::string(DTypeName(t.dtype))},
-                {"shape", shape},
-                {"data_offsets", {pos, pos + t.bytes}}};
+    json += ',';
+    json += nlohmann::json(t.fqn).dump();
+    json += R"(:{"dtype":")";
+    json += DTypeName(t.dtype);
+    json += R"(","shape":[)";
+    for (int d = 0; d < t.shape.rank(); ++d) {
+      if (d > 0) json += ',';
+      json += std::to_string(t.shape[d]);
+    }
+    json +=
+        R"(],"data_offsets":[)" + std::to_string(pos) + "," + std::to_string(pos + t.bytes) + "]}";
     pos += t.bytes;
   }
-  std::string json = h.dump();
+  json += '}';
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(uint64_t{json.size()} >> (8 * i));
@@ -128,6 +137,73 @@ Status WriteShard(const std::string& src, const std::string& dst,
   return OkStatus();
 }
 
+// Removes `path` and, for a directory, everything below it (best effort is the caller's call).
+Status RemoveTree(storage::FileSystem& fs, const std::string& path) {
+  auto entries = fs.List(path);
+  if (entries.ok()) {
+    for (const std::string& e : *entries) {
+      DCP_RETURN_IF_ERROR(RemoveTree(fs, storage::JoinPath(path, e)));
+    }
+  }
+  return fs.Remove(path);
+}
+
+// The source must not change under an export: its metadata, encoded, must stay the bytes read
+// at the start. Saves never reuse a save_id, so once the source changed it stays changed, and
+// a check after the last load catches a change during any earlier one.
+Status CheckSourceUnchanged(storage::FileSystem& fs, const std::string& src,
+                            const std::string& encoded) {
+  auto now = checkpoint::ReadMetadata(fs, src);
+  if (!now.ok() || metadata::Encode(*now) != encoded) {
+    return FailedPrecondition("checkpoint " + src +
+                              " changed during the export (another save replaced it?); the "
+                              "export would mix two checkpoints, so it was abandoned" +
+                              (now.ok() ? "" : " (" + now.status().message() + ")"));
+  }
+  return OkStatus();
+}
+
+std::string Canonical(const std::string& p) {
+  std::error_code ec;
+  auto c = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+  return ec ? p : c.lexically_normal().string();
+}
+
+// True when `inner` is `outer` or lies below it.
+bool Within(const std::string& inner, const std::string& outer) {
+  std::string i = Canonical(inner), o = Canonical(outer);
+  while (o.size() > 1 && o.back() == '/') o.pop_back();
+  return i == o || (i.size() > o.size() && i.compare(0, o.size(), o) == 0 && i[o.size()] == '/');
+}
+
+// Puts the complete export `staging` in place of `dst`: atomically (an exchange) where the file
+// system can, else by renaming the old export aside first. Removes the old one afterwards.
+Status InstallExport(storage::FileSystem& fs, const std::string& staging, const std::string& dst,
+                     bool dst_exists, const std::string& aside) {
+  const std::string parent = std::filesystem::path(dst).parent_path().string();
+  const std::string parent_dir = parent.empty() ? "." : parent;
+  DCP_RETURN_IF_ERROR(fs.SyncDir(staging));
+  if (!dst_exists) {
+    DCP_RETURN_IF_ERROR(fs.Rename(staging, dst));
+    return fs.SyncDir(parent_dir);
+  }
+  if (fs.Exchange(staging, dst).ok()) {
+    DCP_RETURN_IF_ERROR(fs.SyncDir(parent_dir));
+    (void)RemoveTree(fs, staging);  // now the old export
+    return OkStatus();
+  }
+  // No exchange: a crash between these two renames leaves the old export at `aside`, intact.
+  DCP_RETURN_IF_ERROR(fs.Rename(dst, aside));
+  Status st = fs.Rename(staging, dst);
+  if (!st.ok()) {
+    (void)fs.Rename(aside, dst);
+    return st;
+  }
+  DCP_RETURN_IF_ERROR(fs.SyncDir(parent_dir));
+  (void)RemoveTree(fs, aside);
+  return OkStatus();
+}
+
 }  // namespace
 
 std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world) {
@@ -154,6 +230,15 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
   auto source = hf::OpenSource(fs, src);
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, source.status()));
   result.total_bytes = source->TotalTensorBytes();
+  {
+    std::set<std::string> keys;
+    for (const hf::ShardFile& f : source->files) {
+      for (const auto& [k, v] : f.header.metadata) {
+        if (k != "format") keys.insert(k);
+      }
+    }
+    result.dropped_metadata_keys.assign(keys.begin(), keys.end());
+  }
   std::vector<uint64_t> sizes;
   for (const hf::ShardFile& f : source->files) sizes.push_back(f.size);
   const std::vector<int> owner = AssignFiles(sizes, comm->size());
@@ -212,9 +297,11 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
   const int rank = comm->rank(), world = comm->size();
   DcpToHfResult result;
 
-  // Every rank reads the metadata and plans the same shards.
+  // Every rank reads the metadata once and plans the same shards; every later load is checked
+  // against these bytes (CheckSourceUnchanged).
   auto md = checkpoint::ReadMetadata(fs, src);
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, md.status()));
+  const std::string encoded = metadata::Encode(*md);
   std::vector<OutTensor> tensors;
   Status st;
   for (const metadata::TensorMeta& t : md->tensors) {
@@ -231,8 +318,48 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
   }
   for (const metadata::BytesMeta& b : md->bytes) result.skipped_bytes_entries.push_back(b.fqn);
   result.total_tensors = tensors.size();
-  if (st.ok()) st = fs.CreateDirs(dst);
+  // The destination: refused when it holds anything unless opts.overwrite; the export is
+  // written into a hidden sibling directory and put in place only when complete, so a killed or
+  // failed export leaves the previous export (or nothing), never a mix. Rank 0 decides.
+  bool dst_exists = false;
+  std::string staging, aside;
+  if (st.ok() && rank == 0) {
+    auto entries = fs.List(dst);
+    dst_exists = entries.ok();
+    if (Within(src, dst)) {
+      st = InvalidArgument("destination " + dst + " is (or contains) the source checkpoint " + src +
+                           "; export to another directory");
+    } else if (!entries.ok() && entries.status().code() != StatusCode::kNotFound) {
+      st = FailedPrecondition("destination " + dst + " exists and cannot be listed as a " +
+                              "directory (" + entries.status().message() + ")");
+    } else if (entries.ok() && !entries->empty() && !opts.overwrite) {
+      st = FailedPrecondition("destination " + dst + " is not empty (it holds " +
+                              std::to_string(entries->size()) + " entries, e.g. '" +
+                              entries->front() +
+                              "'); pass --overwrite (DcpToHfOptions::overwrite) to replace it");
+    }
+    if (st.ok()) {
+      std::filesystem::path p = std::filesystem::path(dst).lexically_normal();
+      if (p.filename().empty()) p = p.parent_path();
+      const std::string tag = "." + p.filename().string() + ".dcp-export-" +
+                              std::to_string(::getpid()) + "-" +
+                              std::to_string(Clock::now().time_since_epoch().count());
+      staging = (p.parent_path() / tag).string();
+      aside = staging + "-old";
+      if (!p.parent_path().empty()) st = fs.CreateDirs(p.parent_path().string());
+      if (st.ok()) st = fs.CreateDirs(staging);
+    }
+  }
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
+  {
+    std::string shared = staging;
+    DCP_RETURN_IF_ERROR(comm->Broadcast(shared, 0));
+    staging = shared;
+  }
+  auto abandon = [&](Status failed) {
+    if (rank == 0) (void)RemoveTree(fs, staging);
+    return failed;
+  };
 
   const std::vector<OutShard> shards = PlanShards(tensors, opts.max_shard_bytes);
   result.shards_total = shards.size();
@@ -247,10 +374,13 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
   std::vector<std::byte> buffer;
   for (size_t s = 0; s < shards.size() && st.ok(); ++s) {
     if (static_cast<int>(s % world) != rank) continue;
-    st = WriteShard(src, dst, tensors, shards[s], opts, fs, buffer, &result);
+    st = WriteShard(src, staging, tensors, shards[s], opts, fs, buffer, &result);
+    if (st.ok()) st = CheckSourceUnchanged(fs, src, encoded);
+    if (st.ok() && opts.after_shard_for_test) opts.after_shard_for_test(s);
   }
   buffer = {};
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));  // every shard is complete past this point
+  st = AgreeOnStatus(*comm, st);  // every shard is complete past this point
+  if (!st.ok()) return abandon(st);
 
   if (rank == 0 && shards.size() > 1) {
     nlohmann::json index;
@@ -259,10 +389,14 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
     for (const OutShard& shard : shards) {
       for (size_t i : shard.tensors) index["weight_map"][tensors[i].fqn] = shard.file;
     }
-    st = storage::WriteFileAtomic(fs, storage::JoinPath(dst, std::string(hf::kIndexFileName)),
+    st = storage::WriteFileAtomic(fs, storage::JoinPath(staging, std::string(hf::kIndexFileName)),
                                   index.dump(2) + "\n", ".tmp");
   }
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
+  // Every rank's loads are done: one last look at the source, then the swap.
+  if (st.ok() && rank == 0) st = CheckSourceUnchanged(fs, src, encoded);
+  if (st.ok() && rank == 0) st = InstallExport(fs, staging, dst, dst_exists, aside);
+  st = AgreeOnStatus(*comm, st);
+  if (!st.ok()) return abandon(st);
   result.seconds = Since(t0);
   return result;
 }

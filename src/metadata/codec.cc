@@ -13,7 +13,6 @@ namespace {
 constexpr size_t kVersionOffset = 8;
 constexpr size_t kFlagsOffset = 12;
 constexpr size_t kBodyLengthOffset = 16;
-constexpr size_t kBodyHashOffset = 24;
 
 void PutFixed32(std::string& out, size_t at, uint32_t v) {
   for (int i = 0; i < 4; ++i) out[at + i] = static_cast<char>(v >> (8 * i));
@@ -36,6 +35,21 @@ Shape GetShape(Reader& r, int rank) { return r.Extents(rank); }
 Status Corrupt(const std::string& what) { return DataLoss("corrupt metadata: " + what); }
 
 }  // namespace
+
+uint64_t SealHash(std::string_view header, std::string_view body, uint32_t version) {
+  if (version == kLegacyVersion) return XXH3_64bits(body.data(), body.size());
+  // Version 2 on: bytes 0..23 of the header, then the body (the hash field itself left out), so
+  // that no bit of magic, version, flags or body length can change without the hash noticing.
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, header.data(), kBodyHashOffset);
+  XXH3_64bits_update(state, body.data(), body.size());
+  uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return h;
+}
+
+namespace {}  // namespace
 
 std::string Encode(const Metadata& md) {
   std::string out(kHeaderSize, '\0');
@@ -75,7 +89,9 @@ std::string Encode(const Metadata& md) {
   PutFixed32(out, kVersionOffset, kFormatVersion);
   PutFixed32(out, kFlagsOffset, md.has_checksums ? 0 : kFlagNoChecksums);
   PutFixed64(out, kBodyLengthOffset, out.size() - kHeaderSize);
-  PutFixed64(out, kBodyHashOffset, XXH3_64bits(out.data() + kHeaderSize, out.size() - kHeaderSize));
+  std::string_view enc(out);
+  PutFixed64(out, kBodyHashOffset,
+             SealHash(enc.substr(0, kHeaderSize), enc.substr(kHeaderSize), kFormatVersion));
   return out;
 }
 
@@ -84,26 +100,31 @@ Result<Metadata> Decode(std::string_view data) {
     return DataLoss("not a dcp metadata file (bad magic or shorter than its header)");
   }
   uint32_t version = static_cast<uint32_t>(GetFixed(data.data() + kVersionOffset, 4));
-  if (version != kFormatVersion) {
-    return FailedPrecondition("metadata format version " + std::to_string(version) +
-                              " is not supported (this build reads version " +
-                              std::to_string(kFormatVersion) + ")");
-  }
-  // The header is not covered by the body checksum; a flag this build does not know would
-  // change how the body reads, so refuse it rather than guess.
   uint32_t flags = static_cast<uint32_t>(GetFixed(data.data() + kFlagsOffset, 4));
-  if ((flags & ~kFlagNoChecksums) != 0) {
-    return FailedPrecondition("metadata header flags " + std::to_string(flags) +
-                              " are not supported (this build reads flags 0 and 1)");
-  }
   uint64_t body_len = GetFixed(data.data() + kBodyLengthOffset, 8);
   if (body_len != data.size() - kHeaderSize) {
     return Corrupt("body is " + std::to_string(data.size() - kHeaderSize) + " bytes, header says " +
                    std::to_string(body_len) + " (truncated?)");
   }
   std::string_view body = data.substr(kHeaderSize);
-  if (XXH3_64bits(body.data(), body.size()) != GetFixed(data.data() + kBodyHashOffset, 8)) {
-    return Corrupt("body checksum mismatch");
+  // Every version from 2 on keeps this header layout and hashes header and body together, so a
+  // version other than 1 is checked by that rule first: a flipped version bit reads as
+  // corruption, and only an intact file of a newer version as "not supported".
+  const uint64_t stored_hash = GetFixed(data.data() + kBodyHashOffset, 8);
+  if (SealHash(data.substr(0, kHeaderSize), body, version) != stored_hash) {
+    return Corrupt(version == kLegacyVersion ? "body checksum mismatch"
+                                             : "header or body checksum mismatch");
+  }
+  if (version != kFormatVersion && version != kLegacyVersion) {
+    return FailedPrecondition("metadata format version " + std::to_string(version) +
+                              " is not supported (this build reads versions 1 and " +
+                              std::to_string(kFormatVersion) + ")");
+  }
+  // A flag this build does not know would change how the body reads: refuse it rather than
+  // guess. (In version 1 the flags lie outside the hash; from version 2 on they are covered.)
+  if ((flags & ~kFlagNoChecksums) != 0) {
+    return FailedPrecondition("metadata header flags " + std::to_string(flags) +
+                              " are not supported (this build reads flags 0 and 1)");
   }
 
   Reader r(body);

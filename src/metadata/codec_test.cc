@@ -52,14 +52,17 @@ void PutLE(std::string& out, size_t at, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out[at + i] = static_cast<char>(v >> (8 * i));
 }
 
-// A complete encoding around `body`: header with the right length and XXH3-64.
+// A complete encoding around `body`: header with the right length and XXH3-64, computed here
+// from the text of docs/format.md (not with the codec's own SealHash): version 1 hashes the body,
+// every later version header bytes 0..23 followed by the body.
 std::string Seal(std::string_view body, uint32_t version = kFormatVersion, uint32_t flags = 0) {
   std::string out(kHeaderSize, '\0');
   for (int i = 0; i < 8; ++i) out[i] = kMagic[i];
   PutLE(out, 8, version, 4);
   PutLE(out, 12, flags, 4);
   PutLE(out, 16, body.size(), 8);
-  PutLE(out, 24, XXH3_64bits(body.data(), body.size()), 8);
+  std::string hashed = version == 1 ? std::string(body) : out.substr(0, 24) + std::string(body);
+  PutLE(out, 24, XXH3_64bits(hashed.data(), hashed.size()), 8);
   out.append(body);
   return out;
 }
@@ -280,9 +283,9 @@ TEST(CodecTest, HeaderLayoutMatchesSpec) {
   EXPECT_EQ(enc.substr(0, 8), std::string("\x89"
                                           "DCPMETA",
                                           8));
-  EXPECT_EQ(enc.substr(8, 4), std::string("\x01\x00\x00\x00", 4));   // version 1, LE
+  EXPECT_EQ(enc.substr(8, 4), std::string("\x02\x00\x00\x00", 4));   // version 2, LE
   EXPECT_EQ(enc.substr(12, 4), std::string("\x00\x00\x00\x00", 4));  // flags 0
-  EXPECT_EQ(enc, Seal(Body(enc)));  // body length and XXH3-64 of the body
+  EXPECT_EQ(enc, Seal(Body(enc)));  // body length and XXH3-64 of header bytes 0..23 + body
 }
 
 TEST(CodecTest, BodyMatchesSpec) {
@@ -315,14 +318,53 @@ TEST(CodecTest, RejectsBadMagic) {
 }
 
 TEST(CodecTest, RejectsOtherVersions) {
+  // Intact files of another version (sealed by the version-2 rule every later version keeps).
   std::string body = Body(Encode(SmallMetadata()));
-  ExpectError(Seal(body, 2), StatusCode::kFailedPrecondition, "metadata format version 2");
+  ExpectError(Seal(body, 3), StatusCode::kFailedPrecondition, "metadata format version 3");
   ExpectError(Seal(body, 0), StatusCode::kFailedPrecondition, "metadata format version 0");
   ExpectError(Seal(body, 0x01000000), StatusCode::kFailedPrecondition, "16777216");
 }
 
+TEST(CodecTest, ReadsVersion1Files) {
+  // Version 1 (body-only hash) was written by earlier builds; it must stay readable.
+  Metadata md = SmallMetadata();
+  std::string v1 = Seal(Body(Encode(md)), 1);
+  auto out = Decode(v1);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ExpectSameMetadata(md, *out);
+  md.has_checksums = false;
+  auto no_sums = Decode(Seal(Body(Encode(md)), 1, kFlagNoChecksums));
+  ASSERT_TRUE(no_sums.ok()) << no_sums.status().ToString();
+  EXPECT_FALSE(no_sums->has_checksums);
+  ExpectError(Seal(Body(v1), 1, 2), StatusCode::kFailedPrecondition, "flags 2");
+}
+
+TEST(CodecTest, RejectsEveryFlippedBit) {
+  // Issue 11 item 4: bit 0 of byte 12 (the flags) used to turn verification off unnoticed. Every
+  // bit of the file -- magic, version, flags, body length, hash and body -- now changes the
+  // outcome to DATA_LOSS, with and without the no-checksums flag set.
+  for (bool sums : {true, false}) {
+    Metadata md = SmallMetadata();
+    md.has_checksums = sums;
+    const std::string enc = Encode(md);
+    ASSERT_TRUE(Decode(enc).ok());
+    for (size_t i = 0; i < enc.size(); ++i) {
+      for (int bit = 0; bit < 8; ++bit) {
+        SCOPED_TRACE("byte " + std::to_string(i) + " bit " + std::to_string(bit) +
+                     (sums ? "" : " (no-checksums file)"));
+        std::string bad = enc;
+        bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+        Result<Metadata> out = Decode(bad);
+        ASSERT_FALSE(out.ok());
+        EXPECT_EQ(out.status().code(), StatusCode::kDataLoss) << out.status().ToString();
+      }
+    }
+  }
+}
+
 TEST(CodecTest, RejectsUnknownFlags) {
   std::string body = Body(Encode(SmallMetadata()));
+  // Intact (correctly sealed) files with flags this build does not know.
   ExpectError(Seal(body, kFormatVersion, 2), StatusCode::kFailedPrecondition, "flags 2");
   ExpectError(Seal(body, kFormatVersion, 3), StatusCode::kFailedPrecondition, "flags 3");
 }

@@ -97,9 +97,13 @@ std::string MetadataSummary(const Metadata& md, bool list_chunks) {
     return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
   };
 
-  std::string out = "save " + Hex16(md.save_id) + ", format version " +
-                    std::to_string(kFormatVersion) + ", written by " +
-                    std::to_string(md.world_size) + (md.world_size == 1 ? " rank\n" : " ranks\n");
+  // A HuggingFace source has no save id, format version or checksums: say what it is instead.
+  std::string out = !md.has_checksums
+                        ? std::string("HuggingFace source: no checksums, sizes checked\n")
+                        : "save " + Hex16(md.save_id) + ", format version " +
+                              std::to_string(kFormatVersion) + ", written by " +
+                              std::to_string(md.world_size) +
+                              (md.world_size == 1 ? " rank\n" : " ranks\n");
   if (!md.tensors.empty()) out += "tensors:\n";
   for (const auto& t : md.tensors) {
     const size_t n = t.chunks.size();

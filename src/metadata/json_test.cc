@@ -47,7 +47,7 @@ Metadata SampleMetadata() {
 
 TEST(MetadataToJsonTest, FollowsTheSchema) {
   nlohmann::json j = nlohmann::json::parse(MetadataToJson(SampleMetadata()));
-  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["format_version"], 2);
   EXPECT_EQ(j["save_id"], "00ab00000000cd01");
   EXPECT_EQ(j["world_size"], 2);
 

@@ -9,7 +9,8 @@
 
 namespace dcp::metadata {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// Version of the metadata encoding (docs/format.md) that saves write.
+inline constexpr uint32_t kFormatVersion = 2;
 
 using dcp::BytesMeta;
 using dcp::FileInfo;

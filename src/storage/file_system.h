@@ -46,7 +46,15 @@ class FileSystem {
   virtual Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) = 0;
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Status SyncDir(const std::string& dir) = 0;
+  // A file, or an empty directory.
   virtual Status Remove(const std::string& path) = 0;
+  // Atomically swaps two existing paths (files or directories): after it, `a` names what `b`
+  // named and the other way round (Linux renameat2 RENAME_EXCHANGE). File systems that cannot
+  // return an error and change nothing; callers fall back to two renames.
+  virtual Status Exchange(const std::string& a, const std::string& b) {
+    return FailedPrecondition("exchanging " + a + " and " + b +
+                              ": not supported by this file system");
+  }
   virtual Status CreateDirs(const std::string& dir) = 0;
   // Names (not paths) of the entries of `dir`.
   virtual Result<std::vector<std::string>> List(const std::string& dir) = 0;

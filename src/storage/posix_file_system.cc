@@ -12,6 +12,19 @@
 namespace dcp::storage {
 namespace {
 
+// Data and metadata files must be regular files: a FIFO would block a reader forever, a
+// device would read without end.
+Status NotRegular(const std::string& path, mode_t mode) {
+  const char* kind = S_ISFIFO(mode)   ? "a FIFO"
+                     : S_ISDIR(mode)  ? "a directory"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "a special file";
+  return FailedPrecondition("cannot read " + path + ": it is " + std::string(kind) +
+                            ", not a regular file");
+}
+
 class PosixWritableFile final : public WritableFile {
  public:
   PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -98,13 +111,26 @@ class Posix final : public FileSystem {
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
   }
   Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. The
+    // descriptor is then checked to be a regular file (a FIFO, device or directory in place of
+    // a data or metadata file is refused), and made blocking again.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return ErrnoStatus("open", path, errno);
     struct stat st;
     if (::fstat(fd, &st) != 0) {
       int err = errno;
       ::close(fd);
       return ErrnoStatus("stat", path, err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return NotRegular(path, st.st_mode);
+    }
+    int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus("open", path, err);
     }
     return std::unique_ptr<ReadableFile>(
         new PosixReadableFile(fd, static_cast<uint64_t>(st.st_size), path));
@@ -123,7 +149,16 @@ class Posix final : public FileSystem {
     return OkStatus();
   }
   Status Remove(const std::string& path) override {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("remove", path, errno);
+    if (::unlink(path.c_str()) == 0 || errno == ENOENT) return OkStatus();
+    if (errno == EISDIR || errno == EPERM) {  // a directory (EPERM: what POSIX allows unlink)
+      if (::rmdir(path.c_str()) == 0 || errno == ENOENT) return OkStatus();
+    }
+    return ErrnoStatus("remove", path, errno);
+  }
+  Status Exchange(const std::string& a, const std::string& b) override {
+    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
+      return ErrnoStatus("exchange with " + b, a, errno);
+    }
     return OkStatus();
   }
   Status CreateDirs(const std::string& dir) override {
@@ -146,6 +181,7 @@ class Posix final : public FileSystem {
   Result<uint64_t> FileSize(const std::string& path) override {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path, errno);
+    if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode);
     return static_cast<uint64_t>(st.st_size);
   }
 };

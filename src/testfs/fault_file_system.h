@@ -30,6 +30,10 @@ class FaultFileSystem final : public storage::FileSystem {
   Status Rename(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string& dir) override;
   Status Remove(const std::string& path) override;
+  Status Exchange(const std::string& a, const std::string& b) override {
+    DCP_RETURN_IF_ERROR(Tick("exchange", a));
+    return base_.Exchange(a, b);
+  }
   Status CreateDirs(const std::string& dir) override;
   Result<std::vector<std::string>> List(const std::string& dir) override { return base_.List(dir); }
   Result<uint64_t> FileSize(const std::string& path) override { return base_.FileSize(path); }

@@ -115,12 +115,15 @@ Result<ModelSpec> MakeModel(std::string_view name, int layers, double width_scal
     for (std::string_view n : ModelNames()) known += (known.empty() ? "" : ", ") + std::string(n);
     return InvalidArgument("unknown model '" + std::string(name) + "' (known: " + known + ")");
   }
-  if (layers < 1) {
-    return InvalidArgument("model '" + std::string(name) + "' needs at least 1 layer, got " +
-                           std::to_string(layers));
+  if (layers < 1 || layers > kMaxLayers) {
+    return InvalidArgument("model '" + std::string(name) + "' needs 1 to " +
+                           std::to_string(kMaxLayers) + " layers, got " + std::to_string(layers));
   }
   if (!(width_scale > 0.0 && width_scale <= 1.0)) {  // also rejects NaN
     return InvalidArgument("width scale must be in (0, 1], got " + std::to_string(width_scale));
+  }
+  if (width_scale < 1e-6) {  // every width is at least 8 already; smaller scales are typos
+    return InvalidArgument("width scale must be at least 1e-6, got " + std::to_string(width_scale));
   }
   if (DTypeBits(dtype) % 8 != 0) {
     return InvalidArgument("synthetic models need a whole-byte dtype, got " +

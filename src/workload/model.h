@@ -41,10 +41,15 @@ struct ModelSpec {
 // shape `dcp simulate` plans at scale.
 const std::vector<std::string_view>& ModelNames();
 
+// Bounds on synthetic models: far above any real architecture (dense-500b has 126 layers), low
+// enough that a typo cannot make the builder itself exhaust memory.
+inline constexpr int kMaxLayers = 4096;
+
 // The tensors of `name` with `layers` decoder layers. `width_scale` in (0, 1] shrinks the
 // hidden size, head dim, MLP/expert width and vocab (each rounded to a multiple of 8, at
 // least 8) while keeping the tensor count, so a big model's shape fits a small machine.
-// InvalidArgument for an unknown name, layers < 1, a scale outside (0, 1], or a sub-byte
+// InvalidArgument for an unknown name, layers outside [1, kMaxLayers], a scale outside (0, 1]
+// or below 1e-6, or a sub-byte
 // dtype (the verification pattern is defined per byte of an element).
 Result<ModelSpec> MakeModel(std::string_view name, int layers, double width_scale = 1.0,
                             DType dtype = DType::kBF16);

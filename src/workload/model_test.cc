@@ -176,5 +176,20 @@ TEST(ModelTest, InvalidArguments) {
   EXPECT_FALSE(MakeModel("llama-dense", 1, 1.0, DType::kF4).ok());
 }
 
+TEST(ModelTest, BoundsLayersAndWidth) {
+  // Issue 11 item 9: `dcp demo --layers 1000000000 --width-scale 0.001` allocated until OOM.
+  auto huge = MakeModel("qwen3-30b-a3b", 1000000000, 0.001);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("needs 1 to 4096 layers, got 1000000000"),
+            std::string::npos)
+      << huge.status().ToString();
+  EXPECT_TRUE(MakeModel("llama-dense", kMaxLayers, 0.01).ok());
+  EXPECT_FALSE(MakeModel("llama-dense", kMaxLayers + 1, 0.01).ok());
+  auto tiny = MakeModel("llama-dense", 2, 1e-9);
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_NE(tiny.status().message().find("at least 1e-6"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dcp::workload

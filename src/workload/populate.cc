@@ -1,5 +1,6 @@
 #include "workload/populate.h"
 
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -107,9 +108,42 @@ const std::vector<std::byte>& TrainStepPayload() {
 
 enum class Fill { kPattern, kZero };
 
+}  // namespace
+
+uint64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+Status CheckFitsInMemory(uint64_t bytes, std::string_view what, uint64_t physical) {
+  if (physical == 0) physical = PhysicalMemoryBytes();
+  if (physical == 0) return OkStatus();  // unknown: nothing to compare with
+  if (bytes > physical / 10 * 9) {
+    return InvalidArgument(std::string(what) + " needs " + std::to_string(bytes >> 20) +
+                           " MiB, more than this machine's memory (" +
+                           std::to_string(physical >> 20) +
+                           " MiB physical); use fewer --layers, a smaller --width-scale or more "
+                           "ranks");
+  }
+  return OkStatus();
+}
+
+namespace {
+
 Result<OwnedStateDict> Build(const ModelSpec& model, const LayoutSpec& layout, int rank,
                              Fill fill) {
   DCP_ASSIGN_OR_RETURN(std::vector<HeldChunk> chunks, ChunksForRank(model, layout, rank));
+  // Estimate before allocating: a state that cannot fit fails here, clearly, rather than
+  // ending in the OOM killer.
+  uint64_t need = 0;
+  for (const auto& [index, box] : chunks) {
+    need += DTypeBytes(model.tensors[index].dtype, box.NumElements()).value_or(0);
+  }
+  DCP_RETURN_IF_ERROR(CheckFitsInMemory(need, "rank " + std::to_string(rank) + "'s state of " +
+                                                  model.name + " (" +
+                                                  std::to_string(model.num_layers) + " layers)"));
   OwnedStateDict out;
   out.buffers.reserve(chunks.size());
   for (const auto& [index, box] : chunks) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,6 +39,13 @@ struct OwnedStateDict {
   std::vector<std::unique_ptr<std::byte[]>> buffers;  // one per chunk, in sd order
   uint64_t tensor_bytes = 0;                          // sum of chunk sizes
 };
+
+// Physical memory of this machine in bytes (0 when unknown).
+uint64_t PhysicalMemoryBytes();
+
+// InvalidArgument, naming `what` and both sizes, when `bytes` exceed 90% of `physical` (0: this
+// machine's physical memory). PopulateStateDict and MakeEmptyLike check their allocation so.
+Status CheckFitsInMemory(uint64_t bytes, std::string_view what, uint64_t physical = 0);
 
 // The seed of a tensor's pattern.
 uint64_t PatternSeed(std::string_view fqn);

@@ -249,5 +249,27 @@ TEST(VerifyTest, BytesEntriesAndMalformedChunks) {
   EXPECT_EQ(VerifyStateDict(null_data).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(PopulateTest, RefusesStateLargerThanMemory) {
+  EXPECT_GT(PhysicalMemoryBytes(), 0u);
+  EXPECT_TRUE(CheckFitsInMemory(800, "x", 1000).ok());
+  Status big = CheckFitsInMemory(uint64_t{901} << 20, "rank 0's state", uint64_t{1000} << 20);
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("rank 0's state needs 901 MiB, more than this machine's memory"),
+            std::string::npos)
+      << big.ToString();
+  // dense-500b at full width on one rank: ~929 GiB at 126 layers; 4096 layers are ~30 TiB, more
+  // than any machine this runs on. Refused before a byte is allocated.
+  auto model = MakeModel("dense-500b", 4096);
+  ASSERT_TRUE(model.ok());
+  auto layout = ParseLayout("dp1");
+  ASSERT_TRUE(layout.ok());
+  auto sd = PopulateStateDict(*model, *layout, 0);
+  ASSERT_FALSE(sd.ok());
+  EXPECT_EQ(sd.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(sd.status().message().find("more than this machine's memory"), std::string::npos)
+      << sd.status().ToString();
+  EXPECT_FALSE(MakeEmptyLike(*model, *layout, 0).ok());
+}
+
 }  // namespace
 }  // namespace dcp::workload
