@@ -20,8 +20,10 @@
 //   removed. A step is removed metadata first, so a crash half-way leaves an incomplete
 //   directory (ignored, cleaned up later), never a damaged step that looks complete.
 // - Resume trusts the disk, not `latest`: the newest *complete* step wins (its metadata reads
-//   and decodes, and every data file it names is present with its recorded size). Incomplete
-//   step directories are ignored, and removed by rank 0 when no save is in flight.
+//   and decodes, and every data file it names is present with its recorded size). Other step
+//   directories are ignored. Those without committed metadata (a save that never committed,
+//   a removal cut short) are removed by rank 0 when the manager opens the root, when no save
+//   is in flight; one whose metadata names missing or short files is left for a person.
 // - One manager per root: a lock file records host and pid; a second manager (in this or any
 //   process) is refused with kFailedPrecondition naming the holder. A lock left by a dead
 //   process of the same host is taken over.

@@ -91,11 +91,17 @@ Status CheckComplete(FileSystem& fs, const std::string& dir) {
   return OkStatus();
 }
 
-// A problem that proves the directory is not a checkpoint (as opposed to an I/O error
-// reading it): only such directories are cleaned up.
-bool ProvesIncomplete(const Status& s) {
-  return s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kDataLoss ||
-         s.code() == StatusCode::kNotFound;
+// True when `dir` holds no committed metadata at all (neither the global file nor a per-rank
+// one): a save that never committed, or a step whose removal was cut short. Only such
+// directories are cleaned up; one whose metadata is there but names missing or short files
+// (damaged after the fact) or cannot be read is ignored but left for a person to look at.
+bool HasNoMetadata(FileSystem& fs, const std::string& dir) {
+  auto names = fs.List(dir);
+  if (!names.ok()) return false;
+  for (const auto& n : *names) {
+    if (n == checkpoint::kMetadataName || checkpoint::ParseRankMetadataName(n) >= 0) return false;
+  }
+  return true;
 }
 
 struct Scan {
@@ -352,7 +358,7 @@ struct CheckpointManager::Impl {
           for (const auto& e : scan->entries) {
             if (e.status.ok()) {
               complete.push_back(e.step);
-            } else if (ProvesIncomplete(e.status)) {
+            } else if (HasNoMetadata(fs, Dir(e.step))) {
               Status rm = RemoveStepDir(fs, Dir(e.step));
               if (!rm.ok()) {
                 std::fprintf(stderr, "dcp manager: could not clean up incomplete %s: %s\n",
