@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -512,6 +513,72 @@ TEST(ManagerMultiRank, FourRanksSyncAndAsync) {
   });
   EXPECT_EQ(StepDirsOnDisk(d.path()), (std::vector<int64_t>{5, 6}));
   EXPECT_EQ(LatestRecord(d.path()), 6);
+}
+
+// Two ranks over one failing file system: whichever rank's operation fails (the count is
+// shared, so it may be either), every rank gets the error, none hangs, and after the crash
+// both ranks resume the same complete step with every step the policy keeps.
+TEST(ManagerMultiRank, CrashAtEveryOperationOfTwoRanks) {
+  const RetentionPolicy policy{.keep_last = 2};
+  const int n = 4;
+  int64_t total = -1;
+  int crashes = 0;
+  for (int64_t fail_at = -1; total < 0 || fail_at < total; ++fail_at) {
+    TempDir d;
+    testfs::FaultFileSystem ffs(storage::PosixFileSystem());
+    LossyRenameFs fs(ffs);
+    ffs.FailAt(fail_at);
+    std::atomic<int64_t> last_ok{INT64_MAX};  // the newest step whose save returned, all ranks
+    testing::RunRanks(2, [&](const std::shared_ptr<Comm>& comm) {
+      State st(comm->rank(), comm->size());
+      int64_t mine = 0;
+      try {
+        auto mgr = manager::NewManager(d.path(), {.policy = policy, .comm = comm}, fs);
+        for (int64_t step = 1; step <= n; ++step) {
+          st.Fill(step);
+          if (step % 2) {
+            mgr->Save(step, st.sd);
+          } else {
+            mgr->AsyncSave(step, st.sd);
+            mgr->Wait();
+          }
+          mine = step;
+        }
+      } catch (const Error&) {
+      }
+      int64_t cur = last_ok.load();
+      while (mine < cur && !last_ok.compare_exchange_weak(cur, mine)) {
+      }
+    });
+    if (fail_at < 0) {
+      total = ffs.ops();
+      ASSERT_EQ(last_ok.load(), n);
+      continue;
+    }
+    ++crashes;
+    fs.Crash();
+    const std::string where = "failing at operation " + std::to_string(fail_at);
+    testing::RunRanks(2, [&](const std::shared_ptr<Comm>& comm) {
+      CheckpointManager mgr(d.path(), policy, comm);
+      auto latest = mgr.latest_step();
+      if (!latest) {
+        EXPECT_EQ(last_ok.load(), 0) << where;
+        return;
+      }
+      EXPECT_GE(*latest, last_ok.load()) << where;
+      State st(comm->rank(), comm->size());
+      st.Clear();
+      mgr.Load(st.sd);
+      EXPECT_TRUE(st.Holds(*latest)) << where;
+      if (*latest >= 2) {
+        auto have = mgr.steps();
+        EXPECT_TRUE(std::find(have.begin(), have.end(), *latest - 1) != have.end())
+            << where << ": step " << *latest - 1 << " should have been kept";
+      }
+    });
+  }
+  EXPECT_EQ(crashes, total);
+  EXPECT_GT(total, 4 * n);
 }
 
 TEST(ManagerMultiRank, LockRefusalReachesEveryRank) {
