@@ -12,5 +12,7 @@ void AddDemo(CLI::App& app, int* exit_code);
 void AddConvert(CLI::App& app, int* exit_code);
 void AddBench(CLI::App& app, int* exit_code);
 void AddSimulate(CLI::App& app, int* exit_code);
+void AddLs(CLI::App& app, int* exit_code);
+void AddPrune(CLI::App& app, int* exit_code);
 
 }  // namespace dcp::tools

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   dcp::tools::AddConvert(app, &exit_code);
   dcp::tools::AddBench(app, &exit_code);
   dcp::tools::AddSimulate(app, &exit_code);
+  dcp::tools::AddLs(app, &exit_code);
+  dcp::tools::AddPrune(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -14,6 +14,7 @@ from ._chunks import TensorChunk
 from ._comm import set_timeout
 from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
 from ._metadata import Metadata, TensorInfo, read_metadata
+from .manager import CheckpointManager
 
 
 
@@ -25,6 +26,6 @@ def from_torch_dcp(src, dst) -> SaveResult:
 
 
 __all__ = [
-    "AsyncSaveHandle", "DcpError", "LoadResult", "Metadata", "SaveResult", "StagingStats",
+    "AsyncSaveHandle", "CheckpointManager", "DcpError", "LoadResult", "Metadata", "SaveResult", "StagingStats",
     "TensorChunk", "TensorInfo", "async_save", "from_torch_dcp", "load", "read_metadata", "save", "set_timeout",
 ]

@@ -8,5 +8,6 @@ namespace dcp::python {
 void BindCheckpoint(pybind11::module_& m);  // StateDict, save/load, results, async save
 void BindComm(pybind11::module_& m);        // Comm handles: local, over a Python group
 void BindMetadata(pybind11::module_& m);    // read_metadata
+void BindManager(pybind11::module_& m);     // CheckpointManager
 
 }  // namespace dcp::python

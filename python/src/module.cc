@@ -29,4 +29,5 @@ PYBIND11_MODULE(_dcp, m) {
   dcp::python::BindComm(m);
   dcp::python::BindCheckpoint(m);
   dcp::python::BindMetadata(m);
+  dcp::python::BindManager(m);
 }

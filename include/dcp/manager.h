@@ -1,0 +1,146 @@
+// The checkpoint manager: one directory per training step under a root, a `latest` record,
+// retention, and resume from the newest complete step -- safe against a crash at any moment.
+//
+//   dcp::CheckpointManager mgr("/ckpt", {.keep_last = 3, .keep_every = 1000}, comm);
+//   if (auto step = mgr.latest_step()) { mgr.Load(sd); start = *step + 1; }
+//   for (int64_t step = start; ...; ++step) {
+//     train(step);
+//     if (step % 100 == 0) mgr.AsyncSave(step, sd);  // blocks only while sd is staged
+//   }
+//   mgr.Wait();
+//
+// Layout: ROOT/step_000000100/ (an ordinary dcp checkpoint), ROOT/latest (the step number,
+// replaced atomically: tmp + fsync + rename + directory fsync), ROOT/.dcp-manager.lock.
+//
+// Guarantees:
+// - `latest` is written only after the step's metadata commit is durable and every rank knows
+//   it (the save's commit verdict is broadcast; the manager then agrees on it over the comm).
+// - Retention removes a step only when it is older than the step `latest` names, that newer
+//   step is durable, and the policy does not keep it; the newest complete step is never
+//   removed. A step is removed metadata first, so a crash half-way leaves an incomplete
+//   directory (ignored, cleaned up later), never a damaged step that looks complete.
+// - Resume trusts the disk, not `latest`: the newest *complete* step wins (its metadata reads
+//   and decodes, and every data file it names is present with its recorded size). Other step
+//   directories are ignored. Those without committed metadata (a save that never committed,
+//   a removal cut short) are removed by rank 0 when the manager opens the root, when no save
+//   is in flight; one whose metadata names missing or short files is left for a person.
+// - One manager per root: a lock file records host and pid; a second manager (in this or any
+//   process) is refused with kFailedPrecondition naming the holder. A lock left by a dead
+//   process of the same host is taken over.
+//
+// Collectives: every rank of `comm` constructs the manager and calls Save, AsyncSave, Load,
+// Wait, Keep, Prune and the destructor in the same order. Only rank 0 touches `latest`,
+// removes steps and holds the lock; all ranks must see the same root (shared storage).
+//
+// Async saves: one save in flight. AsyncSave first finishes the previous one (waits for it,
+// then updates `latest` and runs retention on the calling thread), then stages `sd` and
+// returns. Wait() finishes the save in flight. A failed save leaves `latest` and every kept
+// step as they were; its error is thrown by the Wait or AsyncSave that finishes it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dcp/async.h"
+#include "dcp/checkpoint.h"
+#include "dcp/comm.h"
+#include "dcp/state_dict.h"
+
+namespace dcp {
+
+struct RetentionPolicy {
+  // Keep the K newest complete steps. Unset: no limit from this rule.
+  std::optional<int64_t> keep_last;
+  // Also keep every step that is a multiple of M (e.g. one per 1000 steps for evaluation).
+  std::optional<int64_t> keep_every;
+  // Neither set: keep everything. Only keep_every set: keep its multiples and the newest step.
+};
+
+// The pure retention rule: which of `steps` (complete steps on disk, any order) to remove,
+// given the step `latest` durably names, the policy and the steps kept on demand. Removes
+// only steps older than `latest` (nothing when latest is unset or not among `steps`), never
+// the newest step, never one the policy or `keeps` keeps. Sorted ascending.
+std::vector<int64_t> StepsToRemove(const std::vector<int64_t>& steps, std::optional<int64_t> latest,
+                                   const RetentionPolicy& policy,
+                                   const std::set<int64_t>& keeps = {});
+
+// "step_000000100": the directory name of a step (zero-padded so names sort; 9 digits or more).
+std::string StepDirName(int64_t step);
+// The step a directory name stands for; nullopt for any other name.
+std::optional<int64_t> ParseStepDirName(const std::string& name);
+
+// What is on disk under a root (`dcp ls`): read-only, takes no lock.
+struct StepInfo {
+  int64_t step = 0;
+  std::string dir;     // full path
+  uint64_t bytes = 0;  // sum of the sizes of the files in the directory
+  bool complete = false;
+  std::string problem;  // why not complete (empty when complete)
+};
+struct RootInfo {
+  std::vector<StepInfo> steps;           // every step directory, ascending
+  std::optional<int64_t> latest_record;  // what ROOT/latest says (may be stale or damaged)
+  std::optional<int64_t> latest;         // the newest complete step: what a resume loads
+};
+RootInfo inspect_root(const std::string& root);
+
+struct ManagerOptions {
+  RetentionPolicy policy;
+  std::shared_ptr<Comm> comm;  // null: a world of one
+  SaveOptions save;            // its comm is replaced by `comm`
+  LoadOptions load;            // its comm is replaced by `comm`
+  AsyncSaverOptions async;
+};
+
+class CheckpointManager {
+ public:
+  struct Impl;
+
+  // Every rank calls it. Takes the root's lock (rank 0), creates the root if needed, removes
+  // incomplete step directories (rank 0) and finds the complete steps. Throws dcp::Error:
+  // kFailedPrecondition when another manager holds the root.
+  CheckpointManager(const std::string& root, ManagerOptions opts);
+  CheckpointManager(const std::string& root, RetentionPolicy policy,
+                    std::shared_ptr<Comm> comm = nullptr);
+  // Finishes the save in flight (errors are reported on stderr) and releases the lock.
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  // Saves `sd` as `step` (greater than every step saved before), then updates `latest` and
+  // applies retention. Finishes the save in flight first. Throws dcp::Error.
+  SaveResult Save(int64_t step, const StateDict& sd);
+  // Finishes the save in flight, then stages `sd` and returns; the rest happens in the
+  // background and is finished by the next AsyncSave, Save, Wait or Load.
+  void AsyncSave(int64_t step, const StateDict& sd);
+  // Finishes the save in flight: waits for it, updates `latest`, applies retention. Throws
+  // its error.
+  void Wait();
+
+  // The newest complete step (finished saves only); nullopt before the first one.
+  std::optional<int64_t> latest_step() const;
+  // The complete steps on disk, ascending.
+  std::vector<int64_t> steps() const;
+  // Loads `step` (default: the newest complete one) into sd. Finishes the save in flight
+  // first. Throws kNotFound when there is no such complete step.
+  LoadResult Load(StateDict& sd, std::optional<int64_t> step = std::nullopt);
+  // Never remove `step` (through retention or prune) while this manager lives.
+  void Keep(int64_t step);
+  // Applies the policy now; returns the steps removed (or, with dry_run, that would be).
+  std::vector<int64_t> Prune(bool dry_run = false);
+
+  const std::string& root() const;
+  std::string step_dir(int64_t step) const;
+
+  // The library's internals (src/manager/manager.h builds one over any file system).
+  explicit CheckpointManager(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dcp

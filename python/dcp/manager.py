@@ -1,0 +1,105 @@
+"""dcp.CheckpointManager: steps, `latest`, retention and resume over the C++ manager.
+
+    mgr = dcp.CheckpointManager("/ckpt", keep_last=3, keep_every=1000)
+    start = 0
+    if mgr.latest_step() is not None:
+        mgr.load(state_dict)
+        start = mgr.latest_step() + 1
+    for step in range(start, steps):
+        train(step)
+        if step % 100 == 0:
+            mgr.async_save(step, state_dict)
+    mgr.wait()
+
+Same semantics as dcp::CheckpointManager (include/dcp/manager.h): one directory per step,
+`latest` moved only after the step is durable on every rank, retention never removing the
+newest complete step, resume from the newest complete step whatever `latest` says, one
+manager per root. Under torchrun every rank creates it (with the default process group unless
+`process_group` is given) and calls its methods in the same order.
+"""
+
+import os
+from typing import Any, Dict, List, Optional
+
+from . import _dcp
+from ._checkpoint import _prepare_on_every_rank
+from ._comm import comm_for
+from ._flatten import replace_leaves
+from . import _values
+
+
+class CheckpointManager:
+    """A root directory of checkpoints, one per training step."""
+
+    def __init__(self, root: "os.PathLike | str", *, keep_last: Optional[int] = None,
+                 keep_every: Optional[int] = None, process_group: Any = None,
+                 no_dist: bool = False) -> None:
+        self._comm = comm_for(process_group, no_dist)
+        self._root = os.fspath(root)
+        self._mgr = _dcp.CheckpointManager(self._root, keep_last, keep_every, self._comm)
+
+    @property
+    def root(self) -> str:
+        return self._root
+
+    def save(self, step: int, state_dict: Dict[str, Any]) -> _dcp.SaveResult:
+        """Saves `state_dict` as `step`, then moves `latest` and applies retention."""
+        p = _prepare_on_every_rank(state_dict, self._comm, for_load=False, agree=True)
+        return self._mgr.save(step, p.sd)
+
+    def async_save(self, step: int, state_dict: Dict[str, Any]) -> None:
+        """Finishes the save in flight, then returns once `state_dict` is staged.
+
+        The tensors may change as soon as it returns. The save is finished (latest moved,
+        retention applied, its error raised) by the next save, async_save, wait or load.
+        """
+        p = _prepare_on_every_rank(state_dict, self._comm, for_load=False, agree=True)
+        self._mgr.async_save(step, p.sd)
+
+    def wait(self) -> None:
+        """Finishes the save in flight; raises its DcpError."""
+        self._mgr.wait()
+
+    def latest_step(self) -> Optional[int]:
+        """The newest complete step, or None before the first one."""
+        return self._mgr.latest_step()
+
+    def steps(self) -> List[int]:
+        """The complete steps on disk, ascending."""
+        return self._mgr.steps()
+
+    def load(self, state_dict: Dict[str, Any], step: Optional[int] = None) -> _dcp.LoadResult:
+        """Loads `step` (default: the newest complete one) into `state_dict`, in place."""
+        p = _prepare_on_every_rank(state_dict, self._comm, for_load=True, agree=True)
+        result = self._mgr.load(p.sd, step)
+        for chunk in p.chunks:
+            if chunk.write_back is not None:
+                chunk.write_back()
+        loaded: Dict[str, Any] = {}
+        for fqn in p.values:
+            data = p.sd.bytes_of(fqn)
+            if data:
+                loaded[fqn] = _values.decode(fqn, data)
+        replace_leaves(state_dict, loaded)
+        return result
+
+    def keep(self, step: int) -> None:
+        """Never remove `step` while this manager lives ("keep this one")."""
+        self._mgr.keep(step)
+
+    def prune(self, dry_run: bool = False) -> List[int]:
+        """Applies the retention policy now; the steps removed (or that would be)."""
+        return self._mgr.prune(dry_run)
+
+    def step_dir(self, step: int) -> str:
+        return self._mgr.step_dir(step)
+
+    def close(self) -> None:
+        """Finishes the save in flight and releases the root's lock."""
+        self._mgr.close()
+
+    def __enter__(self) -> "CheckpointManager":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

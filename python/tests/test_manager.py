@@ -1,0 +1,59 @@
+"""dcp.CheckpointManager in one process: steps, latest, retention, resume, the lock."""
+
+import os
+
+import pytest
+import torch
+
+import dcp
+
+
+def state(step: int) -> dict:
+    return {"w": torch.arange(16, dtype=torch.float32) + step * 100, "meta": {"step": step}}
+
+
+def test_saves_retains_and_resumes(tmp_path):
+    root = tmp_path / "ckpt"
+    with dcp.CheckpointManager(root, keep_last=2, keep_every=4) as mgr:
+        assert mgr.latest_step() is None
+        for step in range(1, 7):
+            if step % 2:
+                mgr.save(step, state(step))
+            else:
+                mgr.async_save(step, state(step))
+        mgr.wait()
+        assert mgr.steps() == [4, 5, 6]
+        assert (root / "latest").read_text().strip() == "6"
+        assert sorted(os.listdir(root)) == [".dcp-manager.lock", "latest", "step_000000004",
+                                            "step_000000005", "step_000000006"]
+    # Step 6 damaged: a fresh manager resumes from the newest complete step, 5.
+    data = [f for f in os.listdir(root / "step_000000006") if f.startswith("data-")]
+    for f in data:
+        os.truncate(root / "step_000000006" / f, 1)
+    with dcp.CheckpointManager(root, keep_last=2) as mgr:
+        assert mgr.latest_step() == 5
+        got = state(0)
+        mgr.load(got)
+        assert torch.equal(got["w"], state(5)["w"]) and got["meta"] == {"step": 5}
+        mgr.load(got, step=4)
+        assert torch.equal(got["w"], state(4)["w"])
+
+
+def test_second_manager_on_one_root_refused(tmp_path):
+    with dcp.CheckpointManager(tmp_path, keep_last=1):
+        with pytest.raises(dcp.DcpError, match="in use by another manager") as e:
+            dcp.CheckpointManager(tmp_path, keep_last=1)
+        assert e.value.code == "FAILED_PRECONDITION"
+    dcp.CheckpointManager(tmp_path, keep_last=1).close()  # released
+
+
+def test_prune_and_keep(tmp_path):
+    with dcp.CheckpointManager(tmp_path) as mgr:
+        for step in range(1, 6):
+            mgr.save(step, state(step))
+    with dcp.CheckpointManager(tmp_path, keep_last=1) as mgr:
+        mgr.keep(2)
+        assert mgr.prune(dry_run=True) == [1, 3, 4]
+        assert mgr.steps() == [1, 2, 3, 4, 5]
+        assert mgr.prune() == [1, 3, 4]
+        assert mgr.steps() == [2, 5]

@@ -1,0 +1,596 @@
+#include "manager/manager.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "async/async_saver.h"
+#include "checkpoint/load.h"
+#include "checkpoint/metadata_io.h"
+#include "checkpoint/names.h"
+#include "checkpoint/save.h"
+
+namespace dcp {
+
+// ---- Names and the pure retention rule ----------------------------------------------------
+
+std::string StepDirName(int64_t step) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "step_%09lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::optional<int64_t> ParseStepDirName(const std::string& name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (name.size() < kPrefix.size() + 9 || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return std::nullopt;
+  }
+  int64_t v = 0;
+  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
+    char c = name[i];
+    if (c < '0' || c > '9') return std::nullopt;
+    if (v > (INT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (StepDirName(v) != name) return std::nullopt;  // one spelling per step
+  return v;
+}
+
+std::vector<int64_t> StepsToRemove(const std::vector<int64_t>& steps_in,
+                                   std::optional<int64_t> latest, const RetentionPolicy& policy,
+                                   const std::set<int64_t>& keeps) {
+  std::vector<int64_t> steps = steps_in;
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  std::vector<int64_t> out;
+  if (!latest || !std::binary_search(steps.begin(), steps.end(), *latest)) return out;
+  if (!policy.keep_last && !policy.keep_every) return out;  // keep everything
+  const int64_t keep_last =
+      policy.keep_last ? std::max<int64_t>(*policy.keep_last, 1) : int64_t{1};  // newest kept
+  std::set<int64_t> kept(keeps.begin(), keeps.end());
+  // The keep_last newest steps, counting down from the newest complete one.
+  for (int64_t i = 0; i < keep_last && i < static_cast<int64_t>(steps.size()); ++i) {
+    kept.insert(steps[steps.size() - 1 - static_cast<size_t>(i)]);
+  }
+  for (int64_t s : steps) {
+    if (policy.keep_every && *policy.keep_every > 0 && s % *policy.keep_every == 0) kept.insert(s);
+  }
+  for (int64_t s : steps) {
+    if (s < *latest && !kept.count(s)) out.push_back(s);
+  }
+  return out;
+}
+
+namespace {
+
+using storage::FileSystem;
+using storage::JoinPath;
+
+// ---- On-disk state ------------------------------------------------------------------------
+
+// Whether `dir` holds a complete checkpoint: committed metadata that decodes, and every data
+// file it names present with its recorded size. OK, or why not.
+Status CheckComplete(FileSystem& fs, const std::string& dir) {
+  auto md = checkpoint::ReadMetadata(fs, dir);
+  if (!md.ok()) return md.status();
+  for (const auto& f : md->files) {
+    auto size = fs.FileSize(JoinPath(dir, f.name));
+    if (!size.ok()) return size.status().Annotate(dir + ": ");
+    if (*size != f.size) {
+      return DataLoss(dir + ": data file " + f.name + " has " + std::to_string(*size) +
+                      " bytes, the metadata says " + std::to_string(f.size));
+    }
+  }
+  return OkStatus();
+}
+
+// True when `dir` holds no committed metadata at all (neither the global file nor a per-rank
+// one): a save that never committed, or a step whose removal was cut short. Only such
+// directories are cleaned up; one whose metadata is there but names missing or short files
+// (damaged after the fact) or cannot be read is ignored but left for a person to look at.
+bool HasNoMetadata(FileSystem& fs, const std::string& dir) {
+  auto names = fs.List(dir);
+  if (!names.ok()) return false;
+  for (const auto& n : *names) {
+    if (n == checkpoint::kMetadataName || checkpoint::ParseRankMetadataName(n) >= 0) return false;
+  }
+  return true;
+}
+
+struct Scan {
+  struct Entry {
+    int64_t step;
+    Status status;  // OK: complete
+  };
+  std::vector<Entry> entries;  // ascending
+  std::vector<std::string> latest_tmps;
+  std::optional<int64_t> latest_record;
+};
+
+std::optional<int64_t> ReadLatestRecord(FileSystem& fs, const std::string& root) {
+  auto data = storage::ReadWholeFile(fs, JoinPath(root, manager::kLatestName));
+  if (!data.ok()) return std::nullopt;
+  std::string s = *data;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+Result<Scan> ScanRoot(FileSystem& fs, const std::string& root) {
+  DCP_ASSIGN_OR_RETURN(auto names, fs.List(root));
+  Scan scan;
+  for (const auto& n : names) {
+    if (auto step = ParseStepDirName(n)) {
+      scan.entries.push_back({*step, CheckComplete(fs, JoinPath(root, n))});
+    } else if (n.rfind(std::string(manager::kLatestName) + ".tmp", 0) == 0) {
+      scan.latest_tmps.push_back(n);
+    }
+  }
+  std::sort(scan.entries.begin(), scan.entries.end(),
+            [](const auto& a, const auto& b) { return a.step < b.step; });
+  scan.latest_record = ReadLatestRecord(fs, root);
+  return scan;
+}
+
+// Removes a step directory: metadata first (the step stops being complete in one operation),
+// then the data files, then the empty directory. A crash half-way leaves an incomplete
+// directory, never a damaged one that looks complete.
+Status RemoveStepDir(FileSystem& fs, const std::string& dir) {
+  auto names = fs.List(dir);
+  if (!names.ok()) {
+    if (names.status().code() == StatusCode::kNotFound) return OkStatus();
+    return names.status();
+  }
+  const std::string meta(checkpoint::kMetadataName);
+  std::vector<std::string> order;
+  for (const auto& n : *names) {
+    if (n == meta) order.insert(order.begin(), n);
+  }
+  for (const auto& n : *names) {
+    if (n.rfind(meta, 0) == 0 && n != meta) order.push_back(n);  // per-rank and tmp metadata
+  }
+  for (const auto& n : *names) {
+    if (n.rfind(meta, 0) != 0) order.push_back(n);
+  }
+  for (const auto& n : order) {
+    DCP_RETURN_IF_ERROR(fs.Remove(JoinPath(dir, n)).Annotate("remove step directory: "));
+  }
+  // storage::FileSystem removes files only; the directory, now empty, goes directly (a
+  // leftover empty directory is incomplete and cleaned up later).
+  std::error_code ec;
+  std::filesystem::remove(dir, ec);
+  return OkStatus();
+}
+
+// ---- Agreement over the comm --------------------------------------------------------------
+
+std::string EncodeStatus(const Status& s) {
+  if (s.ok()) return "ok";
+  return std::to_string(static_cast<int>(s.code())) + ":" + s.message();
+}
+
+Status DecodeStatus(const std::string& d) {
+  if (d == "ok") return OkStatus();
+  size_t colon = d.find(':');
+  int code = std::atoi(d.substr(0, colon).c_str());
+  return Status(static_cast<StatusCode>(code == 0 ? static_cast<int>(StatusCode::kInternal) : code),
+                colon == std::string::npos ? d : d.substr(colon + 1));
+}
+
+// Every rank's status gathered; the first error (lowest rank) everywhere, naming its rank.
+Status AgreeStatus(Comm& comm, const Status& mine) {
+  if (comm.size() == 1) return mine;
+  auto all = comm.AllGather(EncodeStatus(mine));
+  if (!all.ok()) return all.status();
+  for (size_t r = 0; r < all->size(); ++r) {
+    Status s = DecodeStatus((*all)[r]);
+    if (!s.ok()) {
+      return r == static_cast<size_t>(comm.rank()) ? s
+                                                   : s.Annotate("rank " + std::to_string(r) + ": ");
+    }
+  }
+  return OkStatus();
+}
+
+// Rank 0's status and payload, everywhere.
+Status ShareFromRoot(Comm& comm, Status* status, std::string* payload) {
+  if (comm.size() == 1) return OkStatus();
+  std::string msg = comm.rank() == 0 ? EncodeStatus(*status) + '\n' + *payload : std::string();
+  DCP_RETURN_IF_ERROR(comm.Broadcast(msg, 0));
+  size_t nl = msg.find('\n');
+  *status = DecodeStatus(msg.substr(0, nl));
+  *payload = nl == std::string::npos ? std::string() : msg.substr(nl + 1);
+  return OkStatus();
+}
+
+std::string EncodeSteps(const std::vector<int64_t>& steps) {
+  std::string out;
+  for (int64_t s : steps) out += std::to_string(s) + ' ';
+  return out;
+}
+
+std::vector<int64_t> DecodeSteps(const std::string& d) {
+  std::vector<int64_t> out;
+  std::istringstream in(d);
+  int64_t s;
+  while (in >> s) out.push_back(s);
+  return out;
+}
+
+// ---- The lock -----------------------------------------------------------------------------
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+// The lock file: flock() keeps a second manager of this host out (released by the kernel when
+// a process dies), its content (host pid) names the holder, and keeps out managers of other
+// hosts, which flock cannot see on every shared file system.
+class RootLock {
+ public:
+  ~RootLock() { Release(); }
+
+  Status Acquire(const std::string& root) {
+    path_ = JoinPath(root, manager::kLockName);
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return ErrnoStatus("open lock file", path_, errno);
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      std::string holder = Describe(ReadRaw());
+      ::close(fd_);
+      fd_ = -1;
+      if (err != EWOULDBLOCK) return ErrnoStatus("lock", path_, err);
+      return FailedPrecondition("checkpoint root " + root + " is in use by another manager (" +
+                                (holder.empty() ? std::string("lock file ") + path_ : holder) +
+                                "); one manager per root");
+    }
+    const std::string me = HostName();
+    std::string holder = ReadRaw();
+    if (!holder.empty()) {
+      std::istringstream in(holder);
+      std::string host;
+      long pid = 0;
+      in >> host >> pid;
+      if (host != me) {
+        ::close(fd_);
+        fd_ = -1;
+        return FailedPrecondition("checkpoint root " + root + " is locked by process " +
+                                  std::to_string(pid) + " on host " + host + " (" + path_ +
+                                  "); if that job is gone, remove the lock file");
+      }
+      // Same host and the flock was free: its holder is dead (a live manager holds the flock).
+    }
+    std::string content = me + " " + std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) != 0 ||
+        ::pwrite(fd_, content.data(), content.size(), 0) != static_cast<ssize_t>(content.size()) ||
+        ::fsync(fd_) != 0) {
+      Status s = ErrnoStatus("write lock file", path_, errno);
+      Release();
+      return s;
+    }
+    return OkStatus();
+  }
+
+  void Release() {
+    if (fd_ < 0) return;
+    // The file stays (empty = free): unlinking a locked file races with a process that opened
+    // it just before.
+    (void)::ftruncate(fd_, 0);
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  // The lock file's content: "host pid", or empty when free.
+  std::string ReadRaw() {
+    char buf[512] = {};
+    ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
+    std::string s = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }
+  static std::string Describe(const std::string& raw) {
+    if (raw.empty()) return raw;
+    std::istringstream in(raw);
+    std::string host;
+    long pid = 0;
+    in >> host >> pid;
+    return "held by process " + std::to_string(pid) + " on host " + host;
+  }
+
+  std::string path_;
+  int fd_ = -1;
+};
+
+}  // namespace
+
+// ---- The manager --------------------------------------------------------------------------
+
+struct CheckpointManager::Impl {
+  std::string root;
+  ManagerOptions opts;
+  FileSystem& fs;
+  std::shared_ptr<Comm> comm;
+  int rank = 0;
+  RootLock lock;
+  std::vector<int64_t> steps;  // complete, ascending; the same on every rank
+  std::set<int64_t> keeps;
+  std::unique_ptr<AsyncSaver> saver;
+  dcp::AsyncSave pending;
+  int64_t pending_step = -1;
+
+  Impl(std::string r, ManagerOptions o, FileSystem& f)
+      : root(std::move(r)), opts(std::move(o)), fs(f) {
+    comm = opts.comm ? opts.comm : LocalComm();
+    rank = comm->rank();
+    opts.save.comm = comm;
+    opts.load.comm = comm;
+  }
+
+  std::string Dir(int64_t step) const { return JoinPath(root, StepDirName(step)); }
+
+  // Rank 0: lock, scan, clean up; everyone: the complete steps.
+  void Open() {
+    Status st;
+    std::string payload;
+    if (rank == 0) {
+      st = fs.CreateDirs(root).Annotate("checkpoint root: ");
+      if (st.ok()) st = lock.Acquire(root);
+      if (st.ok()) {
+        auto scan = ScanRoot(fs, root);
+        st = scan.status();
+        if (st.ok()) {
+          std::vector<int64_t> complete;
+          for (const auto& e : scan->entries) {
+            if (e.status.ok()) {
+              complete.push_back(e.step);
+            } else if (HasNoMetadata(fs, Dir(e.step))) {
+              Status rm = RemoveStepDir(fs, Dir(e.step));
+              if (!rm.ok()) {
+                std::fprintf(stderr, "dcp manager: could not clean up incomplete %s: %s\n",
+                             Dir(e.step).c_str(), rm.message().c_str());
+              }
+            }
+          }
+          for (const auto& t : scan->latest_tmps) (void)fs.Remove(JoinPath(root, t));
+          // `latest` names the newest complete step: repair a stale or damaged record.
+          if (!complete.empty() && scan->latest_record != complete.back()) {
+            Status w = WriteLatest(complete.back());
+            if (!w.ok()) {
+              std::fprintf(stderr, "dcp manager: could not update %s/latest: %s\n", root.c_str(),
+                           w.message().c_str());
+            }
+          }
+          payload = EncodeSteps(complete);
+        }
+      }
+    }
+    ThrowIfError(ShareFromRoot(*comm, &st, &payload));
+    if (!st.ok()) {
+      lock.Release();
+      throw Error(st);
+    }
+    steps = DecodeSteps(payload);
+  }
+
+  Status WriteLatest(int64_t step) {
+    return storage::WriteFileAtomic(fs, JoinPath(root, manager::kLatestName),
+                                    std::to_string(step) + "\n", ".tmp")
+        .Annotate("update " + JoinPath(root, manager::kLatestName) + ": ");
+  }
+
+  void CheckNewStep(int64_t step) {
+    if (step < 0) ThrowIfError(InvalidArgument("step " + std::to_string(step) + " is negative"));
+    if (!steps.empty() && step <= steps.back()) {
+      ThrowIfError(InvalidArgument("step " + std::to_string(step) +
+                                   " is not newer than the newest saved step " +
+                                   std::to_string(steps.back()) + " under " + root));
+    }
+  }
+
+  // Rank 0 creates the step directory and makes its entry in the root durable.
+  void Prepare(int64_t step) {
+    Status st;
+    std::string payload;
+    if (rank == 0) {
+      st = fs.CreateDirs(Dir(step));
+      if (st.ok()) st = fs.SyncDir(root);
+      if (!st.ok()) st = st.Annotate("prepare step " + std::to_string(step) + ": ");
+    }
+    ThrowIfError(ShareFromRoot(*comm, &st, &payload));
+    ThrowIfError(st);
+  }
+
+  // After the save of `step` ended with `saved` on this rank: all ranks agree; on success
+  // rank 0 points `latest` at it and applies retention.
+  void Finalize(int64_t step, const Status& saved) {
+    Status agreed = AgreeStatus(*comm, saved);
+    if (!agreed.ok()) {
+      throw Error(agreed.Annotate("checkpoint manager: step " + std::to_string(step) + ": "));
+    }
+    std::vector<int64_t> next = steps;
+    next.push_back(step);
+    Status st;
+    std::string payload;
+    if (rank == 0) {
+      st = WriteLatest(step);
+      if (st.ok()) payload = EncodeSteps(Retire(next, step));
+    }
+    Status shared = ShareFromRoot(*comm, &st, &payload);
+    steps = next;  // the step is complete on disk whatever happened to `latest`
+    ThrowIfError(shared);
+    ThrowIfError(st);
+    std::vector<int64_t> removed = DecodeSteps(payload);
+    RemoveFromSteps(removed);
+  }
+
+  void RemoveFromSteps(const std::vector<int64_t>& removed) {
+    for (int64_t r : removed) steps.erase(std::remove(steps.begin(), steps.end(), r), steps.end());
+  }
+
+  // Rank 0: removes what the policy retires, given that `latest` durably names `latest`.
+  // Best effort (a failure leaves a step more, never fewer); returns the steps removed.
+  std::vector<int64_t> Retire(const std::vector<int64_t>& complete, int64_t latest) {
+    std::vector<int64_t> removed;
+    for (int64_t s : StepsToRemove(complete, latest, opts.policy, keeps)) {
+      Status rm = RemoveStepDir(fs, Dir(s));
+      if (!rm.ok()) {
+        std::fprintf(stderr, "dcp manager: retention could not remove %s: %s\n", Dir(s).c_str(),
+                     rm.message().c_str());
+        break;
+      }
+      removed.push_back(s);
+    }
+    return removed;
+  }
+
+  void Finish() {
+    if (!pending.valid()) return;
+    dcp::AsyncSave h = pending;
+    int64_t step = pending_step;
+    pending = dcp::AsyncSave();
+    pending_step = -1;
+    Finalize(step, h.status());
+  }
+};
+
+CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->Open();
+}
+
+CheckpointManager::CheckpointManager(const std::string& root, ManagerOptions opts)
+    : CheckpointManager(std::make_unique<Impl>(root, std::move(opts), storage::PosixFileSystem())) {
+}
+
+CheckpointManager::CheckpointManager(const std::string& root, RetentionPolicy policy,
+                                     std::shared_ptr<Comm> comm)
+    : CheckpointManager(root, ManagerOptions{.policy = policy, .comm = std::move(comm)}) {}
+
+CheckpointManager::~CheckpointManager() {
+  if (!impl_) return;
+  try {
+    impl_->Finish();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dcp manager: the last save under %s failed: %s\n", impl_->root.c_str(),
+                 e.what());
+  }
+  impl_->saver.reset();
+}
+
+SaveResult CheckpointManager::Save(int64_t step, const StateDict& sd) {
+  Impl& m = *impl_;
+  m.Finish();
+  m.CheckNewStep(step);
+  m.Prepare(step);
+  auto r = checkpoint::Save(sd, m.Dir(step), m.opts.save, m.fs);
+  m.Finalize(step, r.status());
+  return std::move(r).value();
+}
+
+void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
+  Impl& m = *impl_;
+  m.Finish();
+  m.CheckNewStep(step);
+  m.Prepare(step);
+  if (!m.saver) m.saver = std::make_unique<AsyncSaver>(m.opts.async);
+  m.pending = async::SaveWithFileSystem(*m.saver, sd, m.Dir(step), m.opts.save, {}, m.fs);
+  m.pending_step = step;
+}
+
+void CheckpointManager::Wait() { impl_->Finish(); }
+
+std::optional<int64_t> CheckpointManager::latest_step() const {
+  if (impl_->steps.empty()) return std::nullopt;
+  return impl_->steps.back();
+}
+
+std::vector<int64_t> CheckpointManager::steps() const { return impl_->steps; }
+
+LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
+  Impl& m = *impl_;
+  m.Finish();
+  if (!step) {
+    if (m.steps.empty()) ThrowIfError(NotFound("no complete checkpoint under " + m.root));
+    step = m.steps.back();
+  } else if (!std::binary_search(m.steps.begin(), m.steps.end(), *step)) {
+    ThrowIfError(
+        NotFound("no complete checkpoint of step " + std::to_string(*step) + " under " + m.root));
+  }
+  return ValueOrThrow(checkpoint::Load(sd, m.Dir(*step), m.opts.load, m.fs));
+}
+
+void CheckpointManager::Keep(int64_t step) { impl_->keeps.insert(step); }
+
+std::vector<int64_t> CheckpointManager::Prune(bool dry_run) {
+  Impl& m = *impl_;
+  m.Finish();
+  if (m.steps.empty()) return {};
+  const int64_t latest = m.steps.back();
+  Status st;
+  std::string payload;
+  if (m.rank == 0) {
+    if (dry_run) {
+      payload = EncodeSteps(StepsToRemove(m.steps, latest, m.opts.policy, m.keeps));
+    } else {
+      // Open() pointed `latest` at the newest complete step; make sure it still does.
+      if (ReadLatestRecord(m.fs, m.root) != latest) st = m.WriteLatest(latest);
+      if (st.ok()) payload = EncodeSteps(m.Retire(m.steps, latest));
+    }
+  }
+  ThrowIfError(ShareFromRoot(*m.comm, &st, &payload));
+  ThrowIfError(st);
+  std::vector<int64_t> removed = DecodeSteps(payload);
+  if (!dry_run) m.RemoveFromSteps(removed);
+  return removed;
+}
+
+const std::string& CheckpointManager::root() const { return impl_->root; }
+
+std::string CheckpointManager::step_dir(int64_t step) const { return impl_->Dir(step); }
+
+RootInfo inspect_root(const std::string& root) {
+  FileSystem& fs = storage::PosixFileSystem();
+  Scan scan = ValueOrThrow(ScanRoot(fs, root));
+  RootInfo info;
+  info.latest_record = scan.latest_record;
+  for (const auto& e : scan.entries) {
+    StepInfo s;
+    s.step = e.step;
+    s.dir = JoinPath(root, StepDirName(e.step));
+    s.complete = e.status.ok();
+    if (!s.complete) s.problem = e.status.message();
+    if (auto names = fs.List(s.dir); names.ok()) {
+      for (const auto& n : *names) {
+        if (auto size = fs.FileSize(JoinPath(s.dir, n)); size.ok()) s.bytes += *size;
+      }
+    }
+    if (s.complete) info.latest = s.step;
+    info.steps.push_back(std::move(s));
+  }
+  return info;
+}
+
+namespace manager {
+
+std::unique_ptr<CheckpointManager> NewManager(const std::string& root, ManagerOptions opts,
+                                              storage::FileSystem& fs) {
+  return std::make_unique<CheckpointManager>(
+      std::make_unique<CheckpointManager::Impl>(root, std::move(opts), fs));
+}
+
+}  // namespace manager
+}  // namespace dcp

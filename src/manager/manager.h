@@ -1,0 +1,21 @@
+// Internal entry points of the checkpoint manager, for tests: a manager over any FileSystem.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dcp/manager.h"
+#include "storage/file_system.h"
+
+namespace dcp::manager {
+
+// A CheckpointManager doing every storage operation (saves, `latest`, retention, clean-up)
+// through `fs`, which must outlive it. The lock file is taken through POSIX calls (flock).
+std::unique_ptr<CheckpointManager> NewManager(const std::string& root, ManagerOptions opts,
+                                              storage::FileSystem& fs);
+
+// The name of the lock file and of the latest record under a root.
+inline constexpr const char* kLockName = ".dcp-manager.lock";
+inline constexpr const char* kLatestName = "latest";
+
+}  // namespace dcp::manager

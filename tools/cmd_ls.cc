@@ -1,0 +1,68 @@
+// dcp ls ROOT: the steps under a checkpoint manager's root -- size, complete or not, which one
+// a resume loads -- and what retention would remove under --keep-last / --keep-every.
+#include <cstdio>
+#include <optional>
+
+#include "dcp/format.h"
+#include "dcp/manager.h"
+#include "tools/commands.h"
+
+namespace dcp::tools {
+namespace {
+
+std::string JoinSteps(const std::vector<int64_t>& steps) {
+  std::string out;
+  for (int64_t s : steps) out += (out.empty() ? "" : " ") + std::to_string(s);
+  return out.empty() ? "nothing" : out;
+}
+
+}  // namespace
+
+void AddLs(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "ls", "List the steps under a checkpoint manager's root, and what retention would remove");
+  struct Args {
+    std::string root;
+    int64_t keep_last = 0;
+    int64_t keep_every = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("root", a->root, "the manager's root directory")->required();
+  cmd->add_option("--keep-last", a->keep_last, "retention to preview: keep the K newest steps")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--keep-every", a->keep_every, "retention to preview: keep multiples of M")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([=] {
+    const RootInfo info = inspect_root(a->root);
+    std::printf("%-14s %12s  %s\n", "STEP", "SIZE", "STATE");
+    std::vector<int64_t> complete;
+    uint64_t total = 0;
+    for (const StepInfo& s : info.steps) {
+      total += s.bytes;
+      std::string state = s.complete ? "complete" : "INCOMPLETE: " + s.problem;
+      if (s.complete && info.latest == s.step) state += " (latest: a resume loads it)";
+      std::printf("%-14lld %12s  %s\n", static_cast<long long>(s.step), HumanBytes(s.bytes).c_str(),
+                  state.c_str());
+      if (s.complete) complete.push_back(s.step);
+    }
+    std::printf("%zu steps, %zu complete, %s\n", info.steps.size(), complete.size(),
+                HumanBytes(total).c_str());
+    if (info.latest_record) {
+      std::printf(
+          "latest record: %lld%s\n", static_cast<long long>(*info.latest_record),
+          info.latest_record == info.latest ? "" : " (stale: the newest complete step wins)");
+    } else {
+      std::printf("latest record: none\n");
+    }
+    if (a->keep_last > 0 || a->keep_every > 0) {
+      RetentionPolicy p;
+      if (a->keep_last > 0) p.keep_last = a->keep_last;
+      if (a->keep_every > 0) p.keep_every = a->keep_every;
+      std::printf("retention would remove: %s\n",
+                  JoinSteps(StepsToRemove(complete, info.latest, p)).c_str());
+    }
+    *exit_code = 0;
+  });
+}
+
+}  // namespace dcp::tools
