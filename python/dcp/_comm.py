@@ -1,4 +1,7 @@
-"""The engine's communicator over a torch.distributed process group.
+"""The engine's communicator over a torch.distributed process group (or an mpi4py one).
+
+An mpi4py communicator (`process_group=MPI.COMM_WORLD`, any Intracomm) uses the engine's MPI
+backend over a duplicate of it: no torch.distributed needed, the same planner and format.
 
 dcp never issues collectives on the caller's group: for each group it derives a gloo group of
 its own over the group's store (any backend works, NCCL included, since dcp moves host
@@ -162,10 +165,32 @@ def _torch_dist() -> Optional[Any]:
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
+def _is_mpi4py_comm(obj: Any) -> bool:
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and isinstance(obj, mpi.Comm)
+
+
+def _mpi_comm(comm: Any) -> Any:
+    """The engine's MPI backend over (a duplicate of) an mpi4py communicator, one per comm."""
+    cached = _DERIVED.get(id(comm))
+    if cached is not None and cached[0] is comm:
+        return cached[1]
+    if not getattr(_dcp, "has_mpi", False):
+        raise invalid_argument(
+            "process_group is an mpi4py communicator but dcp was built without MPI")
+    if comm == comm.__class__():  # MPI.COMM_NULL compares equal to an empty Comm
+        raise invalid_argument("process_group is MPI.COMM_NULL")
+    engine = _dcp.mpi_comm(comm.py2f())
+    _DERIVED[id(comm)] = (comm, engine)
+    return engine
+
+
 def comm_for(process_group: Any, no_dist: bool) -> Any:
     """The engine communicator for a save or load call (every rank of the group calls)."""
     if no_dist:
         return _dcp.local_comm()
+    if _is_mpi4py_comm(process_group):
+        return _mpi_comm(process_group)
     dist = _torch_dist()
     if process_group is None:
         if dist is None:

@@ -10,6 +10,9 @@
 #include "bindings.h"
 #include "dcp/comm.h"
 #include "py_comm.h"
+#ifdef DCP_WITH_MPI
+#include "dcp/mpi_comm.h"
+#endif
 
 namespace py = pybind11;
 
@@ -36,6 +39,25 @@ void BindComm(py::module_& m) {
       },
       py::arg("impl"), py::arg("rank"), py::arg("size"),
       "A communicator whose collectives `impl` carries out (see dcp/_comm.py).");
+#ifdef DCP_WITH_MPI
+  m.def(
+      "mpi_comm",
+      [](int64_t fortran_handle) -> std::shared_ptr<Comm> {
+        int initialized = 0;
+        MPI_Initialized(&initialized);
+        if (!initialized) {
+          throw Error(FailedPrecondition(
+              "mpi_comm: MPI is not initialized in this process (import mpi4py.MPI first)"));
+        }
+        return MpiComm(MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle)));
+      },
+      py::arg("fortran_handle"),
+      "The MPI backend over a duplicate of the communicator whose Fortran handle is given "
+      "(mpi4py: comm.py2f()); MPI must be initialized by the caller (mpi4py does).");
+  m.attr("has_mpi") = true;
+#else
+  m.attr("has_mpi") = false;
+#endif
   m.def(
       "agree_on_status",
       [](const std::shared_ptr<Comm>& comm, const std::optional<std::string>& error) {

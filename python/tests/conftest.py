@@ -19,7 +19,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def torchrun():
-    """torchrun(nproc, worker, *args, timeout=...): runs workers/<worker> on nproc ranks.
+    """torchrun(nproc, worker, *args, timeout=...): runs workers/<worker> on nproc ranks
+    (or the module M for a worker "-m M").
 
     Fails the test with every rank's output when a rank fails or the job outlives `timeout`
     (a hung rank fails the test instead of CI).
@@ -28,7 +29,8 @@ def torchrun():
     def run(nproc: int, worker: str, *args: str, timeout: float = 240) -> str:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-               str(WORKERS / worker), *map(str, args)]
+               *(worker.split() if worker.startswith("-m ") else [str(WORKERS / worker)]),
+               *map(str, args)]
         env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
                    PYTHONPATH=str(WORKERS))
         try:

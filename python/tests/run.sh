@@ -21,6 +21,12 @@ if ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core, pybi
   "$venv/bin/pip" install -q "${deps[@]}"
 fi
 
+# mpi4py (for the mpi4py communicator test) compiles against the system's Open MPI: installed
+# once where mpicc exists; without it that test is skipped, saying why.
+if command -v mpicc >/dev/null && ! "$venv/bin/python" -c "import mpi4py" 2>/dev/null; then
+  "$venv/bin/pip" install -q mpi4py || echo "python.package: mpi4py did not install; its test is skipped"
+fi
+
 # The build tools are in the venv already: no isolated build environment to download.
 if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}; fi
 "$venv/bin/pip" install -q --no-build-isolation "$src" -C build-dir="$build_dir"

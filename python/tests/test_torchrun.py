@@ -49,3 +49,23 @@ def test_fsdp2_adamw_to_one_process(torchrun, tmp_path, nproc, worker, steps):
 def test_read_once_broadcast_and_subgroups(torchrun, tmp_path):
     out = torchrun(4, "broadcast.py", tmp_path)
     assert out.count(": ok") == 4, out
+
+
+def test_bench_against_torch_dcp_runs(torchrun, tmp_path):
+    """`python -m dcp.bench` at a tiny size (so it cannot rot): both libraries' loads are
+    checked against the saved values inside the bench (a mismatch fails the job), and the
+    table and the JSON name every phase with a time for each repetition."""
+    import json
+
+    out_json = tmp_path / "bench.json"
+    out = torchrun(2, "-m dcp.bench", "--size-mb", "1", "--hidden", "32", "--repeat", "2",
+                   "--pause", "0", "--dir", tmp_path / "scratch", "--json", out_json)
+    doc = json.loads(out_json.read_text())
+    assert doc["ranks"] == 2 and doc["repeat"] == 2, doc
+    assert doc["unique_bytes"] > doc["replicated_bytes"] > 0, doc
+    for phase in ("save", "load.cold", "load.warm", "reshard", "async.blocked", "async.total"):
+        assert phase in out, out
+        p = doc["phases"][phase]
+        assert len(p["dcp_seconds_each"]) == 2 and len(p["torch_seconds_each"]) == 2, p
+        assert p["dcp_seconds"] > 0 and p["torch_seconds"] > 0, p
+    assert not (tmp_path / "scratch" / "ckpt").exists()  # the bench cleans up after itself

@@ -1,0 +1,395 @@
+"""dcp against torch.distributed.checkpoint, on the same DTensor state dict, in one run.
+
+    torchrun --nproc_per_node 4 -m dcp.bench [--size-mb 256] [--repeat 3] [--dir DIR]
+        [--hidden 1024] [--pause 1] [--json OUT] [--no-verify]
+
+The state dict is model-shaped (bf16 embedding and per-layer attention/MLP matrices, fp32
+norms, a step counter) on a 1-d mesh of every rank: the embedding and the norms are
+Replicate() (about a quarter of the bytes: dedup matters), the matrices Shard(0). Both
+libraries save it into the same directory, with their defaults (torch: FileSystemWriter /
+FileSystemReader, fsync on), under the same conditions:
+
+- save: the directory is deleted and `sync`ed (then --pause seconds) before each save;
+- load.cold: every file of the checkpoint is fsync'ed and dropped from the page cache
+  (posix_fadvise DONTNEED) before the load; the residency left (mincore) is reported;
+- load.warm: every file is read just before the load;
+- reshard: a cold load into other placements (Shard(0) -> Shard(1), Replicate() -> Shard(0));
+- async.blocked: async_save until it returned (the caller's blocking time, max over ranks),
+  async.total: until persisted. torch's async_save gets a gloo group of its own, as its
+  documentation advises (dcp derives one itself).
+
+Times are barrier to barrier on rank 0, medians over --repeat; the order of the two
+libraries alternates between repetitions. Loaded values are compared with the saved ones
+in the first repetition (untimed). Ratio: torch seconds / dcp seconds (> 1: dcp faster).
+"""
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import shutil
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as torch_dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+import dcp
+
+PHASES = ["save", "load.cold", "load.warm", "reshard", "async.blocked", "async.total"]
+_CHUNK = 16 << 20
+
+
+# -- the state dict --------------------------------------------------------------------------
+def model_shapes(size_mb: float, hidden: int) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype, bool]]:
+    """name -> (global shape, dtype, replicated). About size_mb MiB of unique bytes."""
+    total = size_mb * (1 << 20)
+    h = hidden
+    vocab = max(64, int(total * 0.25 / (2 * h)) // 64 * 64)
+    layers = max(1, round(total * 0.75 / (24 * h * h)))
+    shapes = {"model.embed.weight": ((vocab, h), torch.bfloat16, True)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes[p + "attn_norm.weight"] = ((h,), torch.float32, True)
+        shapes[p + "attn.qkv.weight"] = ((3 * h, h), torch.bfloat16, False)
+        shapes[p + "attn.o.weight"] = ((h, h), torch.bfloat16, False)
+        shapes[p + "mlp_norm.weight"] = ((h,), torch.float32, True)
+        shapes[p + "mlp.up.weight"] = ((4 * h, h), torch.bfloat16, False)
+        shapes[p + "mlp.down.weight"] = ((h, 4 * h), torch.bfloat16, False)
+    shapes["model.norm.weight"] = ((h,), torch.float32, True)
+    return shapes
+
+
+def full_tensor(name: str, shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """The same values on every rank (seeded by the name)."""
+    g = torch.Generator().manual_seed(sum(ord(c) * (i + 1) for i, c in enumerate(name)))
+    return torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)
+
+
+def placement(replicated: bool, layout: str, ndim: int):
+    if layout == "save":
+        return Replicate() if replicated else Shard(0)
+    return Shard(0) if replicated or ndim == 1 else Shard(1)  # the reshard layout
+
+
+def local_of(full: torch.Tensor, p: Any, rank: int, world: int) -> torch.Tensor:
+    # A tensor of its own (storage offset 0): torch's async_save deep-copies DTensors, which
+    # fails for one whose local tensor is a view at an offset.
+    if isinstance(p, Replicate):
+        return full.clone()
+    return full.chunk(world, p.dim)[rank].clone(memory_format=torch.contiguous_format)
+
+
+def make_state(shapes, mesh, layout: str, fill: bool) -> Dict[str, Any]:
+    """The state dict in `layout` ("save" or "reshard"): the values, or zeros (fill=False)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    sd: Dict[str, Any] = {}
+    for name, (shape, dtype, replicated) in shapes.items():
+        p = placement(replicated, layout, len(shape))
+        if fill:
+            local = local_of(full_tensor(name, shape, dtype), p, rank, world)
+        else:
+            local = torch.zeros(local_of(torch.empty(shape, dtype=dtype, device="meta"), p,
+                                         rank, world).shape, dtype=dtype)
+        sd[name] = DTensor.from_local(local, mesh, [p], run_check=False, shape=torch.Size(shape),
+                                      stride=torch.empty(shape, device="meta").stride())
+    sd["step"] = 1000
+    return sd
+
+
+def check(sd: Dict[str, Any], shapes, layout: str, what: str) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for name, (shape, dtype, replicated) in shapes.items():
+        want = local_of(full_tensor(name, shape, dtype), placement(replicated, layout, len(shape)),
+                        rank, world)
+        if not torch.equal(sd[name].to_local(), want):
+            raise AssertionError(f"rank {rank}: {what}: {name} differs from the saved values")
+    if sd["step"] != 1000:
+        raise AssertionError(f"rank {rank}: {what}: step is {sd['step']!r}, not 1000")
+
+
+def zero(sd: Dict[str, Any]) -> None:
+    for v in sd.values():
+        if isinstance(v, DTensor):
+            v.to_local().zero_()
+    sd["step"] = 0
+
+
+def unique_bytes(shapes) -> int:
+    return sum(torch.Size(s).numel() * torch.empty((), dtype=d).element_size()
+               for s, d, _ in shapes.values())
+
+
+# -- the page cache ----------------------------------------------------------------------------
+def files_under(path: str) -> List[str]:
+    out = []
+    for root, _, names in os.walk(path):
+        out.extend(os.path.join(root, n) for n in names)
+    return sorted(out)
+
+
+def drop_cache(path: str) -> None:
+    """Writes back and drops every file of `path` from the page cache (as `dcp bench`)."""
+    for f in files_under(path):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+
+
+def resident_fraction(path: str) -> float:
+    """How much of the files under `path` sits in the page cache now (mincore over a
+    read-only mapping, which reads nothing)."""
+    page = mmap.PAGESIZE
+    total = resident = 0
+    for f in files_under(path):
+        size = os.path.getsize(f)
+        if size == 0:
+            continue
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), f"mmap {f}")
+            try:
+                n = (size + page - 1) // page
+                vec = (ctypes.c_ubyte * n)()
+                if _libc.mincore(addr, size, vec) != 0:
+                    raise OSError(ctypes.get_errno(), f"mincore {f}")
+                resident += sum(b & 1 for b in bytes(vec))
+                total += n
+            finally:
+                _libc.munmap(addr, size)
+        finally:
+            os.close(fd)
+    return resident / total if total else 0.0
+
+
+def read_all(path: str) -> None:
+    buf = bytearray(_CHUNK)
+    for f in files_under(path):
+        with open(f, "rb", buffering=0) as fh:
+            while fh.readinto(buf):
+                pass
+
+
+def in_memory_fs(path: str) -> bool:
+    best, fstype = "", ""
+    with open("/proc/mounts") as fh:
+        for line in fh:
+            parts = line.split()
+            mnt = parts[1]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, fstype = mnt, parts[2]
+    return fstype in ("tmpfs", "ramfs")
+
+
+# -- the two libraries -------------------------------------------------------------------------
+class Dcp:
+    name = "dcp"
+
+    def save(self, sd, d):
+        dcp.save(sd, d)
+
+    def load(self, sd, d):
+        dcp.load(sd, d)
+
+    def async_save(self, sd, d):
+        h = dcp.async_save(sd, d)
+        return lambda: h.result(timeout=600)
+
+
+class TorchDcp:
+    name = "torch"
+
+    def __init__(self) -> None:
+        self.async_pg = dist.new_group(backend="gloo")
+
+    def save(self, sd, d):
+        torch_dcp.save(sd, storage_writer=torch_dcp.FileSystemWriter(d))
+
+    def load(self, sd, d):
+        torch_dcp.load(sd, storage_reader=torch_dcp.FileSystemReader(d))
+
+    def async_save(self, sd, d):
+        f = torch_dcp.async_save(sd, storage_writer=torch_dcp.FileSystemWriter(d),
+                                 process_group=self.async_pg)
+        return lambda: f.result(timeout=600)
+
+
+# -- the run -----------------------------------------------------------------------------------
+def timed(fn: Callable[[], Any]) -> float:
+    dist.barrier()
+    t0 = time.perf_counter()
+    fn()
+    dist.barrier()
+    return time.perf_counter() - t0
+
+
+def max_over_ranks(x: float) -> float:
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def fresh_dir(d: str, pause: float) -> None:
+    """Deletes `d` and syncs (rank 0), then pauses: the same start for every save."""
+    dist.barrier()
+    if dist.get_rank() == 0:
+        shutil.rmtree(d, ignore_errors=True)
+        os.sync()
+    dist.barrier()
+    time.sleep(pause)
+
+
+def cold(d: str) -> float:
+    """Drops `d` from the page cache (rank 0, every file); its residency afterwards."""
+    dist.barrier()
+    frac = 0.0
+    if dist.get_rank() == 0:
+        drop_cache(d)
+        frac = resident_fraction(d)
+    dist.barrier()
+    return frac
+
+
+def run_lib(lib, states, shapes, d: str, args, verify: bool, out: Dict[str, List[float]],
+            resident: List[float]) -> None:
+    src, same, other = states
+    fresh_dir(d, args.pause)
+    out["save"].append(timed(lambda: lib.save(src, d)))
+
+    zero(same)
+    resident.append(cold(d))
+    out["load.cold"].append(timed(lambda: lib.load(same, d)))
+    if verify:
+        check(same, shapes, "save", f"{lib.name} cold load")
+
+    zero(same)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        read_all(d)
+    out["load.warm"].append(timed(lambda: lib.load(same, d)))
+    if verify:
+        check(same, shapes, "save", f"{lib.name} warm load")
+
+    zero(other)
+    resident.append(cold(d))
+    out["reshard"].append(timed(lambda: lib.load(other, d)))
+    if verify:
+        check(other, shapes, "reshard", f"{lib.name} reshard")
+
+    fresh_dir(d, args.pause)
+    dist.barrier()
+    t0 = time.perf_counter()
+    wait = lib.async_save(src, d)
+    blocked = time.perf_counter() - t0
+    wait()
+    dist.barrier()
+    total = time.perf_counter() - t0
+    out["async.blocked"].append(max_over_ranks(blocked))
+    out["async.total"].append(total)
+    if verify:
+        zero(same)
+        lib.load(same, d)
+        check(same, shapes, "save", f"{lib.name} async save")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dcp.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--size-mb", type=float, default=256, help="unique bytes of the state (MiB)")
+    ap.add_argument("--hidden", type=int, default=1024, help="hidden size (a multiple of 4)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="scratch directory (default: ./dcp-bench-scratch)")
+    ap.add_argument("--pause", type=float, default=1.0, help="seconds after delete + sync")
+    ap.add_argument("--json", default=None, help="write the results here (rank 0)")
+    ap.add_argument("--no-verify", action="store_true")
+    args = ap.parse_args(argv)
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.hidden % (4 * world):
+        raise SystemExit(f"--hidden {args.hidden} is not a multiple of 4 x {world} ranks")
+    scratch = os.path.abspath(args.dir or "dcp-bench-scratch")
+    d = os.path.join(scratch, "ckpt")
+    if rank == 0:
+        os.makedirs(scratch, exist_ok=True)
+    mesh = init_device_mesh("cpu", (world,))
+    shapes = model_shapes(args.size_mb, args.hidden)
+    nbytes = unique_bytes(shapes)
+    repl = sum(torch.Size(s).numel() * torch.empty((), dtype=t).element_size()
+               for s, t, r in shapes.values() if r)
+    states = (make_state(shapes, mesh, "save", True), make_state(shapes, mesh, "save", False),
+              make_state(shapes, mesh, "reshard", False))
+    libs = [Dcp(), TorchDcp()]
+    results = {lib.name: {p: [] for p in PHASES} for lib in libs}
+    resident: Dict[str, List[float]] = {lib.name: [] for lib in libs}
+    if rank == 0:
+        print(f"dcp.bench: {world} ranks (gloo), {len(shapes)} tensors, "
+              f"{nbytes / 2**20:.0f} MiB unique ({repl / 2**20:.0f} MiB replicated on every "
+              f"rank), {args.repeat} repetitions, in {d}", flush=True)
+    for rep in range(args.repeat):
+        order = libs if rep % 2 == 0 else libs[::-1]
+        for lib in order:
+            run_lib(lib, states, shapes, d, args, verify=rep == 0 and not args.no_verify,
+                    out=results[lib.name], resident=resident[lib.name])
+        if rank == 0:
+            print(f"  repetition {rep + 1}/{args.repeat} done", flush=True)
+    fresh_dir(d, 0)
+
+    if rank == 0:
+        notes = []
+        if in_memory_fs(scratch):
+            notes.append(f"{scratch} is on an in-memory file system: cold loads are not cold")
+        med = {n: {p: statistics.median(v) for p, v in r.items()} for n, r in results.items()}
+        gib = nbytes / 2**30
+        print(f"\n{'phase':<15}{'dcp s':>10}{'torch s':>10}{'torch/dcp':>11}"
+              f"{'dcp GiB/s':>11}{'torch GiB/s':>13}")
+        for p in PHASES:
+            a, b = med["dcp"][p], med["torch"][p]
+            rate = (lambda s: f"{gib / s:.2f}") if p != "async.blocked" else (lambda s: "-")
+            print(f"{p:<15}{a:>10.3f}{b:>10.3f}{b / a:>10.2f}x{rate(a):>11}{rate(b):>13}")
+        worst = max(max(v) for v in resident.values()) if any(resident.values()) else 0.0
+        print(f"(median of {args.repeat}; page-cache residency before cold loads: at most "
+              f"{worst:.3f})")
+        for n in notes:
+            print("note:", n)
+        if args.json:
+            doc = {"ranks": world, "backend": "gloo", "unique_bytes": nbytes,
+                   "replicated_bytes": repl, "tensors": len(shapes), "hidden": args.hidden,
+                   "repeat": args.repeat, "dir": d, "torch_version": torch.__version__,
+                   "resident_fraction_before_cold": resident, "notes": notes,
+                   "phases": {p: {"dcp_seconds": med["dcp"][p], "torch_seconds": med["torch"][p],
+                                  "ratio_torch_over_dcp": med["torch"][p] / med["dcp"][p],
+                                  "dcp_seconds_each": results["dcp"][p],
+                                  "torch_seconds_each": results["torch"][p]}
+                              for p in PHASES}}
+            with open(args.json, "w") as fh:
+                json.dump(doc, fh, indent=1)
+    dist.barrier()
+    if rank == 0:
+        if args.dir is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
