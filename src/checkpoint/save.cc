@@ -338,6 +338,138 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   return result;
 }
 
+// What every rank learned from the first exchange.
+struct Hello {
+  std::vector<uint64_t> hashes;          // per rank: its local plan's hash
+  std::vector<uint64_t> cached_digests;  // per rank: its cached plan's digest (0: none)
+  uint64_t save_id = 0;                  // rank 0's candidate: names this save's files
+};
+
+// Agreement on (plan hash, cached plan, save id) in one all-gather, which also agrees on
+// the failures of the local steps (`mine`).
+Result<Hello> ExchangeHello(Comm& comm, const Status& mine, uint64_t local_hash,
+                            uint64_t cached_digest, uint64_t my_id, const std::string& dir,
+                            SaveResult* result) {
+  std::string hello;
+  {
+    wire::Writer w(hello);
+    w.Fixed64(local_hash);
+    w.Fixed64(cached_digest);
+    w.Fixed64(my_id);
+  }
+  DCP_CHECK(hello.size() == kSaveHelloBytes);
+  DCP_ASSIGN_OR_RETURN(
+      auto gathered,
+      AllGatherOrFail(comm, mine.ok() ? OkStatus() : mine.Annotate("save to " + dir + ": "),
+                      hello));
+  Hello h;
+  h.hashes.resize(comm.size());
+  h.cached_digests.resize(comm.size());
+  for (int r = 0; r < comm.size(); ++r) {
+    result->plan_exchange_bytes += gathered[r].size();
+    wire::Reader rd(gathered[r]);
+    h.hashes[r] = rd.Fixed64();
+    h.cached_digests[r] = rd.Fixed64();
+    const uint64_t id = rd.Fixed64();
+    if (r == 0) h.save_id = id;
+  }
+  return h;
+}
+
+// Every rank proves it sees the directory rank 0 locked (node-local disks, or a relative
+// path resolved from different working directories, would scatter the checkpoint): nothing
+// is written or deleted until all do.
+Status CheckEveryRankSeesDirectory(Comm& comm, storage::FileSystem& fs, const std::string& dir,
+                                   uint64_t save_id) {
+  if (comm.size() == 1) return OkStatus();
+  Status seen = comm.rank() == 0 ? OkStatus() : CheckSeesLock(fs, dir, save_id);
+  DCP_ASSIGN_OR_RETURN(auto all, comm.AllGather(seen.ok() ? std::string() : seen.message()));
+  std::string ranks, why;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (all[r].empty()) continue;
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + all[r]);
+  }
+  if (ranks.empty()) return OkStatus();
+  return FailedPrecondition(
+      "save: rank(s) " + ranks + " do not see the directory rank 0 writes to (" + why +
+      "); every rank must see one shared directory (a shared file system and an absolute "
+      "path); nothing was written");
+}
+
+// The global plan over the distinct local plans, each sent once by its class's lowest rank.
+Result<std::shared_ptr<const planner::GlobalSavePlan>> PlanGlobally(
+    Comm& comm, const std::vector<uint64_t>& hashes, const std::string& encoded,
+    const SaveOptions& opts, const std::string& dir, SaveResult* result) {
+  const planner::PlanClasses classes = planner::GroupByPlanHash(hashes);
+  const auto& holders = classes.holders;
+  DCP_ASSIGN_OR_RETURN(auto plans_raw,
+                       comm.AllGather(classes.IsSender(comm.rank()) ? encoded : std::string()));
+  for (const std::string& m : plans_raw) result->plan_exchange_bytes += m.size();
+  std::vector<planner::LocalSavePlan> distinct(holders.size());
+  for (size_t c = 0; c < holders.size(); ++c) {
+    DCP_ASSIGN_OR_RETURN(distinct[c], planner::DecodeLocalPlan(plans_raw[holders[c].front()]));
+  }
+  auto global = planner::PlanSave(distinct, holders, comm.size(),
+                                  planner::SavePlanOptions{.balance = opts.dedup_replicas});
+  if (!global.ok()) return global.status().Annotate("save to " + dir + ": ");
+  return std::make_shared<const planner::GlobalSavePlan>(std::move(global).value());
+}
+
+// Rank 0 gathers the write results and commits the metadata; its verdict reaches every rank.
+// On failure, when the save's metadata is not in place, every rank removes the files it
+// wrote, so a failed save on a full disk frees the space it took. Returns the committed
+// metadata on rank 0 (for the clean-up of older files), nullopt elsewhere.
+Result<std::optional<metadata::Metadata>> CommitOnRankZero(Comm& comm, storage::FileSystem& fs,
+                                                           const std::string& dir,
+                                                           const planner::GlobalSavePlan& plan,
+                                                           uint64_t save_id, const Status& wrote,
+                                                           const Written& written) {
+  const int rank = comm.rank(), world = comm.size();
+  DCP_ASSIGN_OR_RETURN(auto results,
+                       comm.Gather(wrote.ok() ? TagOk(EncodeWritten(written.first, written.second))
+                                              : TagError(wrote.Annotate("save to " + dir + ": ")),
+                                   0));
+  Status commit;
+  bool attempted = false;  // rank 0 tried to commit
+  std::optional<metadata::Metadata> committed;
+  if (rank == 0) {
+    auto payloads = UntagAll(results);
+    commit = payloads.status();
+    std::vector<Written> all(world);
+    for (int r = 0; r < world && commit.ok(); ++r) {
+      auto w = DecodeWritten((*payloads)[r]);
+      commit = w.status();
+      if (w.ok()) all[r] = std::move(w).value();
+    }
+    if (commit.ok()) {
+      auto md = BuildMetadata(plan, save_id, all, world);
+      commit = md.status();
+      if (md.ok()) {
+        attempted = true;
+        commit = CommitMetadata(fs, dir, *md);
+      }
+      if (commit.ok()) committed = std::move(md).value();
+      if (!commit.ok()) commit = commit.Annotate("save to " + dir + ": commit: ");
+    }
+  }
+  std::string verdict;
+  if (rank == 0) {
+    const bool disposable = !commit.ok() && (!attempted || FilesDisposable(fs, dir, save_id));
+    verdict = std::string(1, disposable ? 'D' : 'K') + (commit.ok() ? TagOk("") : TagError(commit));
+  }
+  DCP_RETURN_IF_ERROR(comm.Broadcast(verdict, 0));
+  if (verdict.size() < 2) return Internal("save to " + dir + ": empty commit verdict received");
+  if (auto v = UntagAll({verdict.substr(1)}); !v.ok()) {
+    if (verdict[0] == 'D') {
+      (void)fs.Remove(storage::JoinPath(dir, DataFileName(save_id, rank)));
+      (void)fs.Remove(storage::JoinPath(dir, BytesFileName(save_id, rank)));
+    }
+    return v.status();
+  }
+  return committed;
+}
+
 }  // namespace
 
 void ClearSavePlanCache() { Cache().Clear(); }
@@ -352,7 +484,8 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
 
   // 1. Local plan; rank 0 locks the directory (no other save may write into it until this
   //    one has committed or failed) and removes files of dead saves; then agreement on
-  //    (plan hash, cached plan, save id) in one exchange.
+  //    (plan hash, cached plan, save id) in one exchange, and proof that every rank sees the
+  //    directory.
   auto local = planner::BuildLocalSavePlan(sd);
   Status st = local.status();
   const uint64_t my_id = RandomId();
@@ -365,75 +498,24 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   std::string encoded = st.ok() ? planner::EncodeLocalPlan(*local) : std::string();
   const uint64_t local_hash = planner::PlanHash(encoded);
   std::optional<CachedPlan> cached = opts.plan_cache ? Cache().Find(local_hash) : std::nullopt;
-  std::string hello;
-  {
-    wire::Writer w(hello);
-    w.Fixed64(local_hash);
-    w.Fixed64(cached ? cached->digest : 0);
-    w.Fixed64(my_id);
-  }
-  DCP_CHECK(hello.size() == kSaveHelloBytes);
-  auto gathered =
-      AllGatherOrFail(*comm, st.ok() ? OkStatus() : st.Annotate("save to " + dir + ": "), hello);
-  if (!gathered.ok()) return gathered.status();
-  for (const std::string& m : *gathered) result.plan_exchange_bytes += m.size();
-  std::vector<uint64_t> hashes(world), cached_digests(world);
-  uint64_t save_id = 0;
-  for (int r = 0; r < world; ++r) {
-    wire::Reader rd((*gathered)[r]);
-    hashes[r] = rd.Fixed64();
-    cached_digests[r] = rd.Fixed64();
-    uint64_t id = rd.Fixed64();
-    if (r == 0) save_id = id;
-  }
+  DCP_ASSIGN_OR_RETURN(
+      Hello hello,
+      ExchangeHello(*comm, st, local_hash, cached ? cached->digest : 0, my_id, dir, &result));
+  const uint64_t save_id = hello.save_id;
+  DCP_RETURN_IF_ERROR(CheckEveryRankSeesDirectory(*comm, fs, dir, save_id));
 
-  // 1b. Every rank proves it sees the directory rank 0 locked (node-local disks, or a
-  //     relative path resolved from different working directories, would scatter the
-  //     checkpoint): nothing is written or deleted until all do.
-  if (world > 1) {
-    Status seen = rank == 0 ? OkStatus() : CheckSeesLock(fs, dir, save_id);
-    auto all = comm->AllGather(seen.ok() ? std::string() : seen.message());
-    if (!all.ok()) return all.status();
-    std::string ranks, why;
-    for (int r = 0; r < world; ++r) {
-      if ((*all)[r].empty()) continue;
-      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-      why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + (*all)[r]);
-    }
-    if (!ranks.empty()) {
-      return FailedPrecondition(
-          "save: rank(s) " + ranks + " do not see the directory rank 0 writes to (" + why +
-          "); every rank must see one shared directory (a shared file system and an absolute "
-          "path); nothing was written");
-    }
-  }
-  uint64_t digest =
-      planner::DigestOfPlanHashes(hashes) ^ (opts.dedup_replicas ? 0x9e3779b97f4a7c15ULL : 0);
+  // 2. Global plan: from the cache when every rank has it for the same gathered hashes, or
+  //    from the distinct local plans.
+  const uint64_t digest =
+      planner::DigestOfPlanHashes(hello.hashes) ^ (opts.dedup_replicas ? 0x9e3779b97f4a7c15ULL : 0);
   bool hit = true;
-  for (uint64_t d : cached_digests) hit = hit && d == digest;
-
-  // 2. Global plan: from the cache, or from the distinct local plans.
+  for (uint64_t d : hello.cached_digests) hit = hit && d == digest;
   std::shared_ptr<const planner::GlobalSavePlan> plan;
   if (hit) {
     plan = cached->plan;
     result.plan_cache_hit = true;
   } else {
-    const planner::PlanClasses classes = planner::GroupByPlanHash(hashes);
-    const auto& holders = classes.holders;
-    // Only the first holder of each distinct plan sends it.
-    auto plans_raw = comm->AllGather(classes.IsSender(rank) ? encoded : std::string());
-    if (!plans_raw.ok()) return plans_raw.status();
-    for (const std::string& m : *plans_raw) result.plan_exchange_bytes += m.size();
-    std::vector<planner::LocalSavePlan> distinct(holders.size());
-    for (size_t c = 0; c < holders.size(); ++c) {
-      auto p = planner::DecodeLocalPlan((*plans_raw)[holders[c].front()]);
-      if (!p.ok()) return p.status();
-      distinct[c] = std::move(p).value();
-    }
-    auto global = planner::PlanSave(distinct, holders, world,
-                                    planner::SavePlanOptions{.balance = opts.dedup_replicas});
-    if (!global.ok()) return global.status().Annotate("save to " + dir + ": ");
-    plan = std::make_shared<const planner::GlobalSavePlan>(std::move(global).value());
+    DCP_ASSIGN_OR_RETURN(plan, PlanGlobally(*comm, hello.hashes, encoded, opts, dir, &result));
     if (opts.plan_cache) Cache().Put(local_hash, {digest, plan});
   }
   result.unique_bytes = plan->unique_bytes;
@@ -446,50 +528,8 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   const auto t2 = Clock::now();
 
   // 4. Results to rank 0, which commits the metadata; its verdict reaches everyone.
-  auto results = comm->Gather(st.ok() ? TagOk(EncodeWritten(written.first, written.second))
-                                      : TagError(st.Annotate("save to " + dir + ": ")),
-                              0);
-  if (!results.ok()) return results.status();
-  Status commit;
-  bool attempted = false;                       // rank 0 tried to commit
-  std::optional<metadata::Metadata> committed;  // rank 0, for the clean-up below
-  if (rank == 0) {
-    auto payloads = UntagAll(*results);
-    commit = payloads.status();
-    std::vector<Written> all(world);
-    for (int r = 0; r < world && commit.ok(); ++r) {
-      auto w = DecodeWritten((*payloads)[r]);
-      commit = w.status();
-      if (w.ok()) all[r] = std::move(w).value();
-    }
-    if (commit.ok()) {
-      auto md = BuildMetadata(*plan, save_id, all, world);
-      commit = md.status();
-      if (md.ok()) {
-        attempted = true;
-        commit = CommitMetadata(fs, dir, *md);
-      }
-      if (commit.ok()) committed = std::move(md).value();
-      if (!commit.ok()) commit = commit.Annotate("save to " + dir + ": commit: ");
-    }
-  }
-  // The verdict, and whether this save's files may go (the save failed and its metadata is
-  // not in place): then every rank removes its own, so a failed save on a full disk frees
-  // the space it took.
-  std::string verdict;
-  if (rank == 0) {
-    const bool disposable = !commit.ok() && (!attempted || FilesDisposable(fs, dir, save_id));
-    verdict = std::string(1, disposable ? 'D' : 'K') + (commit.ok() ? TagOk("") : TagError(commit));
-  }
-  DCP_RETURN_IF_ERROR(comm->Broadcast(verdict, 0));
-  if (verdict.size() < 2) return Internal("save to " + dir + ": empty commit verdict received");
-  if (auto v = UntagAll({verdict.substr(1)}); !v.ok()) {
-    if (verdict[0] == 'D') {
-      (void)fs.Remove(storage::JoinPath(dir, DataFileName(save_id, rank)));
-      (void)fs.Remove(storage::JoinPath(dir, BytesFileName(save_id, rank)));
-    }
-    return v.status();
-  }
+  DCP_ASSIGN_OR_RETURN(std::optional<metadata::Metadata> committed,
+                       CommitOnRankZero(*comm, fs, dir, *plan, save_id, st, written));
   const auto t3 = Clock::now();
   // The checkpoint is committed and every rank knows it: removing the previous save's files
   // (slow on some file systems) no longer holds anyone up but rank 0.
