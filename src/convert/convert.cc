@@ -18,6 +18,7 @@
 #include "checkpoint/save.h"
 #include "hf/hf_checkpoint.h"
 #include "metadata/codec.h"
+#include "storage/data_files.h"
 
 namespace dcp {
 namespace convert {
@@ -63,32 +64,12 @@ std::string ShardName(size_t i, size_t n) {
   return buf;
 }
 
-// The safetensors header of a shard: 8-byte length, JSON padded with spaces to a multiple
-// of 8 so the data starts aligned. Built as text, in order, in linear time (an ordered_json
-// object's operator[] is a linear search: quadratic in tensors per shard).
+// The safetensors header of a shard (storage::SafetensorsHeader, as dcp's own data files).
 std::string ShardHeader(const std::vector<OutTensor>& tensors, const OutShard& shard) {
-  std::string json = R"({"__metadata__":{"format":"pt"})";
-  uint64_t pos = 0;
-  for (size_t i : shard.tensors) {
-    const OutTensor& t = tensors[i];
-    json += ',';
-    json += nlohmann::json(t.fqn).dump();
-    json += R"(:{"dtype":")";
-    json += DTypeName(t.dtype);
-    json += R"(","shape":[)";
-    for (int d = 0; d < t.shape.rank(); ++d) {
-      if (d > 0) json += ',';
-      json += std::to_string(t.shape[d]);
-    }
-    json +=
-        R"(],"data_offsets":[)" + std::to_string(pos) + "," + std::to_string(pos + t.bytes) + "]}";
-    pos += t.bytes;
-  }
-  json += '}';
-  json.append((8 - json.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(uint64_t{json.size()} >> (8 * i));
-  return out + json;
+  storage::SafetensorsHeader header;
+  for (size_t i : shard.tensors)
+    header.Add(tensors[i].fqn, tensors[i].dtype, tensors[i].shape, tensors[i].bytes);
+  return std::move(header).Finish();
 }
 
 // Writes one output shard: header, then the tensors group by group, each group filled by a

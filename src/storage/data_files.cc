@@ -30,34 +30,38 @@ Status Finish(WritableFile& f) {
 
 }  // namespace
 
+SafetensorsHeader::SafetensorsHeader() : json_(R"({"__metadata__":{"format":"pt"})") {}
+
+void SafetensorsHeader::Add(std::string_view key, DType dtype, const Shape& shape, uint64_t bytes) {
+  json_ += ',';
+  json_ += nlohmann::json(std::string(key)).dump();
+  json_ += R"(:{"dtype":")";
+  json_ += DTypeName(dtype);
+  json_ += R"(","shape":[)";
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (d > 0) json_ += ',';
+    json_ += std::to_string(shape[d]);
+  }
+  json_ +=
+      R"(],"data_offsets":[)" + std::to_string(pos_) + "," + std::to_string(pos_ + bytes) + "]}";
+  pos_ += bytes;
+}
+
+std::string SafetensorsHeader::Finish() && {
+  json_ += '}';
+  json_.append((8 - json_.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(uint64_t{json_.size()} >> (8 * i));
+  return out + json_;
+}
+
 uint64_t Checksum(std::span<const std::byte> data) { return XXH3_64bits(data.data(), data.size()); }
 
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
                                          const std::vector<TensorToWrite>& tensors) {
-  // Built as text, in order, in linear time (an ordered_json object's operator[] is a linear
-  // search: quadratic in tensors per file). Same bytes as ordered_json::dump().
-  std::string json = R"({"__metadata__":{"format":"pt"})";
-  uint64_t pos = 0;
-  for (const TensorToWrite& t : tensors) {
-    json += ',';
-    json += nlohmann::json(t.key).dump();
-    json += R"(:{"dtype":")";
-    json += DTypeName(t.dtype);
-    json += R"(","shape":[)";
-    for (int d = 0; d < t.shape.rank(); ++d) {
-      if (d > 0) json += ',';
-      json += std::to_string(t.shape[d]);
-    }
-    json += R"(],"data_offsets":[)" + std::to_string(pos) + "," +
-            std::to_string(pos + t.data.size()) + "]}";
-    pos += t.data.size();
-  }
-  json += '}';
-  // Pad with spaces so the data starts 8-byte aligned, as the safetensors writer does.
-  json.append((8 - json.size() % 8) % 8, ' ');
-  std::string prefix(8, '\0');
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(uint64_t{json.size()} >> (8 * i));
-  prefix += json;
+  SafetensorsHeader header;
+  for (const TensorToWrite& t : tensors) header.Add(t.key, t.dtype, t.shape, t.data.size());
+  const std::string prefix = std::move(header).Finish();
 
   DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(path));
   DCP_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(prefix.data(), prefix.size()))));

@@ -33,6 +33,22 @@ struct WrittenFile {
   uint64_t size = 0;
 };
 
+// The header of a safetensors file: the 8-byte little-endian length, then the JSON (with
+// `__metadata__` {"format": "pt"}), padded with spaces so the data starts 8-byte aligned, as the
+// safetensors writer does. Built as text, in order, in linear time (an ordered_json object's
+// operator[] is a linear search: quadratic in tensors per file); the same bytes as
+// ordered_json::dump(). Tensors' data follow one another in the order added.
+class SafetensorsHeader {
+ public:
+  SafetensorsHeader();
+  void Add(std::string_view key, DType dtype, const Shape& shape, uint64_t bytes);
+  std::string Finish() &&;
+
+ private:
+  std::string json_;
+  uint64_t pos_ = 0;
+};
+
 // A valid safetensors file (`__metadata__` {"format": "pt"}) holding `tensors` in order.
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
                                          const std::vector<TensorToWrite>& tensors);
