@@ -55,16 +55,6 @@ GlobalSavePlan Plan(const std::vector<LocalSavePlan>& plans,
   return r.ok() ? std::move(r).value() : GlobalSavePlan();
 }
 
-// (fqn, box) -> writer for every tensor chunk, "bytes:<fqn>" for bytes entries.
-std::map<std::string, int> Writers(const GlobalSavePlan& g) {
-  std::map<std::string, int> out;
-  for (const auto& t : g.tensors) {
-    for (const auto& c : t.chunks) out[t.fqn + c.box.ToString()] = c.writer;
-  }
-  for (const auto& b : g.bytes) out["bytes:" + b.fqn] = b.writer;
-  return out;
-}
-
 int TensorWriter(const GlobalSavePlan& g, const std::string& fqn, size_t chunk = 0) {
   for (const auto& t : g.tensors) {
     if (t.fqn == fqn) return chunk < t.chunks.size() ? t.chunks[chunk].writer : -2;
@@ -565,7 +555,9 @@ TEST(EncodeLocalPlanTest, DecodeOfGarbageIsAnError) {
   for (size_t n = 0; n < good.size(); ++n) {
     auto r = DecodeLocalPlan(std::string_view(good).substr(0, n));
     EXPECT_FALSE(r.ok()) << "truncated to " << n;
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    }
   }
   // A bad dtype byte: one tensor item whose dtype is out of range.
   LocalSavePlan one{{WholeU8("w", 4)}};
