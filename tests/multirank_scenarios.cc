@@ -256,7 +256,7 @@ void SaveWithoutCollectives(const std::shared_ptr<Comm>& comm, const std::string
   ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm, .use_collectives = false}));
   ASSERT_TRUE(comm->Barrier().ok());
   EXPECT_FALSE(std::filesystem::exists(ckpt + "/" + std::string(checkpoint::kMetadataName)));
-  EXPECT_TRUE(std::filesystem::exists(ckpt + "/" + checkpoint::RankMetadataName(comm->rank())));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/" + checkpoint::RankMetadataName(0, comm->rank())));
   if (comm->rank() == 0) {
     auto whole = workload::MakeEmptyLike(model, Layout("dp1"), 0);
     ASSERT_TRUE(whole.ok());

@@ -25,6 +25,11 @@ struct SaveOptions {
   // Exchange plans and write one global metadata file. When false each rank writes its
   // own metadata file and replicas are not deduplicated.
   bool use_collectives = true;
+  // Without collectives: the save's identity, the same on every rank and greater than the
+  // previous save's (e.g. the training step); rank metadata files carry it in their names.
+  // A load uses the newest step whose rank files are all present, so a save that did not
+  // finish on every rank leaves the previous one loadable. Ignored with collectives.
+  uint64_t step = 0;
   // Write each replicated chunk once, by the holder with the fewest bytes so far.
   bool dedup_replicas = true;
   // Reuse the global plan of the previous save of the same structure.

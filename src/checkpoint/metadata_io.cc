@@ -12,35 +12,6 @@ namespace dcp::checkpoint {
 
 namespace {
 
-// Without a global metadata file, the per-rank files of a save without collectives,
-// merged and re-encoded; kNotFound when there are none either.
-Result<std::string> ReadRankMetadata(storage::FileSystem& fs, const std::string& dir) {
-  auto names = fs.List(dir);
-  if (!names.ok()) return names.status();
-  std::vector<int> ranks;
-  for (const std::string& n : *names) {
-    if (int r = ParseRankMetadataName(n); r >= 0) ranks.push_back(r);
-  }
-  if (ranks.empty()) return NotFound("no metadata");
-  std::sort(ranks.begin(), ranks.end());
-  std::vector<metadata::Metadata> parts;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] != static_cast<int>(i)) {
-      return FailedPrecondition("checkpoint " + dir + " has per-rank metadata but " +
-                                RankMetadataName(static_cast<int>(i)) + " is missing");
-    }
-    const std::string name = RankMetadataName(ranks[i]);
-    DCP_ASSIGN_OR_RETURN(std::string data,
-                         storage::ReadWholeFile(fs, storage::JoinPath(dir, name)));
-    auto md = metadata::Decode(data);
-    if (!md.ok()) return md.status().Annotate("checkpoint " + dir + ": " + name + ": ");
-    parts.push_back(std::move(md).value());
-  }
-  auto merged = metadata::MergeRankMetadata(parts);
-  if (!merged.ok()) return merged.status().Annotate("checkpoint " + dir + ": ");
-  return metadata::Encode(*merged);
-}
-
 // A HuggingFace source has no dcp metadata: it is built from the safetensors headers.
 Result<std::string> ReadHfMetadata(storage::FileSystem& fs, const std::string& source) {
   DCP_ASSIGN_OR_RETURN(hf::HfSource src, hf::OpenSource(fs, source));
@@ -52,6 +23,54 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 }
 
 }  // namespace
+
+Result<std::vector<RankSet>> ListRankSets(storage::FileSystem& fs, const std::string& dir) {
+  auto names = fs.List(dir);
+  if (!names.ok()) return names.status();
+  std::map<std::pair<bool, uint64_t>, RankSet> sets;  // (stepped, step)
+  for (const std::string& n : *names) {
+    uint64_t step = 0;
+    bool legacy = false;
+    const int r = ParseRankMetadataName(n, &step, &legacy);
+    if (r < 0) continue;
+    RankSet& set = sets[{!legacy, step}];
+    set.legacy = legacy;
+    set.step = step;
+    set.files[r] = n;
+  }
+  std::vector<RankSet> out;
+  for (auto it = sets.rbegin(); it != sets.rend(); ++it) out.push_back(std::move(it->second));
+  return out;
+}
+
+Result<std::optional<metadata::Metadata>> ReadCompleteRankSet(storage::FileSystem& fs,
+                                                              const std::string& dir,
+                                                              const RankSet& set) {
+  std::vector<metadata::Metadata> parts;
+  std::vector<uint64_t> steps;
+  for (const auto& [rank, name] : set.files) {
+    auto data = storage::ReadWholeFile(fs, storage::JoinPath(dir, name));
+    if (!data.ok() && data.status().code() == StatusCode::kNotFound) continue;  // removed since
+    if (!data.ok()) return data.status().Annotate("checkpoint " + dir + ": ");
+    auto md = metadata::Decode(*data);
+    if (!md.ok()) return md.status().Annotate("checkpoint " + dir + ": " + name + ": ");
+    const uint32_t world = md->world_size;
+    if (rank >= static_cast<int>(world)) {
+      return FailedPrecondition("checkpoint " + dir + ": " + name + " is rank " +
+                                std::to_string(rank) + " of a job of " + std::to_string(world) +
+                                " ranks (files of different saves with the same step?)");
+    }
+    if (static_cast<int>(parts.size()) != rank) return std::optional<metadata::Metadata>();
+    parts.push_back(std::move(md).value());
+    steps.push_back(set.step);
+  }
+  if (parts.empty() || parts.size() < parts[0].world_size) {
+    return std::optional<metadata::Metadata>();
+  }
+  auto merged = metadata::MergeRankMetadata(parts, steps);
+  if (!merged.ok()) return merged.status().Annotate("checkpoint " + dir + ": ");
+  return std::optional<metadata::Metadata>(std::move(merged).value());
+}
 
 std::string DataDirOf(const std::string& source) { return hf::DataDirOf(source); }
 
@@ -66,14 +85,27 @@ Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string
   if (EndsWith(dir, ".safetensors") && hf::DetectSource(fs, dir) == hf::SourceKind::kFile) {
     return ReadHfMetadata(fs, dir);
   }
+  // Saves without collectives: the newest complete rank set wins (a save with collectives
+  // removes rank sets once it has committed the global file).
+  std::string incomplete;
+  if (auto sets = ListRankSets(fs, dir); sets.ok()) {
+    for (const RankSet& set : *sets) {
+      DCP_ASSIGN_OR_RETURN(std::optional<metadata::Metadata> md, ReadCompleteRankSet(fs, dir, set));
+      if (md) return metadata::Encode(*md);
+      if (incomplete.empty()) incomplete = set.files.begin()->second;
+    }
+  }
   const std::string path = storage::JoinPath(dir, std::string(kMetadataName));
   auto data = storage::ReadWholeFile(fs, path);
   if (data.ok()) return data;
   if (data.status().code() != StatusCode::kNotFound) {
     return data.status().Annotate("checkpoint " + dir + ": ");
   }
-  auto ranks = ReadRankMetadata(fs, dir);
-  if (ranks.ok() || ranks.status().code() != StatusCode::kNotFound) return ranks;
+  if (!incomplete.empty()) {
+    return FailedPrecondition("checkpoint " + dir + " has per-rank metadata (" + incomplete +
+                              ") but no save wrote it on every rank, and no " +
+                              std::string(kMetadataName));
+  }
   if (hf::DetectSource(fs, dir) != hf::SourceKind::kNone) return ReadHfMetadata(fs, dir);
   if (auto listed = fs.List(dir); !listed.ok() && listed.status().code() == StatusCode::kNotFound) {
     return NotFound("checkpoint directory " + dir + " does not exist");
@@ -97,8 +129,8 @@ Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::stri
 }
 
 Status CommitMetadata(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,
-                      int rank) {
-  const std::string name = rank < 0 ? std::string(kMetadataName) : RankMetadataName(rank);
+                      int rank, uint64_t step) {
+  const std::string name = rank < 0 ? std::string(kMetadataName) : RankMetadataName(step, rank);
   return storage::WriteFileAtomic(fs, storage::JoinPath(dir, name), metadata::Encode(md),
                                   std::string(kTmpSuffixPrefix) + SaveIdHex(md.save_id));
 }

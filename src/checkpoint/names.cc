@@ -48,22 +48,46 @@ bool IsStaleLockName(std::string_view name) { return name.starts_with("dcp.lock.
 
 namespace dcp::checkpoint {
 
-std::string RankMetadataName(int rank) {
-  return std::string(kMetadataName) + ".rank" + std::to_string(rank);
+std::string RankMetadataName(uint64_t step, int rank) {
+  return std::string(kMetadataName) + ".step" + std::to_string(step) + ".rank" +
+         std::to_string(rank);
 }
 
-int ParseRankMetadataName(std::string_view name) {
-  const std::string prefix = std::string(kMetadataName) + ".rank";
-  if (!name.starts_with(prefix) || name.size() == prefix.size() ||
-      name.size() > prefix.size() + 9) {
-    return -1;
+namespace {
+
+// Parses a decimal number of at most `max_digits` digits that fills `s`; false otherwise.
+bool ParseDecimal(std::string_view s, size_t max_digits, uint64_t* out) {
+  if (s.empty() || s.size() > max_digits) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
   }
-  int r = 0;
-  for (char c : name.substr(prefix.size())) {
-    if (c < '0' || c > '9') return -1;
-    r = r * 10 + (c - '0');
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int ParseRankMetadataName(std::string_view name, uint64_t* step, bool* legacy) {
+  const std::string base = std::string(kMetadataName) + ".";
+  if (!name.starts_with(base)) return -1;
+  std::string_view rest = name.substr(base.size());
+  uint64_t s = 0;
+  bool old = true;
+  if (rest.starts_with("step")) {
+    const size_t dot = rest.find('.');
+    if (dot == std::string_view::npos || !ParseDecimal(rest.substr(4, dot - 4), 19, &s)) {
+      return -1;
+    }
+    rest = rest.substr(dot + 1);
+    old = false;
   }
-  return r;
+  uint64_t r = 0;
+  if (!rest.starts_with("rank") || !ParseDecimal(rest.substr(4), 9, &r)) return -1;
+  if (step) *step = s;
+  if (legacy) *legacy = old;
+  return static_cast<int>(r);
 }
 
 }  // namespace dcp::checkpoint

@@ -24,9 +24,11 @@ bool IsStaleLockName(std::string_view name);
 
 namespace dcp::checkpoint {
 
-// Per-rank metadata, written when saving without collectives: dcp.metadata.rank<R>.
-std::string RankMetadataName(int rank);
-// The rank of a per-rank metadata file name; -1 for any other name.
-int ParseRankMetadataName(std::string_view name);
+// Per-rank metadata, written when saving without collectives:
+// dcp.metadata.step<S>.rank<R>, S the caller's SaveOptions::step (the save's identity).
+std::string RankMetadataName(uint64_t step, int rank);
+// The rank of a per-rank metadata file name; -1 for any other name. Also accepts the
+// older unstepped name dcp.metadata.rank<R> (*legacy set, *step 0).
+int ParseRankMetadataName(std::string_view name, uint64_t* step = nullptr, bool* legacy = nullptr);
 
 }  // namespace dcp::checkpoint

@@ -220,11 +220,18 @@ void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
   if (!names.ok()) return;
   char suffix[16];
   std::snprintf(suffix, sizeof(suffix), "-r%05d.", only_rank);
+  // Rank metadata first: a complete rank set wins over the global metadata at load, so it
+  // must not outlive the data files it names.
+  if (only_rank < 0) {
+    for (const std::string& n : *names) {
+      if (ParseRankMetadataName(n) >= 0) (void)fs.Remove(storage::JoinPath(dir, n));
+    }
+  }
   for (const std::string& n : *names) {
     if (keep.count(n)) continue;
-    bool garbage = only_rank < 0 ? IsDcpDataFileName(n) || IsMetadataTmpName(n) ||
-                                       ParseRankMetadataName(n) >= 0 || IsStaleLockName(n)
-                                 : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos;
+    bool garbage = only_rank < 0
+                       ? IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n)
+                       : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos;
     if (garbage) (void)fs.Remove(storage::JoinPath(dir, n));
   }
 }
@@ -296,7 +303,7 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
 // Without collectives: every rank writes all it holds and its own metadata file. Replicas
 // are not deduplicated and ranks do not agree on errors; load merges the rank files.
 Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir, int rank,
-                                     int world, storage::FileSystem& fs) {
+                                     int world, uint64_t step, storage::FileSystem& fs) {
   SaveResult result;
   const auto t0 = Clock::now();
   const std::string where = "save to " + dir + " (rank " + std::to_string(rank) + "): ";
@@ -315,21 +322,61 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   const auto t2 = Clock::now();
   auto md = BuildMetadata(*plan, save_id, written, world);
   if (!md.ok()) return md.status().Annotate(where);
-  DCP_RETURN_IF_ERROR(CommitMetadata(fs, dir, *md, rank).Annotate(where + "commit: "));
-  // A global metadata file of an earlier save still names files until rank 0 removes it
-  // below; they stay until a later save, so a failure here never leaves it pointing at
-  // deleted data.
+  DCP_RETURN_IF_ERROR(CommitMetadata(fs, dir, *md, rank, step).Annotate(where + "commit: "));
+  // Until every rank has committed this step, the loadable checkpoint is the newest complete
+  // older rank set, or else the global metadata file (never removed here): files they name
+  // stay, as does every set newer than this one. This rank removes only its own files: its
+  // metadata of older sets, then its data files that no kept metadata names.
   std::unordered_set<std::string> keep = FileNames(*md);
+  std::vector<std::string> drop;
   bool collect = true;
   if (auto global = storage::ReadWholeFile(fs, storage::JoinPath(dir, std::string(kMetadataName)));
       global.ok()) {
     auto old = metadata::Decode(*global);
     collect = old.ok();  // unreadable: keep everything
     if (old.ok()) keep.merge(FileNames(*old));
+  } else if (global.status().code() != StatusCode::kNotFound) {
+    collect = false;
   }
-  if (collect) CollectGarbage(fs, dir, keep, rank);
-  // A global metadata file of an earlier save would hide the rank files.
-  if (rank == 0) (void)fs.Remove(storage::JoinPath(dir, std::string(kMetadataName)));
+  auto sets = ListRankSets(fs, dir);
+  collect = collect && sets.ok();
+  const RankSet me{.legacy = false, .step = step, .files = {}};
+  bool have_previous = false;
+  for (size_t i = 0; collect && i < sets->size(); ++i) {
+    const RankSet& set = (*sets)[i];
+    const bool newer = set.NewerThan(me), mine = !newer && !me.NewerThan(set);
+    if (newer || (!mine && !have_previous)) {
+      auto complete = ReadCompleteRankSet(fs, dir, set);
+      if (!complete.ok()) {
+        collect = false;
+        break;
+      }
+      if (*complete) {
+        keep.merge(FileNames(**complete));
+        if (!newer) have_previous = true;
+        continue;
+      }
+      if (newer) {
+        // Incomplete and newer (a save still running elsewhere): keep what its files name.
+        for (const auto& [r, name] : set.files) {
+          auto data = storage::ReadWholeFile(fs, storage::JoinPath(dir, name));
+          auto part =
+              data.ok() ? metadata::Decode(*data) : Result<metadata::Metadata>(data.status());
+          if (part.ok())
+            keep.merge(FileNames(*part));
+          else if (part.status().code() != StatusCode::kNotFound)
+            collect = false;
+        }
+        continue;
+      }
+    }
+    if (mine) continue;
+    if (auto it = set.files.find(rank); it != set.files.end()) drop.push_back(it->second);
+  }
+  if (collect) {
+    for (const std::string& name : drop) (void)fs.Remove(storage::JoinPath(dir, name));
+    CollectGarbage(fs, dir, keep, rank);
+  }
   const auto t3 = Clock::now();
   result.plan_seconds = Seconds(t0, t1);
   result.write_seconds = Seconds(t1, t2);
@@ -478,7 +525,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
                         storage::FileSystem& fs) {
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int rank = comm->rank(), world = comm->size();
-  if (!opts.use_collectives) return SaveIndependently(sd, dir, rank, world, fs);
+  if (!opts.use_collectives) return SaveIndependently(sd, dir, rank, world, opts.step, fs);
   SaveResult result;
   const auto t0 = Clock::now();
 
