@@ -56,15 +56,17 @@ def _prepare_on_every_rank(state_dict: Any, comm: Any, for_load: bool,
 
 def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str", *,
          process_group: Any = None, no_dist: bool = False,
-         use_collectives: bool = True) -> _dcp.SaveResult:
+         use_collectives: bool = True, step: int = 0) -> _dcp.SaveResult:
     """Saves `state_dict` into the directory `checkpoint_id`; every rank of the group calls it.
 
     Tensors are written from their own memory (CPU) or one host copy (device memory,
     non-contiguous); non-tensor values are stored as JSON. Returns this rank's SaveResult.
+    `step`: without collectives, the save's identity, the same on every rank and greater than
+    the previous save's into this directory (a load takes the newest step every rank saved).
     """
     comm = comm_for(process_group, no_dist)
     p = _prepare_on_every_rank(state_dict, comm, for_load=False, agree=use_collectives)
-    return _dcp.save(p.sd, os.fspath(checkpoint_id), comm, use_collectives)
+    return _dcp.save(p.sd, os.fspath(checkpoint_id), comm, use_collectives, step)
 
 
 class AsyncSaveHandle:
@@ -106,7 +108,7 @@ def _process_saver() -> Any:
 
 def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str", *,
                process_group: Any = None, no_dist: bool = False,
-               use_collectives: bool = True) -> AsyncSaveHandle:
+               use_collectives: bool = True, step: int = 0) -> AsyncSaveHandle:
     """Like `save`, but returns once the state is copied to host staging memory.
 
     The tensors may be changed as soon as it returns. Planning, writing and the commit run
@@ -116,7 +118,7 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str", *
     comm = comm_for(process_group, no_dist)
     p = _prepare_on_every_rank(state_dict, comm, for_load=False, agree=use_collectives)
     return AsyncSaveHandle(
-        _process_saver().save(p.sd, os.fspath(checkpoint_id), comm, use_collectives))
+        _process_saver().save(p.sd, os.fspath(checkpoint_id), comm, use_collectives, step))
 
 
 def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str", *,

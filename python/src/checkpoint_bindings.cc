@@ -46,10 +46,11 @@ void AddTensor(StateDict& sd, const std::string& fqn, uintptr_t data, const std:
 class Saver {
  public:
   AsyncSave Save(const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,
-                 bool use_collectives) {
+                 bool use_collectives, uint64_t step) {
     SaveOptions opts;
     opts.comm = std::move(comm);
     opts.use_collectives = use_collectives;
+    opts.step = step;
     py::gil_scoped_release release;
     if (!saver_) saver_ = std::make_unique<AsyncSaver>();
     return saver_->Save(sd, dir, opts);
@@ -148,14 +149,16 @@ void BindCheckpoint(py::module_& m) {
   m.def(
       "save",
       [](const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,
-         bool use_collectives) {
+         bool use_collectives, uint64_t step) {
         SaveOptions opts;
         opts.comm = std::move(comm);
         opts.use_collectives = use_collectives;
+        opts.step = step;
         py::gil_scoped_release release;
         return save(sd, dir, opts);
       },
-      py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("use_collectives"));
+      py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("use_collectives"),
+      py::arg("step") = 0);
 
   m.def(
       "load",
@@ -207,7 +210,7 @@ void BindCheckpoint(py::module_& m) {
   py::class_<Saver>(m, "AsyncSaver", "Owns the staging pool and the persisting thread.")
       .def(py::init<>())
       .def("save", &Saver::Save, py::arg("state_dict"), py::arg("dir"), py::arg("comm"),
-           py::arg("use_collectives"))
+           py::arg("use_collectives"), py::arg("step") = 0)
       .def("close", &Saver::Close, "Waits for pending saves, then stops the thread.");
 }
 

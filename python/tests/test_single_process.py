@@ -213,3 +213,14 @@ def test_torch_dcp_checkpoint_converts(tmp_path):
            "step": 0}
     dcp.load(got, tmp_path / "dcp")
     assert_state_equal(got, want)
+
+
+def test_saves_without_collectives_take_the_newest_step(tmp_path):
+    # Each rank writes its own metadata file, named by the step: the newest step wins.
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"w": torch.full((3, 4), 1.0)}, ckpt, use_collectives=False, step=1)
+    dcp.save({"w": torch.full((3, 4), 2.0)}, ckpt, use_collectives=False, step=2)
+    out = {"w": torch.zeros(3, 4)}
+    dcp.load(out, ckpt)
+    assert torch.equal(out["w"], torch.full((3, 4), 2.0))
+    assert any(p.name.startswith("dcp.metadata.step2.rank0") for p in ckpt.iterdir())
