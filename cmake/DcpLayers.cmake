@@ -10,9 +10,7 @@
 # and DCP_LIB_LAYERS / DCP_TOOL_LAYERS / DCP_CLI_DEPS in the caller's scope.
 
 function(_dcp_link link target)
-  if(NOT EXISTS "${link}" AND NOT IS_SYMLINK "${link}")
-    file(CREATE_LINK "${target}" "${link}" SYMBOLIC)
-  endif()
+  file(CREATE_LINK "${target}" "${link}" SYMBOLIC)
 endfunction()
 
 # A directory holding `layers` (folders under src/) and, under dcp/, the public headers
@@ -31,11 +29,15 @@ function(dcp_include_view out_dir name layers headers)
 endfunction()
 
 function(dcp_read_layers)
+  # Reconfigure when the table changes: the include views are made from it.
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+               "${PROJECT_SOURCE_DIR}/src/layers.txt")
   file(STRINGS "${PROJECT_SOURCE_DIR}/src/layers.txt" lines)
   set(lib_layers "")
   set(tool_layers "")
   foreach(line IN LISTS lines)
-    if(line MATCHES "^[ \t]*#" OR line MATCHES "^[ \t]*$")
+    string(REGEX REPLACE "#.*" "" line "${line}")  # comments, as scripts/check_layers.py
+    if(line MATCHES "^[ \t]*$")
       continue()
     endif()
     string(REGEX MATCHALL "[^ \t]+" words "${line}")

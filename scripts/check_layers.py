@@ -14,7 +14,8 @@ import re
 import sys
 import tempfile
 
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+# Quoted and angle-bracket includes: both reach the project's folders through the include path.
+INCLUDE = re.compile(r'^\s*#\s*include\s*["<]([^">]+)[">]', re.M)
 
 
 def read_layers(root):
@@ -29,10 +30,15 @@ def read_layers(root):
             deps = [w for w in rest if not w.endswith(".h")]
             headers = [w for w in rest if w.endswith(".h")]
             layers[name] = (kind, deps, headers)
-    for name, (_, deps, _) in layers.items():
+    for name, (kind, deps, _) in layers.items():
         for d in deps:
             if d not in layers:
                 raise SystemExit(f"src/layers.txt: layer {name} names unknown layer {d}")
+            if kind == "lib" and layers[d][0] != "lib":
+                raise SystemExit(f"src/layers.txt: library layer {name} may not include the "
+                                 f"{layers[d][0]} layer {d}: the installed library never sees tooling")
+        if name in closure(layers, deps):
+            raise SystemExit(f"src/layers.txt: layer {name} depends on itself (a cycle)")
     return layers
 
 
@@ -95,7 +101,11 @@ def check(root):
             inc = m.group(1)
             line = text.count("\n", 0, m.start()) + 1
             top = inc.split("/", 1)[0]
-            if top == "dcp":
+            if top in ("..", "src", "include"):
+                # A path around the include views (relative to the file, or from the root).
+                problems.append(f"{rel}:{line}: {layer} includes \"{inc}\" by a path that "
+                                "goes around src/layers.txt")
+            elif top == "dcp":
                 if inc.split("/", 1)[1] not in headers:
                     problems.append(f"{rel}:{line}: {layer} may not include \"{inc}\"")
             elif top in folders_all or top == "tools" or inc.startswith("python/"):
@@ -112,7 +122,7 @@ def self_test():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 f.write(text)
-        write("src/layers.txt", "core lib - a.h\nplanner lib core\nstorage lib core b.h\n"
+        write("src/layers.txt", "core lib - a.h c.h\nplanner lib core\nstorage lib core b.h\n"
                                 "tools cli -\n")
         write("include/dcp/a.h", "#pragma once\n")
         write("include/dcp/b.h", '#include "dcp/a.h"\n')
@@ -121,14 +131,30 @@ def self_test():
         write("src/storage/s.h", '#include "core/x.h"\n')
         write("src/storage/s_test.cc", '#include "planner/p.h"\n')  # tests are exempt
         write("tools/main.cc", '#include "dcp/b.h"\n#include "planner/p.h"\n')  # planner
+        write("include/dcp/c.h", '#include <vector>\n#include "core/x.h"\n')  # internal
+        write("src/planner/q.cc", '#include "../storage/s.h"\n#include <storage/s.h>\n')
+        write("include/dcp/orphan.h", "#pragma once\n")  # owned by no layer
         found = check(root)
         expected = ['src/core/x.cc:2: core may not include "dcp/b.h"',
                     'src/planner/p.cc:2: planner may not include "storage/s.h"',
-                    'tools/main.cc:2: tools may not include "planner/p.h"']
+                    'tools/main.cc:2: tools may not include "planner/p.h"',
+                    'include/dcp/c.h:2: core may not include "core/x.h"',
+                    'src/planner/q.cc:1: planner includes "../storage/s.h" by a path that goes '
+                    'around src/layers.txt',
+                    'src/planner/q.cc:2: planner may not include "storage/s.h"',
+                    'include/dcp/orphan.h: public header owned by no layer in src/layers.txt']
         if sorted(found) != sorted(expected):
             print("check_layers self-test FAILED: found", found, "expected", expected)
             return 1
-    print("check_layers self-test: the three planted violations were found, nothing else")
+        # A table whose library layer includes a tool layer is refused.
+        write("src/layers.txt", "core lib -\nworkload tool core\nplanner lib core workload\n")
+        try:
+            read_layers(root)
+            print("check_layers self-test FAILED: a library layer including tooling was accepted")
+            return 1
+        except SystemExit:
+            pass
+    print("check_layers self-test: every planted violation was found, nothing else")
     return 0
 
 

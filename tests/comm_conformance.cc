@@ -16,28 +16,21 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-#define DCP_ASSERT_OK(expr)                                  \
-  do {                                                       \
-    const ::dcp::Status dcp_test_s_ = (expr);                \
-    ASSERT_TRUE(dcp_test_s_.ok()) << dcp_test_s_.ToString(); \
-  } while (0)
-
 // Longer than any timeout a caller gives these checks: reaching it means a hang, not slowness.
 constexpr auto kHangGuard = 60s;
 
 std::string Label(int rank) { return "rank-" + std::to_string(rank) + std::string(rank * 7, 'x'); }
 
-// A payload whose bytes depend on position and seed, so misplaced chunks are caught.
+std::span<std::byte> Bytes(std::string& s) { return std::as_writable_bytes(std::span(s)); }
+
+}  // namespace
+
 std::string Pattern(size_t size, int seed) {
   std::string s(size, '\0');
   for (size_t i = 0; i < size; ++i)
     s[i] = static_cast<char>((i * 131 + seed * 7 + (i >> 12)) & 0xff);
   return s;
 }
-
-std::span<std::byte> Bytes(std::string& s) { return std::as_writable_bytes(std::span(s)); }
-
-}  // namespace
 
 void CheckRankAndSize(Comm& c, int expected_size, std::string_view expected_backend) {
   EXPECT_EQ(c.size(), expected_size);

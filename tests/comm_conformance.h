@@ -16,7 +16,16 @@
 
 #include "dcp/comm.h"
 
+#define DCP_ASSERT_OK(expr)                                  \
+  do {                                                       \
+    const ::dcp::Status dcp_test_s_ = (expr);                \
+    ASSERT_TRUE(dcp_test_s_.ok()) << dcp_test_s_.ToString(); \
+  } while (0)
+
 namespace dcp::testing {
+
+// A payload whose bytes depend on position and seed, so misplaced chunks are caught.
+std::string Pattern(size_t size, int seed);
 
 // rank() and size() agree with the other ranks (ranks 0..size-1, each once), size() is
 // `expected_size` and backend() is `expected_backend`.
@@ -64,7 +73,8 @@ void CheckBarrierTimesOutWhenOneRankIsAbsent(Comm& c);
 void CheckBroadcastTimesOutWhenRootIsAbsent(Comm& c);
 
 // One rank absent, needs size >= 2: the others' AllGather times out naming the operation and
-// the absent rank. Not for MPI, which cannot tell who is missing from a collective.
+// the absent rank. Not for MPI here (the absent rank could not join the abandoned AllGather
+// later); mpi.hangs checks MPI's naming with a stopped process.
 void CheckTimeoutNamesOperationAndMissingRank(Comm& c);
 
 // Needs size >= 2, a short timeout and a fresh communicator: rank 0 calls AllGather while the

@@ -537,13 +537,13 @@ TEST(HfExportTest, SourceChangedDuringExportFails) {
   const std::string out = tmp.Sub("out");
   DcpToHfOptions o = HfOptions(1024, 512);  // 3 shards, loaded tensor by tensor
   int calls = 0;
-  o.after_shard_for_test = [&](size_t) {
+  auto after_shard = [&](size_t) {
     // Another job saves over the source after the first shard.
     if (calls++ == 0) {
       ASSERT_TRUE(convert::HfToDcp(tmp.Sub("b.safetensors"), src, {}, Fs()).ok());
     }
   };
-  auto r = convert::DcpToHf(src, out, o, Fs());
+  auto r = convert::DcpToHf(src, out, o, Fs(), after_shard);
   ASSERT_FALSE(r.ok()) << "exported a mix of two checkpoints";
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("changed during the export"), std::string::npos)

@@ -43,7 +43,8 @@ TEST(ManagerCli, LsShowsStepsLatestAndRetention) {
   MakeRoot(d.path());
   std::string out;
   ASSERT_EQ(Cli("ls " + d.path() + " --keep-last 2 --keep-every 2", &out), 0) << out;
-  EXPECT_NE(out.find("5 "), std::string::npos) << out;
+  // The step-5 row (not just any "5"): the step, then its state.
+  EXPECT_NE(out.find("\n5 "), std::string::npos) << out;
   EXPECT_NE(out.find("complete (latest: a resume loads it)"), std::string::npos) << out;
   EXPECT_NE(out.find("INCOMPLETE"), std::string::npos) << out;
   EXPECT_NE(out.find("6 steps, 5 complete"), std::string::npos) << out;

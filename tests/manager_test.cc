@@ -217,7 +217,7 @@ TEST(Manager, FailedAsyncSaveLeavesLatestAndKeptSteps) {
     mgr->AsyncSave(step, st.sd);
   }
   mgr->Wait();
-  ffs.FailAt(ffs.ops() + 3);  // inside step 4's data writes
+  ffs.FailAt(ffs.ops() + 3);  // a few operations into step 4's save, before its commit
   st.Fill(4);
   mgr->AsyncSave(4, st.sd);
   EXPECT_THROW(mgr->Wait(), Error);

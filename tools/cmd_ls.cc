@@ -35,7 +35,7 @@ void AddLs(CLI::App& app, int* exit_code) {
   cmd->callback([=] {
     const RootInfo info = inspect_root(a->root);
     std::printf("%-14s %12s  %s\n", "STEP", "SIZE", "STATE");
-    std::vector<int64_t> complete;
+    const std::vector<int64_t> complete = info.complete_steps();
     uint64_t total = 0;
     for (const StepInfo& s : info.steps) {
       total += s.bytes;
@@ -43,7 +43,6 @@ void AddLs(CLI::App& app, int* exit_code) {
       if (s.complete && info.latest == s.step) state += " (latest: a resume loads it)";
       std::printf("%-14lld %12s  %s\n", static_cast<long long>(s.step), HumanBytes(s.bytes).c_str(),
                   state.c_str());
-      if (s.complete) complete.push_back(s.step);
     }
     std::printf("%zu steps, %zu complete, %s\n", info.steps.size(), complete.size(),
                 HumanBytes(total).c_str());

@@ -68,7 +68,8 @@ class Comm {
 
   // Starts broadcasting `root`'s `buf` into `buf` on every other rank. `buf` has the same size
   // on every rank and the caller keeps it alive, and does not touch it, until Wait() returned
-  // OK (after a timeout, until the communicator is destroyed). Several requests may be in
+  // OK (after a timeout, until the communicator is destroyed; the MPI backend ends the job
+  // instead, see dcp/mpi_comm.h). Several requests may be in
   // flight; they complete in call order. Backends that carry plans rather than tensor data
   // (FileComm) may complete it before returning.
   virtual Result<std::unique_ptr<CommRequest>> IBroadcast(std::span<std::byte> buf, int root) = 0;

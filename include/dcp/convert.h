@@ -61,8 +61,6 @@ struct DcpToHfOptions {
   // is written into a hidden sibling directory and swapped in only once complete, so a killed
   // or failed export leaves the previous content of `dst`, never a mix.
   bool overwrite = false;
-  // Tests only: called on this rank after shard `index` is written (and the source checked).
-  std::function<void(size_t index)> after_shard_for_test;
 };
 
 struct DcpToHfResult {
@@ -78,8 +76,10 @@ struct DcpToHfResult {
 
 // Writes model.safetensors, or model-0000i-of-0000n.safetensors shards and
 // model.safetensors.index.json, into `dst`. Bytes entries are skipped (listed in the result).
-// The source metadata is read once; if the source checkpoint changes during the export (a save
-// replaced it), the export fails (kFailedPrecondition) and `dst` is left as it was.
+// The shards are planned from the source metadata read at the start, and the metadata is
+// compared with that copy after every shard and before the swap: if the source checkpoint
+// changes during the export (a save replaced it), the export fails (kFailedPrecondition) and
+// `dst` is left as it was.
 DcpToHfResult convert_dcp_to_hf(const std::string& src, const std::string& dst,
                                 const DcpToHfOptions& opts = {});
 

@@ -5,7 +5,8 @@
 //   if (auto step = mgr.latest_step()) { mgr.Load(sd); start = *step + 1; }
 //   for (int64_t step = start; ...; ++step) {
 //     train(step);
-//     if (step % 100 == 0) mgr.AsyncSave(step, sd);  // blocks only while sd is staged
+//     // Returns once sd is staged, after finishing the previous save (latest, retention).
+//     if (step % 100 == 0) mgr.AsyncSave(step, sd);
 //   }
 //   mgr.Wait();
 //
@@ -85,6 +86,8 @@ struct RootInfo {
   std::vector<StepInfo> steps;           // every step directory, ascending
   std::optional<int64_t> latest_record;  // what ROOT/latest says (may be stale or damaged)
   std::optional<int64_t> latest;         // the newest complete step: what a resume loads
+
+  std::vector<int64_t> complete_steps() const;  // ascending
 };
 RootInfo inspect_root(const std::string& root);
 

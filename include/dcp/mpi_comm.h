@@ -4,7 +4,9 @@
 // MPI's blocking collectives cannot time out, so every collective is issued in its
 // non-blocking form and polled until it completes or `timeout()` passes. The timeout error names
 // the ranks that did not arrive: the rank that timed out asks every other rank which call it
-// waits in (ranks answer while they wait inside dcp), and names those that stay silent.
+// waits in (ranks answer while they wait for a collective of this communicator; a rank
+// stopped, busy outside dcp, or waiting elsewhere stays silent), and names those that do not
+// answer.
 //
 // MPI cannot cancel a collective: after a timeout the communicator refuses further calls
 // (kFailedPrecondition) and the job must end. Buffers of a timed-out operation stay allocated

@@ -137,6 +137,13 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str", *,
     p = _prepare_on_every_rank(state_dict, comm, for_load=True, agree=True)
     result = _dcp.load(p.sd, os.fspath(checkpoint_id), comm, broadcast, allow_partial,
                        strip_prefix, add_prefix)
+    finish_load(p, state_dict)
+    return result
+
+
+def finish_load(p: Any, state_dict: Dict[str, Any]) -> None:
+    """After the engine filled `p.sd`: copies staged chunks back into their tensors and
+    replaces the non-tensor values of `state_dict` with the loaded ones."""
     for chunk in p.chunks:
         if chunk.write_back is not None:
             chunk.write_back()
@@ -146,4 +153,3 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str", *,
         if data:  # empty: skipped by a partial load (a stored value is never empty)
             loaded[fqn] = _values.decode(fqn, data)
     replace_leaves(state_dict, loaded)
-    return result

@@ -22,10 +22,8 @@ import os
 from typing import Any, Dict, List, Optional
 
 from . import _dcp
-from ._checkpoint import _prepare_on_every_rank
+from ._checkpoint import _prepare_on_every_rank, finish_load
 from ._comm import comm_for
-from ._flatten import replace_leaves
-from . import _values
 
 
 class CheckpointManager:
@@ -72,15 +70,7 @@ class CheckpointManager:
         """Loads `step` (default: the newest complete one) into `state_dict`, in place."""
         p = _prepare_on_every_rank(state_dict, self._comm, for_load=True, agree=True)
         result = self._mgr.load(p.sd, step)
-        for chunk in p.chunks:
-            if chunk.write_back is not None:
-                chunk.write_back()
-        loaded: Dict[str, Any] = {}
-        for fqn in p.values:
-            data = p.sd.bytes_of(fqn)
-            if data:
-                loaded[fqn] = _values.decode(fqn, data)
-        replace_leaves(state_dict, loaded)
+        finish_load(p, state_dict)
         return result
 
     def keep(self, step: int) -> None:

@@ -24,7 +24,12 @@ class Manager {
     py::gil_scoped_release release;
     mgr_ = std::make_unique<CheckpointManager>(root, p, std::move(comm));
   }
-  ~Manager() { Close(); }
+  // Never throws: ~CheckpointManager finishes a save in flight and reports its error on stderr
+  // (close() or wait() raise it instead).
+  ~Manager() {
+    py::gil_scoped_release release;
+    mgr_.reset();
+  }
 
   CheckpointManager& get() {
     if (!mgr_) throw Error(FailedPrecondition("the checkpoint manager is closed"));

@@ -47,7 +47,9 @@ Result<std::optional<metadata::Metadata>> ReadCompleteRankSet(storage::FileSyste
                                                               const std::string& dir,
                                                               const RankSet& set) {
   std::vector<metadata::Metadata> parts;
-  std::vector<uint64_t> steps;
+  // Rank 0's file first: its world size tells, before reading the others, whether the set can
+  // be complete.
+  if (!set.files.count(0)) return std::optional<metadata::Metadata>();
   for (const auto& [rank, name] : set.files) {
     auto data = storage::ReadWholeFile(fs, storage::JoinPath(dir, name));
     if (!data.ok() && data.status().code() == StatusCode::kNotFound) continue;  // removed since
@@ -62,12 +64,13 @@ Result<std::optional<metadata::Metadata>> ReadCompleteRankSet(storage::FileSyste
     }
     if (static_cast<int>(parts.size()) != rank) return std::optional<metadata::Metadata>();
     parts.push_back(std::move(md).value());
-    steps.push_back(set.step);
+    if (set.files.size() < parts[0].world_size) return std::optional<metadata::Metadata>();
   }
   if (parts.empty() || parts.size() < parts[0].world_size) {
     return std::optional<metadata::Metadata>();
   }
-  auto merged = metadata::MergeRankMetadata(parts, steps);
+  // One set holds one step's files (the step is in their names): never two saves' files.
+  auto merged = metadata::MergeRankMetadata(parts);
   if (!merged.ok()) return merged.status().Annotate("checkpoint " + dir + ": ");
   return std::optional<metadata::Metadata>(std::move(merged).value());
 }
@@ -87,13 +90,16 @@ Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string
   }
   // Saves without collectives: the newest complete rank set wins (a save with collectives
   // removes rank sets once it has committed the global file).
+  auto sets = ListRankSets(fs, dir);
+  if (!sets.ok() && sets.status().code() == StatusCode::kNotFound) {
+    return NotFound("checkpoint directory " + dir + " does not exist");
+  }
+  if (!sets.ok()) return sets.status().Annotate("checkpoint " + dir + ": ");
   std::string incomplete;
-  if (auto sets = ListRankSets(fs, dir); sets.ok()) {
-    for (const RankSet& set : *sets) {
-      DCP_ASSIGN_OR_RETURN(std::optional<metadata::Metadata> md, ReadCompleteRankSet(fs, dir, set));
-      if (md) return metadata::Encode(*md);
-      if (incomplete.empty()) incomplete = set.files.begin()->second;
-    }
+  for (const RankSet& set : *sets) {
+    DCP_ASSIGN_OR_RETURN(std::optional<metadata::Metadata> md, ReadCompleteRankSet(fs, dir, set));
+    if (md) return metadata::Encode(*md);
+    if (incomplete.empty()) incomplete = set.files.begin()->second;
   }
   const std::string path = storage::JoinPath(dir, std::string(kMetadataName));
   auto data = storage::ReadWholeFile(fs, path);
@@ -107,9 +113,6 @@ Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string
                               std::string(kMetadataName));
   }
   if (hf::DetectSource(fs, dir) != hf::SourceKind::kNone) return ReadHfMetadata(fs, dir);
-  if (auto listed = fs.List(dir); !listed.ok() && listed.status().code() == StatusCode::kNotFound) {
-    return NotFound("checkpoint directory " + dir + " does not exist");
-  }
   return FailedPrecondition("checkpoint " + dir + " has no committed metadata (" +
                             std::string(kMetadataName) +
                             " is missing): not a checkpoint, or its save did not finish");

@@ -214,6 +214,12 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
 // metadata of crashed saves, and (global commits) per-rank metadata that the global file
 // now hides. With `only_rank` >= 0, only that rank's data files. Best effort: leftovers
 // waste space, nothing more.
+// Files only saves create, none a committed checkpoint needs unless its metadata names them:
+// data files, temporary metadata, stale locks.
+bool IsGarbageName(const std::string& n) {
+  return IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n);
+}
+
 void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
                     const std::unordered_set<std::string>& keep, int only_rank) {
   auto names = fs.List(dir);
@@ -221,18 +227,18 @@ void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
   char suffix[16];
   std::snprintf(suffix, sizeof(suffix), "-r%05d.", only_rank);
   // Rank metadata first: a complete rank set wins over the global metadata at load, so it
-  // must not outlive the data files it names.
+  // must not outlive the data files it names; if one cannot be removed, no data file goes.
   if (only_rank < 0) {
     for (const std::string& n : *names) {
-      if (ParseRankMetadataName(n) >= 0) (void)fs.Remove(storage::JoinPath(dir, n));
+      if (ParseRankMetadataName(n) >= 0 && !fs.Remove(storage::JoinPath(dir, n)).ok()) return;
     }
   }
   for (const std::string& n : *names) {
     if (keep.count(n)) continue;
-    bool garbage = only_rank < 0
-                       ? IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n)
-                       : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos;
-    if (garbage) (void)fs.Remove(storage::JoinPath(dir, n));
+    if (only_rank < 0 ? IsGarbageName(n)
+                      : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos) {
+      (void)fs.Remove(storage::JoinPath(dir, n));
+    }
   }
 }
 
@@ -261,9 +267,7 @@ void RemoveFilesOfDeadSaves(storage::FileSystem& fs, const std::string& dir) {
   }
   for (const std::string& n : *names) {
     if (keep.count(n)) continue;
-    if (IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n)) {
-      (void)fs.Remove(storage::JoinPath(dir, n));
-    }
+    if (IsGarbageName(n)) (void)fs.Remove(storage::JoinPath(dir, n));
   }
 }
 
@@ -314,6 +318,19 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   if (!plan.ok()) return plan.status().Annotate(where);
   result.unique_bytes = plan->unique_bytes;
   DCP_RETURN_IF_ERROR(fs.CreateDirs(dir).Annotate(where));
+  // The step is what tells these saves apart: committing a step this rank already committed
+  // (or an older one) would overwrite its file of a set other ranks may have completed.
+  auto sets = ListRankSets(fs, dir);
+  if (!sets.ok()) return sets.status().Annotate(where);
+  for (const RankSet& set : *sets) {
+    if (!set.legacy && set.step >= step && set.files.count(rank)) {
+      return FailedPrecondition(where + "this rank already committed step " +
+                                std::to_string(set.step) +
+                                " here; saves without collectives "
+                                "need SaveOptions::step to grow from save to save (now " +
+                                std::to_string(step) + ")");
+    }
+  }
   const auto t1 = Clock::now();
   const uint64_t save_id = RandomId();
   std::vector<Written> written(rank + 1);
@@ -338,8 +355,8 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   } else if (global.status().code() != StatusCode::kNotFound) {
     collect = false;
   }
-  auto sets = ListRankSets(fs, dir);
-  collect = collect && sets.ok();
+  // The listing from before the commit: a set created since is another rank's newer save,
+  // which names only that rank's files.
   const RankSet me{.legacy = false, .step = step, .files = {}};
   bool have_previous = false;
   for (size_t i = 0; collect && i < sets->size(); ++i) {
@@ -424,8 +441,9 @@ Result<Hello> ExchangeHello(Comm& comm, const Status& mine, uint64_t local_hash,
 }
 
 // Every rank proves it sees the directory rank 0 locked (node-local disks, or a relative
-// path resolved from different working directories, would scatter the checkpoint): nothing
-// is written or deleted until all do.
+// path resolved from different working directories, would scatter the checkpoint): no data
+// is written until all do (rank 0 has only taken the lock and cleared files of dead saves in
+// its own directory, which no committed metadata names).
 Status CheckEveryRankSeesDirectory(Comm& comm, storage::FileSystem& fs, const std::string& dir,
                                    uint64_t save_id) {
   if (comm.size() == 1) return OkStatus();
@@ -441,7 +459,7 @@ Status CheckEveryRankSeesDirectory(Comm& comm, storage::FileSystem& fs, const st
   return FailedPrecondition(
       "save: rank(s) " + ranks + " do not see the directory rank 0 writes to (" + why +
       "); every rank must see one shared directory (a shared file system and an absolute "
-      "path); nothing was written");
+      "path); no data was written");
 }
 
 // The global plan over the distinct local plans, each sent once by its class's lowest rank.

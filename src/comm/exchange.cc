@@ -61,12 +61,21 @@ Status AgreeOnStatus(Comm& comm, const Status& mine) {
   return AllGatherOrFail(comm, mine, {}).status();
 }
 
-Status BroadcastStatus(Comm& comm, int root, const Status& s) {
-  std::string m = comm.rank() == root ? Encode(s) : std::string();
+Result<std::string> BroadcastOrFail(Comm& comm, int root, const Status& root_status,
+                                    std::string_view payload) {
+  std::string m;
+  if (comm.rank() == root) m = root_status.ok() ? TagOk(payload) : Encode(root_status);
   DCP_RETURN_IF_ERROR(comm.Broadcast(m, root));
-  if (m.empty()) return Internal("empty status broadcast");
-  if (static_cast<StatusCode>(static_cast<uint8_t>(m[0])) == StatusCode::kOk) return OkStatus();
-  return Decode(m).MarkAgreed();
+  if (m.empty()) return Internal("empty message broadcast by rank " + std::to_string(root));
+  if (static_cast<StatusCode>(static_cast<uint8_t>(m[0])) != StatusCode::kOk) {
+    return Decode(m).MarkAgreed();
+  }
+  m.erase(0, 1);
+  return m;
+}
+
+Status BroadcastStatus(Comm& comm, int root, const Status& s) {
+  return BroadcastOrFail(comm, root, s, {}).status();
 }
 
 }  // namespace dcp

@@ -24,6 +24,10 @@ Result<std::vector<std::string_view>> UntagAll(const std::vector<std::string>& g
 Result<std::vector<std::string>> AllGatherOrFail(Comm& comm, const Status& mine_status,
                                                  std::string_view mine);
 
+// `root`'s payload, or its error (`root_status`), reaches every rank.
+Result<std::string> BroadcastOrFail(Comm& comm, int root, const Status& root_status,
+                                    std::string_view payload);
+
 // `root`'s status reaches every rank.
 Status BroadcastStatus(Comm& comm, int root, const Status& s);
 

@@ -272,7 +272,8 @@ std::vector<OutShard> PlanShards(const std::vector<OutTensor>& tensors, uint64_t
 }
 
 Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
-                              const DcpToHfOptions& opts, storage::FileSystem& fs) {
+                              const DcpToHfOptions& opts, storage::FileSystem& fs,
+                              const std::function<void(size_t index)>& after_shard) {
   const auto t0 = Clock::now();
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int rank = comm->rank(), world = comm->size();
@@ -357,7 +358,7 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
     if (static_cast<int>(s % world) != rank) continue;
     st = WriteShard(src, staging, tensors, shards[s], opts, fs, buffer, &result);
     if (st.ok()) st = CheckSourceUnchanged(fs, src, encoded);
-    if (st.ok() && opts.after_shard_for_test) opts.after_shard_for_test(s);
+    if (st.ok() && after_shard) after_shard(s);
   }
   buffer = {};
   st = AgreeOnStatus(*comm, st);  // every shard is complete past this point

@@ -47,7 +47,10 @@ struct OutShard {
 // starting 8-byte aligned every tensor is aligned to its element size.
 std::vector<OutShard> PlanShards(const std::vector<OutTensor>& tensors, uint64_t max_shard_bytes);
 
+// `after_shard` (tests): called on this rank after shard `index` is written and the source
+// checked.
 Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
-                              const DcpToHfOptions& opts, storage::FileSystem& fs);
+                              const DcpToHfOptions& opts, storage::FileSystem& fs,
+                              const std::function<void(size_t index)>& after_shard = {});
 
 }  // namespace dcp::convert

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 #include "async/async_saver.h"
@@ -16,6 +15,8 @@
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "checkpoint/save.h"
+#include "checkpoint/save_lock.h"
+#include "comm/exchange.h"
 
 namespace dcp {
 
@@ -164,56 +165,18 @@ Status RemoveStepDir(FileSystem& fs, const std::string& dir) {
   for (const auto& n : *names) {
     if (n.rfind(meta, 0) != 0) order.push_back(n);
   }
-  for (const auto& n : order) {
-    DCP_RETURN_IF_ERROR(fs.Remove(JoinPath(dir, n)).Annotate("remove step directory: "));
+  const size_t metadata_files = static_cast<size_t>(std::count_if(
+      order.begin(), order.end(), [&](const std::string& n) { return n.rfind(meta, 0) == 0; }));
+  for (size_t i = 0; i < order.size(); ++i) {
+    DCP_RETURN_IF_ERROR(fs.Remove(JoinPath(dir, order[i])).Annotate("remove step directory: "));
+    // The step stops being complete durably before any of its data goes: a crash can leave
+    // an incomplete directory (cleaned up by the next Open), never metadata over missing data.
+    if (i + 1 == metadata_files) DCP_RETURN_IF_ERROR(fs.SyncDir(dir));
   }
-  // storage::FileSystem removes files only; the directory, now empty, goes directly (a
-  // leftover empty directory is incomplete and cleaned up later).
-  std::error_code ec;
-  std::filesystem::remove(dir, ec);
-  return OkStatus();
+  return fs.Remove(dir).Annotate("remove step directory: ");
 }
 
-// ---- Agreement over the comm --------------------------------------------------------------
-
-std::string EncodeStatus(const Status& s) {
-  if (s.ok()) return "ok";
-  return std::to_string(static_cast<int>(s.code())) + ":" + s.message();
-}
-
-Status DecodeStatus(const std::string& d) {
-  if (d == "ok") return OkStatus();
-  size_t colon = d.find(':');
-  int code = std::atoi(d.substr(0, colon).c_str());
-  return Status(static_cast<StatusCode>(code == 0 ? static_cast<int>(StatusCode::kInternal) : code),
-                colon == std::string::npos ? d : d.substr(colon + 1));
-}
-
-// Every rank's status gathered; the first error (lowest rank) everywhere, naming its rank.
-Status AgreeStatus(Comm& comm, const Status& mine) {
-  if (comm.size() == 1) return mine;
-  auto all = comm.AllGather(EncodeStatus(mine));
-  if (!all.ok()) return all.status();
-  for (size_t r = 0; r < all->size(); ++r) {
-    Status s = DecodeStatus((*all)[r]);
-    if (!s.ok()) {
-      return r == static_cast<size_t>(comm.rank()) ? s
-                                                   : s.Annotate("rank " + std::to_string(r) + ": ");
-    }
-  }
-  return OkStatus();
-}
-
-// Rank 0's status and payload, everywhere.
-Status ShareFromRoot(Comm& comm, Status* status, std::string* payload) {
-  if (comm.size() == 1) return OkStatus();
-  std::string msg = comm.rank() == 0 ? EncodeStatus(*status) + '\n' + *payload : std::string();
-  DCP_RETURN_IF_ERROR(comm.Broadcast(msg, 0));
-  size_t nl = msg.find('\n');
-  *status = DecodeStatus(msg.substr(0, nl));
-  *payload = nl == std::string::npos ? std::string() : msg.substr(nl + 1);
-  return OkStatus();
-}
+// ---- What rank 0 decided, for every rank ------------------------------------------------
 
 std::string EncodeSteps(const std::vector<int64_t>& steps) {
   std::string out;
@@ -231,12 +194,6 @@ std::vector<int64_t> DecodeSteps(const std::string& d) {
 
 // ---- The lock -----------------------------------------------------------------------------
 
-std::string HostName() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
-  return buf;
-}
-
 // The lock file: flock() keeps a second manager of this host out (released by the kernel when
 // a process dies), its content (host pid) names the holder, and keeps out managers of other
 // hosts, which flock cannot see on every shared file system.
@@ -250,7 +207,10 @@ class RootLock {
     if (fd_ < 0) return ErrnoStatus("open lock file", path_, errno);
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       int err = errno;
-      std::string holder = Describe(ReadRaw());
+      const Holder h = Parse(ReadRaw());
+      const std::string holder =
+          h.host.empty() ? std::string()
+                         : "held by process " + std::to_string(h.pid) + " on host " + h.host;
       ::close(fd_);
       fd_ = -1;
       if (err != EWOULDBLOCK) return ErrnoStatus("lock", path_, err);
@@ -258,18 +218,13 @@ class RootLock {
                                 (holder.empty() ? std::string("lock file ") + path_ : holder) +
                                 "); one manager per root");
     }
-    const std::string me = HostName();
-    std::string holder = ReadRaw();
-    if (!holder.empty()) {
-      std::istringstream in(holder);
-      std::string host;
-      long pid = 0;
-      in >> host >> pid;
-      if (host != me) {
+    const std::string me = checkpoint::LockHostName();
+    if (const Holder h = Parse(ReadRaw()); !h.host.empty()) {
+      if (h.host != me) {
         ::close(fd_);
         fd_ = -1;
         return FailedPrecondition("checkpoint root " + root + " is locked by process " +
-                                  std::to_string(pid) + " on host " + host + " (" + path_ +
+                                  std::to_string(h.pid) + " on host " + h.host + " (" + path_ +
                                   "); if that job is gone, remove the lock file");
       }
       // Same host and the flock was free: its holder is dead (a live manager holds the flock).
@@ -303,13 +258,15 @@ class RootLock {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
     return s;
   }
-  static std::string Describe(const std::string& raw) {
-    if (raw.empty()) return raw;
-    std::istringstream in(raw);
-    std::string host;
+  struct Holder {
+    std::string host;  // empty: free
     long pid = 0;
-    in >> host >> pid;
-    return "held by process " + std::to_string(pid) + " on host " + host;
+  };
+  static Holder Parse(const std::string& raw) {
+    Holder h;
+    std::istringstream in(raw);
+    in >> h.host >> h.pid;
+    return h;
   }
 
   std::string path_;
@@ -379,12 +336,7 @@ struct CheckpointManager::Impl {
         }
       }
     }
-    ThrowIfError(ShareFromRoot(*comm, &st, &payload));
-    if (!st.ok()) {
-      lock.Release();
-      throw Error(st);
-    }
-    steps = DecodeSteps(payload);
+    steps = DecodeSteps(ValueOrThrow(BroadcastOrFail(*comm, 0, st, payload)));
   }
 
   Status WriteLatest(int64_t step) {
@@ -402,23 +354,10 @@ struct CheckpointManager::Impl {
     }
   }
 
-  // Rank 0 creates the step directory and makes its entry in the root durable.
-  void Prepare(int64_t step) {
-    Status st;
-    std::string payload;
-    if (rank == 0) {
-      st = fs.CreateDirs(Dir(step));
-      if (st.ok()) st = fs.SyncDir(root);
-      if (!st.ok()) st = st.Annotate("prepare step " + std::to_string(step) + ": ");
-    }
-    ThrowIfError(ShareFromRoot(*comm, &st, &payload));
-    ThrowIfError(st);
-  }
-
   // After the save of `step` ended with `saved` on this rank: all ranks agree; on success
   // rank 0 points `latest` at it and applies retention.
   void Finalize(int64_t step, const Status& saved) {
-    Status agreed = AgreeStatus(*comm, saved);
+    Status agreed = AgreeOnStatus(*comm, saved);
     if (!agreed.ok()) {
       throw Error(agreed.Annotate("checkpoint manager: step " + std::to_string(step) + ": "));
     }
@@ -430,12 +369,9 @@ struct CheckpointManager::Impl {
       st = WriteLatest(step);
       if (st.ok()) payload = EncodeSteps(Retire(next, step));
     }
-    Status shared = ShareFromRoot(*comm, &st, &payload);
+    auto shared = BroadcastOrFail(*comm, 0, st, payload);
     steps = next;  // the step is complete on disk whatever happened to `latest`
-    ThrowIfError(shared);
-    ThrowIfError(st);
-    std::vector<int64_t> removed = DecodeSteps(payload);
-    RemoveFromSteps(removed);
+    RemoveFromSteps(DecodeSteps(ValueOrThrow(std::move(shared))));
   }
 
   void RemoveFromSteps(const std::vector<int64_t>& removed) {
@@ -495,7 +431,8 @@ SaveResult CheckpointManager::Save(int64_t step, const StateDict& sd) {
   Impl& m = *impl_;
   m.Finish();
   m.CheckNewStep(step);
-  m.Prepare(step);
+  // Save creates the step's directory; `latest`'s atomic write syncs the root, which makes the
+  // directory's entry durable before `latest` names it.
   auto r = checkpoint::Save(sd, m.Dir(step), m.opts.save, m.fs);
   m.Finalize(step, r.status());
   return std::move(r).value();
@@ -505,7 +442,6 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
   Impl& m = *impl_;
   m.Finish();
   m.CheckNewStep(step);
-  m.Prepare(step);
   if (!m.saver) m.saver = std::make_unique<AsyncSaver>(m.opts.async);
   m.pending = async::SaveWithFileSystem(*m.saver, sd, m.Dir(step), m.opts.save, {}, m.fs);
   m.pending_step = step;
@@ -551,9 +487,8 @@ std::vector<int64_t> CheckpointManager::Prune(bool dry_run) {
       if (st.ok()) payload = EncodeSteps(m.Retire(m.steps, latest));
     }
   }
-  ThrowIfError(ShareFromRoot(*m.comm, &st, &payload));
-  ThrowIfError(st);
-  std::vector<int64_t> removed = DecodeSteps(payload);
+  std::vector<int64_t> removed =
+      DecodeSteps(ValueOrThrow(BroadcastOrFail(*m.comm, 0, st, payload)));
   if (!dry_run) m.RemoveFromSteps(removed);
   return removed;
 }
@@ -561,6 +496,14 @@ std::vector<int64_t> CheckpointManager::Prune(bool dry_run) {
 const std::string& CheckpointManager::root() const { return impl_->root; }
 
 std::string CheckpointManager::step_dir(int64_t step) const { return impl_->Dir(step); }
+
+std::vector<int64_t> RootInfo::complete_steps() const {
+  std::vector<int64_t> out;
+  for (const StepInfo& s : steps) {
+    if (s.complete) out.push_back(s.step);
+  }
+  return out;
+}
 
 RootInfo inspect_root(const std::string& root) {
   FileSystem& fs = storage::PosixFileSystem();

@@ -59,21 +59,4 @@ Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts) {
   return out;
 }
 
-Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts,
-                                   const std::vector<uint64_t>& steps) {
-  if (steps.size() != parts.size()) {
-    return InvalidArgument("per-rank metadata: " + std::to_string(parts.size()) + " files but " +
-                           std::to_string(steps.size()) + " steps");
-  }
-  for (size_t r = 1; r < steps.size(); ++r) {
-    if (steps[r] != steps[0]) {
-      return FailedPrecondition("per-rank metadata of rank 0 is from step " +
-                                std::to_string(steps[0]) + " but that of rank " +
-                                std::to_string(r) + " is from step " + std::to_string(steps[r]) +
-                                ": files of different saves are never merged");
-    }
-  }
-  return MergeRankMetadata(parts);
-}
-
 }  // namespace dcp::metadata

@@ -15,10 +15,4 @@ namespace dcp::metadata {
 // different saves), naming the ranks.
 Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts);
 
-// The same, for rank files that carry their save's identity (`steps[r]` for `parts[r]`,
-// from the file names): refuses, naming two ranks and their steps, unless every step is
-// the same, so that files of two different saves are never mixed.
-Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts,
-                                   const std::vector<uint64_t>& steps);
-
 }  // namespace dcp::metadata

@@ -78,7 +78,7 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
     // (core/box_index.h); with few, testing each is cheaper than building the index.
     std::optional<BoxIndex> index;
     if (t->chunks.size() > kIndexMinChunks && e.chunks.size() > 1) {
-      index.emplace(t->chunks.size(), [&](size_t i) { return t->chunks[i].box; });
+      index.emplace(t->chunks.size(), [&](size_t i) -> const Box& { return t->chunks[i].box; });
     }
     std::vector<size_t> all;
     if (!index) {
@@ -94,7 +94,7 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
         }
       }
       uint64_t covered = 0;
-      for (const size_t s : index ? index->Intersecting(dst) : all) {
+      for (const size_t s : index ? index->Candidates(dst) : all) {
         const auto si = static_cast<uint32_t>(s);
         auto region = Intersect(dst, t->chunks[si].box);
         if (!region) continue;

@@ -250,9 +250,9 @@ void AssignWriters(std::vector<Pending> pending, const std::vector<std::vector<i
   }
 }
 
-uint64_t WeightOf(uint64_t nbytes, bool is_bytes) {
-  return is_bytes ? uint64_t{1} : std::max<uint64_t>(nbytes, 1);
-}
+// A tensor chunk's weight for balancing: its bytes, at least 1 (an empty chunk is still an
+// item to write). Bytes entries weigh 1 each.
+uint64_t ChunkWeight(uint64_t nbytes) { return std::max<uint64_t>(nbytes, 1); }
 
 }  // namespace
 
@@ -296,10 +296,10 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
         int writer = -1;
         if (single_holder(c.plans) || !opts.balance) {
           writer = lowest;
-          out.bytes_per_rank[writer] += WeightOf(nbytes, false);
+          out.bytes_per_rank[writer] += ChunkWeight(nbytes);
         } else {
           pending.push_back(
-              {WeightOf(nbytes, false), false, out.tensors.size(), gt.chunks.size(), &c.plans});
+              {ChunkWeight(nbytes), false, out.tensors.size(), gt.chunks.size(), &c.plans});
         }
         gt.chunks.push_back({box, nbytes, writer});
         out.unique_bytes += nbytes;

@@ -150,10 +150,13 @@ class Posix final : public FileSystem {
   }
   Status Remove(const std::string& path) override {
     if (::unlink(path.c_str()) == 0 || errno == ENOENT) return OkStatus();
-    if (errno == EISDIR || errno == EPERM) {  // a directory (EPERM: what POSIX allows unlink)
+    const int unlink_err = errno;
+    if (unlink_err == EISDIR || unlink_err == EPERM) {  // a directory (EPERM: POSIX allows it)
       if (::rmdir(path.c_str()) == 0 || errno == ENOENT) return OkStatus();
+      // Not a directory after all: unlink's own error is the one that says why.
+      if (errno != ENOTDIR) return ErrnoStatus("remove", path, errno);
     }
-    return ErrnoStatus("remove", path, errno);
+    return ErrnoStatus("remove", path, unlink_err);
   }
   Status Exchange(const std::string& a, const std::string& b) override {
     if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {

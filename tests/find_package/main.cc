@@ -7,9 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "dcp/async.h"
 #include "dcp/checkpoint.h"
+#include "dcp/convert.h"
+#include "dcp/format.h"
+#include "dcp/manager.h"
 #include "dcp/state_dict.h"
 #include "dcp/status.h"
+#ifdef DCP_WITH_MPI
+#include "dcp/mpi_comm.h"  // compiles against the installed headers and MPI
+#endif
 
 int main() {
   namespace fs = std::filesystem;
@@ -35,8 +42,21 @@ int main() {
     const bool described = md.tensors.size() == 1 && md.tensors[0].fqn == "w" &&
                            md.tensors[0].global_shape == dcp::Shape{3, 5} &&
                            v.bytes_checked == saved.size() * sizeof(float);
+    // One call into each other public header's library code: async save, the manager,
+    // conversion to HuggingFace, formatting.
+    dcp::AsyncSaver saver;
+    saver.Save(out, (dir / "async").string()).Get();
+    dcp::CheckpointManager manager((dir / "root").string(), dcp::RetentionPolicy{});
+    manager.Save(7, out);
+    const dcp::DcpToHfResult hf =
+        dcp::convert_dcp_to_hf((dir / "ckpt").string(), (dir / "hf").string());
+    const bool others = manager.latest_step() == 7 && hf.total_tensors == 1 &&
+                        dcp::HumanBytes(1536) == "1.5 KiB" && dcp::ParseByteSize("2KiB").ok() &&
+                        *dcp::ParseByteSize("2KiB") == 2048;
     if (!described) {
       std::fprintf(stderr, "dcp find_package consumer: read_metadata/verify disagree\n");
+    } else if (!others) {
+      std::fprintf(stderr, "dcp find_package consumer: async/manager/convert/format disagree\n");
     } else if (std::memcmp(saved.data(), loaded.data(), saved.size() * sizeof(float)) == 0) {
       std::printf("dcp find_package consumer: ok\n");
       rc = 0;

@@ -159,21 +159,3 @@ TEST(HostsMpi, BroadcastOnlyAcrossHosts) {
 
 }  // namespace
 }  // namespace dcp::testing
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  try {
-    dcp::EnsureMpiInitialized(&argc, &argv);
-  } catch (const dcp::Error& e) {
-    std::fprintf(stderr, "save_mpi_test: %s\n", e.what());
-    return 2;
-  }
-  // Only rank 0 prints the test listing; every rank still reports failures.
-  if (dcp::testing::World()->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  // Every rank must agree on the verdict, or mpirun reports the first non-zero.
-  return rc;
-}

@@ -280,10 +280,10 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   Result<std::shared_ptr<Comm>> CreateGroup(const std::vector<int>& ranks) override {
     DCP_RETURN_IF_ERROR(CheckUsable("CreateGroup"));
     DCP_RETURN_IF_ERROR(comm_internal::CheckGroupRanks(ranks, rank_, size_));
-    ++calls_;
-    // MPI_Comm_create_group blocks until every member calls it and cannot time out, so the
-    // members first meet with cancellable point-to-point messages: the first member hears
-    // from all others, then tells them to go.
+    // Not counted in calls_: only the members call it, and calls_ must count alike on every
+    // rank for Diagnose to compare it. MPI_Comm_create_group blocks until every member calls it and
+    // cannot time out, so the members first meet with cancellable point-to-point messages: the
+    // first member hears from all others, then tells them to go.
     DCP_RETURN_IF_ERROR(Rendezvous(ranks));
     MPI_Group parent_group, sub_group;
     MPI_Comm sub = MPI_COMM_NULL;
@@ -305,17 +305,11 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   // communicator becomes unusable and keeps `st` alive.
   Status Complete(std::string_view op, const std::shared_ptr<OpState>& st,
                   Clock::time_point deadline) {
-    if (!broken_.empty()) {
-      // An earlier operation failed: this one cannot complete in order any more.
-      int done = 0;
-      MPI_Testall(static_cast<int>(st->reqs.size()), st->reqs.data(), &done, MPI_STATUSES_IGNORE);
-      if (done) {
-        st->reqs.clear();
-        return OkStatus();
-      }
-      return Break(st, CheckUsable(op));
-    }
+    // Every call checked usability before posting; a break since then with this operation in
+    // flight (a caller-memory broadcast) aborted the job.
+    DCP_RETURN_IF_ERROR(CheckUsable(op));
     Poller poller;
+    auto next_answer = Clock::now();
     while (true) {
       int done = 0;
       int rc = MPI_Testall(static_cast<int>(st->reqs.size()), st->reqs.data(), &done,
@@ -325,8 +319,14 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
         st->reqs.clear();
         return OkStatus();
       }
-      AnswerPings();
-      if (Clock::now() >= deadline) return Break(st, Diagnose(op));
+      const auto now = Clock::now();
+      // Pings come only after another rank timed out (seconds at least): answering them
+      // once a millisecond keeps the probe off the low-latency spin.
+      if (now >= next_answer) {
+        AnswerPings();
+        next_answer = now + std::chrono::milliseconds(1);
+      }
+      if (now >= deadline) return Break(st, Diagnose(op));
       poller.Pause(deadline);
     }
   }
@@ -371,7 +371,7 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
       }
       uint64_t their_call = 0;
       MPI_Recv(&their_call, 1, MPI_UINT64_T, status.MPI_SOURCE, kPingTag, comm_, MPI_STATUS_IGNORE);
-      heard_[status.MPI_SOURCE] = their_call;
+      heard_[status.MPI_SOURCE] = {their_call, calls_};
       auto pong = std::make_shared<OpState>();
       pong->my_size = calls_;
       pong->reqs.resize(1);
@@ -392,8 +392,9 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   // while it polls inside a call on this communicator, so a stopped rank, or one busy outside
   // dcp, stays silent.
   Status Diagnose(std::string_view op) {
-    const auto grace = std::clamp<std::chrono::milliseconds>(
-        timeout() / 5, std::chrono::milliseconds(1000), std::chrono::milliseconds(10000));
+    const auto grace = std::min(timeout(), std::clamp<std::chrono::milliseconds>(
+                                               timeout() / 5, std::chrono::milliseconds(1000),
+                                               std::chrono::milliseconds(10000)));
     auto st = std::make_shared<OpState>();
     st->my_size = calls_;
     st->sizes.assign(size_, 0);
@@ -417,10 +418,10 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
         MPI_Test(&recvs[r], &flag, MPI_STATUS_IGNORE);
         if (flag) {
           answered[r] = true;
-        } else if (auto it = heard_.find(r); it != heard_.end()) {
-          // It pinged us: it is stuck in a call as well.
+        } else if (auto it = heard_.find(r); it != heard_.end() && it->second.second == calls_) {
+          // It pinged us during this call: it is stuck in a call as well.
           answered[r] = true;
-          st->sizes[r] = it->second;
+          st->sizes[r] = it->second.first;
         }
         all &= answered[r];
       }
@@ -604,9 +605,11 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   const MpiLimits limits_;
   int rank_ = 0;
   int size_ = 1;
-  uint64_t calls_ = 0;             // for messages
-  std::string broken_;             // why the communicator is unusable; empty while it is usable
-  std::map<int, uint64_t> heard_;  // rank -> the call it pinged us from
+  uint64_t calls_ = 0;  // for messages
+  std::string broken_;  // why the communicator is unusable; empty while it is usable
+  // rank -> (the call it pinged us from, our call then): only pings heard during the call
+  // being diagnosed count.
+  std::map<int, std::pair<uint64_t, uint64_t>> heard_;
   std::vector<std::shared_ptr<OpState>> pongs_;  // answers being sent
 };
 
@@ -662,16 +665,13 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IBroadcast(std::span<std::byte
   DCP_RETURN_IF_ERROR(comm_internal::CheckRoot("IBroadcast", root, size_));
   ++calls_;
   auto st = std::make_shared<OpState>();
-  // Counted before posting: a failure while posting must not return with chunks in flight.
+  // Counted before posting: a failure while posting some chunks must not return with others in
+  // flight, so it aborts the job (Break) instead.
   auto req = std::make_unique<MpiBroadcastRequest>(shared_from_this(), st);
   g_caller_buffers_in_flight.fetch_add(1);
   // The caller's buffer, which it keeps alive until Wait(): no copy of tensor data.
-  Status posted =
-      PostBroadcast("IBroadcast", st, reinterpret_cast<char*>(buf.data()), buf.size(), root);
-  if (!posted.ok()) {
-    (void)req->Test();  // settles the count; the comm is broken
-    return posted;
-  }
+  DCP_RETURN_IF_ERROR(
+      PostBroadcast("IBroadcast", st, reinterpret_cast<char*>(buf.data()), buf.size(), root));
   return std::unique_ptr<CommRequest>(std::move(req));
 }
 
