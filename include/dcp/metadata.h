@@ -26,7 +26,13 @@ struct StoredChunk {
   uint32_t file = 0;         // index into Metadata::files
   uint64_t byte_offset = 0;  // within the file
   uint64_t byte_length = 0;  // = elements x dtype bits / 8
+  // XXH3-64 of the chunk's bytes; for a chunk with block checksums, of those checksums
+  // (each a little-endian u64, in order).
   uint64_t xxh3 = 0;
+  // One XXH3-64 per Metadata::block_size bytes of the chunk (the last block may be short),
+  // when the chunk spans more than one block; empty otherwise. They let a load read and
+  // verify only the blocks it needs.
+  std::vector<uint64_t> block_xxh3;
 };
 
 struct TensorMeta {
@@ -50,6 +56,10 @@ struct Metadata {
   // False for sources written without checksums (HuggingFace files): every xxh3 is 0 and
   // loaders check sizes only.
   bool has_checksums = true;
+  // Bytes per checksum block of tensor chunks (format version 3); 0: every chunk has one
+  // checksum (versions 1 and 2, HuggingFace sources), so a partial read verifies the whole
+  // chunk.
+  uint64_t block_size = 0;
   std::vector<FileInfo> files;
   std::vector<TensorMeta> tensors;  // sorted by fqn
   std::vector<BytesMeta> bytes;     // sorted by fqn
@@ -58,6 +68,12 @@ struct Metadata {
   uint64_t TotalDataBytes() const;                           // tensor chunks + bytes entries
   const TensorMeta* FindTensor(std::string_view fqn) const;  // binary search; null if absent
   const BytesMeta* FindBytes(std::string_view fqn) const;
+  // Blocks a chunk of `byte_length` bytes has block checksums for (0: one checksum).
+  uint64_t NumBlocks(uint64_t byte_length) const {
+    return block_size == 0 || byte_length <= block_size
+               ? 0
+               : (byte_length - 1) / block_size + 1;
+  }
 };
 
 // The `dcp inspect --json` document (schema in docs/format.md; scripts may rely on its keys):

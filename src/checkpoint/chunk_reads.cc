@@ -48,34 +48,49 @@ Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
   return open_.front().second.get();
 }
 
+storage::StoredRange RangeOf(const metadata::Metadata& md, const metadata::StoredChunk& sc) {
+  return {sc.byte_offset, sc.byte_length, sc.xxh3, md.block_size, sc.block_xxh3};
+}
+
 Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items) {
   const auto& entries = sd_.entries();
+  done_.resize(plan.reads.size(), false);
+  auto performs = [&](size_t k) { return from_storage_.empty() || from_storage_[k]; };
   std::vector<CopyRuns> runs;
   std::vector<storage::ChunkTarget> targets;
-  for (size_t i = 0; i < items.size();) {
-    const planner::ReadItem& first = plan.reads[items[i]];
+  for (const uint32_t item : items) {
+    if (done_[item]) continue;
+    const planner::ReadItem& first = plan.reads[item];
     const metadata::TensorMeta& t = md_.tensors[first.tensor];
     const metadata::StoredChunk& sc = t.chunks[first.stored];
-    size_t j = i;
+    auto same_chunk = [&](size_t k) {
+      return plan.reads[k].tensor == first.tensor && plan.reads[k].stored == first.stored;
+    };
+    // The items of this stored chunk: adjacent in plan.reads (PlanLoad sorts them so).
+    size_t a = item, b = item + 1;
+    while (a > 0 && same_chunk(a - 1)) --a;
+    while (b < plan.reads.size() && same_chunk(b)) ++b;
     runs.clear();
     targets.clear();
-    for (; j < items.size() && plan.reads[items[j]].tensor == first.tensor &&
-           plan.reads[items[j]].stored == first.stored;
-         ++j) {
-      const planner::ReadItem& r = plan.reads[items[j]];
+    std::vector<uint32_t> mine;
+    for (size_t k = a; k < b; ++k) {
+      if (done_[k] || (k != item && !performs(k))) continue;
+      const planner::ReadItem& r = plan.reads[k];
       auto cr = CopyRuns::Make(t.dtype, sc.box, entries[r.entry].chunks[r.dst_chunk].box, r.region);
       if (!cr.ok()) return cr.status().Annotate("checkpoint " + ckpt_ + ": '" + t.fqn + "': ");
       runs.push_back(std::move(cr).value());
+      mine.push_back(static_cast<uint32_t>(k));
     }
-    for (size_t k = i; k < j; ++k) {
-      const planner::ReadItem& r = plan.reads[items[k]];
-      targets.push_back({&runs[k - i], entries[r.entry].chunks[r.dst_chunk].view.bytes()});
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const planner::ReadItem& r = plan.reads[mine[k]];
+      targets.push_back({&runs[k], entries[r.entry].chunks[r.dst_chunk].view.bytes()});
+      done_[mine[k]] = true;
     }
     auto file = Open(sc.file);
     Status s = file.status();
     if (s.ok()) {
-      s = storage::ReadStoredChunk(**file, {sc.byte_offset, sc.byte_length, sc.xxh3}, verify_,
-                                   targets, bounce_, &stats_->bytes_read);
+      s = storage::ReadStoredChunk(**file, RangeOf(md_, sc), verify_, targets, bounce_,
+                                   &stats_->bytes_read);
     }
     if (!s.ok()) {
       return s.Annotate("checkpoint " + ckpt_ + ": tensor '" + t.fqn + "' chunk " +
@@ -83,7 +98,6 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
     }
     ++stats_->chunks_read;
     if (between_chunks_) between_chunks_();
-    i = j;
   }
   return OkStatus();
 }
@@ -94,8 +108,8 @@ Status ChunkReads::ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::by
   auto file = Open(sc.file);
   Status s = file.status();
   if (s.ok()) {
-    s = storage::ReadRangeInto(**file, {sc.byte_offset, sc.byte_length, sc.xxh3}, verify_,
-                               dst.data(), &stats_->bytes_read);
+    s = storage::ReadRangeInto(**file, RangeOf(md_, sc), verify_, dst.data(),
+                               &stats_->bytes_read);
   }
   if (!s.ok()) {
     return s.Annotate("checkpoint " + ckpt_ + ": tensor '" + t.fqn + "' chunk " +

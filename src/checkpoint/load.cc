@@ -219,6 +219,16 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
 
   // 4. Shared shards first (others wait for them), then private ones grouped by file.
   ChunkReads reads(sd, *md, dir, opts, fs, &result);
+  if (broadcast) {
+    // What this rank reads from storage: its private items and those of the shards it reads
+    // for others, so that each stored chunk among them is read once.
+    std::vector<bool> from_storage(plan->reads.size());
+    for (uint32_t r = 0; r < plan->reads.size(); ++r) from_storage[r] = !not_from_storage[r];
+    for (const MyShard& m : mine) {
+      for (uint32_t r : m.read_items) from_storage[r] = true;
+    }
+    reads.set_from_storage(std::move(from_storage));
+  }
   Status read_failure;
   if (broadcast) {
     DCP_RETURN_IF_ERROR(RunSharedPhase(*comm, bplan, groups, my_chunks, mine, *plan, reads, opts,

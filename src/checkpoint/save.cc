@@ -144,6 +144,8 @@ std::string EncodeWritten(const storage::WrittenFile& tensors, const storage::Wr
       w.Varint(r.byte_offset);
       w.Varint(r.byte_length);
       w.Fixed64(r.xxh3);
+      w.Varint(r.block_xxh3.size());
+      for (uint64_t h : r.block_xxh3) w.Fixed64(h);
     }
   }
   return out;
@@ -159,6 +161,8 @@ Result<Written> DecodeWritten(std::string_view in) {
       x.byte_offset = r.Varint();
       x.byte_length = r.Varint();
       x.xxh3 = r.Fixed64();
+      x.block_xxh3.resize(r.Count(8));
+      for (uint64_t& h : x.block_xxh3) h = r.Fixed64();
     }
   }
   if (!r.ok() || !r.AtEnd()) return DataLoss("corrupt write result received");
@@ -171,6 +175,7 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
   metadata::Metadata md;
   md.save_id = save_id;
   md.world_size = static_cast<uint32_t>(world);
+  md.block_size = metadata::kChecksumBlockSize;
   const int n = static_cast<int>(written.size());
   std::vector<int> tensor_file(n, -1), bytes_file(n, -1);
   for (int r = 0; r < n; ++r) {
@@ -193,8 +198,13 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
         return Internal("rank " + std::to_string(c.writer) + " reported too few written chunks");
       }
       const auto& wr = ranges[next_tensor[c.writer]++];
+      if (wr.block_xxh3.size() != md.NumBlocks(wr.byte_length)) {
+        return Internal("rank " + std::to_string(c.writer) + " reported " +
+                        std::to_string(wr.block_xxh3.size()) + " block checksums for '" + t.fqn +
+                        "' chunk " + c.box.ToString());
+      }
       tm.chunks.push_back({c.box, static_cast<uint32_t>(tensor_file[c.writer]), wr.byte_offset,
-                           wr.byte_length, wr.xxh3});
+                           wr.byte_length, wr.xxh3, wr.block_xxh3});
     }
     md.tensors.push_back(std::move(tm));
   }
@@ -288,7 +298,8 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
   if (!mine.tensors.empty()) {
     DCP_ASSIGN_OR_RETURN(
         out->first, storage::WriteSafetensorsFile(
-                        fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors));
+                        fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors,
+                        metadata::kChecksumBlockSize));
     ++result->files_written;
   }
   if (!mine.bytes.empty()) {

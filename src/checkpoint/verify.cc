@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "checkpoint/chunk_reads.h"
 #include "checkpoint/metadata_io.h"
 #include "storage/chunk_reader.h"
 
@@ -28,11 +29,11 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
   std::vector<Range> ranges;
   for (const auto& t : md.tensors) {
     for (const auto& c : t.chunks) {
-      ranges.push_back({c.file, {c.byte_offset, c.byte_length, c.xxh3}, &t, &c, nullptr});
+      ranges.push_back({c.file, RangeOf(md, c), &t, &c, nullptr});
     }
   }
   for (const auto& b : md.bytes) {
-    ranges.push_back({b.file, {b.byte_offset, b.byte_length, b.xxh3}, nullptr, nullptr, &b});
+    ranges.push_back({b.file, {b.byte_offset, b.byte_length, b.xxh3, 0, {}}, nullptr, nullptr, &b});
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
     return std::tie(a.file, a.range.byte_offset) < std::tie(b.file, b.range.byte_offset);
@@ -58,9 +59,8 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
     // Without checksums (HuggingFace sources) there is nothing to check beyond the sizes.
     for (; i < ranges.size() && ranges[i].file == f && md.has_checksums; ++i) {
       const Range& r = ranges[i];
-      buf.resize(r.range.byte_length);
-      Status s = storage::ReadRangeInto(**file, r.range, /*verify=*/true, buf.data(),
-                                        &report.bytes_checked);
+      // Streamed through a bounded buffer; every block checksum, or the one checksum.
+      Status s = storage::VerifyRange(**file, r.range, buf, &report.bytes_checked);
       if (!s.ok()) {
         std::string what = r.bytes
                                ? "bytes entry '" + r.bytes->fqn + "'"

@@ -1,5 +1,7 @@
 #include "core/copy_runs.h"
 
+#include <algorithm>
+
 namespace dcp {
 namespace {
 
@@ -84,6 +86,34 @@ uint64_t CopyRuns::FirstRunEndingAfter(uint64_t src_pos) const {
     }
   }
   return lo;
+}
+
+void MarkSourceBlocks(const CopyRuns& runs, uint64_t block, std::vector<uint8_t>& needed) {
+  // One binary search per needed block: a column slice of a huge chunk has millions of runs
+  // but few blocks.
+  uint64_t pos = 0;
+  for (;;) {
+    const uint64_t i = runs.FirstRunEndingAfter(pos);
+    if (i >= runs.num_runs() || runs.run_bytes() == 0) return;
+    const uint64_t b = std::max(runs.src_offset(i), pos) / block;
+    if (b >= needed.size()) return;
+    needed[b] = 1;
+    pos = (b + 1) * block;
+  }
+}
+
+uint64_t BytesToFetch(const CopyRuns& runs, uint64_t chunk_bytes, uint64_t block_size,
+                      bool whole_chunk) {
+  if (runs.num_runs() == 0 || runs.run_bytes() == 0) return 0;
+  if (whole_chunk) return chunk_bytes;
+  const uint64_t block = block_size ? block_size : kUnverifiedReadPiece;
+  std::vector<uint8_t> needed((chunk_bytes + block - 1) / block, 0);
+  MarkSourceBlocks(runs, block, needed);
+  uint64_t n = 0;
+  for (uint64_t b = 0; b < needed.size(); ++b) {
+    if (needed[b]) n += std::min(block, chunk_bytes - b * block);
+  }
+  return n;
 }
 
 }  // namespace dcp

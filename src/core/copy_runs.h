@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dcp/box.h"
 #include "dcp/dtype.h"
@@ -38,5 +39,18 @@ class CopyRuns {
   int64_t src_stride_[kMaxDims] = {};  // bytes per step of each outer dimension
   int64_t dst_stride_[kMaxDims] = {};
 };
+
+// Sets needed[b] for every block b of `block` bytes (of the source) that `runs` read from;
+// `needed` has one entry per block of the source.
+void MarkSourceBlocks(const CopyRuns& runs, uint64_t block, std::vector<uint8_t>& needed);
+
+// Bytes of a stored chunk of `chunk_bytes` a load fetches from storage to copy `runs` out of
+// it: the whole blocks of `block_size` the runs touch, or with `whole_chunk` (checksums
+// verified without block checksums) the whole chunk.
+uint64_t BytesToFetch(const CopyRuns& runs, uint64_t chunk_bytes, uint64_t block_size,
+                      bool whole_chunk);
+
+// The piece size of partial reads when a chunk has no block checksums.
+inline constexpr uint64_t kUnverifiedReadPiece = uint64_t{1} << 20;
 
 }  // namespace dcp

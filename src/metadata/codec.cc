@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "core/check.h"
+#include "core/checksum.h"
 #include "core/wire.h"
 
 namespace dcp::metadata {
@@ -49,14 +51,21 @@ uint64_t SealHash(std::string_view header, std::string_view body, uint32_t versi
   return h;
 }
 
-namespace {}  // namespace
+bool ValidBlockSize(uint64_t block_size) {
+  return block_size == 0 || (block_size >= kMinBlockSize && block_size <= kMaxBlockSize &&
+                             (block_size & (block_size - 1)) == 0);
+}
 
-std::string Encode(const Metadata& md) {
+std::string Encode(const Metadata& md, uint32_t version) {
+  DCP_CHECK(version >= kLegacyVersion && version <= kFormatVersion);
+  // Versions 1 and 2 have no block checksums, and their chunk checksums cover the bytes.
+  DCP_CHECK(version >= kFirstBlockVersion || md.block_size == 0);
   std::string out(kHeaderSize, '\0');
   out.reserve(kHeaderSize + 64 + md.TotalChunks() * 40);
   Writer w(out);
   w.Fixed64(md.save_id);
   w.Varint(md.world_size);
+  if (version >= kFirstBlockVersion) w.Varint(md.block_size);
   w.Varint(md.files.size());
   for (const auto& f : md.files) {
     w.String(f.name);
@@ -75,6 +84,8 @@ std::string Encode(const Metadata& md) {
       w.Fixed64(c.xxh3);
       PutShape(w, c.box.offsets);
       PutShape(w, c.box.lengths);
+      DCP_CHECK(c.block_xxh3.size() == md.NumBlocks(c.byte_length));
+      for (uint64_t h : c.block_xxh3) w.Fixed64(h);
     }
   }
   w.Varint(md.bytes.size());
@@ -86,12 +97,12 @@ std::string Encode(const Metadata& md) {
     w.Fixed64(b.xxh3);
   }
   std::memcpy(out.data(), kMagic, sizeof(kMagic));
-  PutFixed32(out, kVersionOffset, kFormatVersion);
+  PutFixed32(out, kVersionOffset, version);
   PutFixed32(out, kFlagsOffset, md.has_checksums ? 0 : kFlagNoChecksums);
   PutFixed64(out, kBodyLengthOffset, out.size() - kHeaderSize);
   std::string_view enc(out);
   PutFixed64(out, kBodyHashOffset,
-             SealHash(enc.substr(0, kHeaderSize), enc.substr(kHeaderSize), kFormatVersion));
+             SealHash(enc.substr(0, kHeaderSize), enc.substr(kHeaderSize), version));
   return out;
 }
 
@@ -115,9 +126,9 @@ Result<Metadata> Decode(std::string_view data) {
     return Corrupt(version == kLegacyVersion ? "body checksum mismatch"
                                              : "header or body checksum mismatch");
   }
-  if (version != kFormatVersion && version != kLegacyVersion) {
+  if (version < kLegacyVersion || version > kFormatVersion) {
     return FailedPrecondition("metadata format version " + std::to_string(version) +
-                              " is not supported (this build reads versions 1 and " +
+                              " is not supported (this build reads versions 1 to " +
                               std::to_string(kFormatVersion) + ")");
   }
   // A flag this build does not know would change how the body reads: refuse it rather than
@@ -136,6 +147,13 @@ Result<Metadata> Decode(std::string_view data) {
     return Corrupt("world size " + std::to_string(world_size) + " out of range");
   }
   md.world_size = static_cast<uint32_t>(world_size);
+  if (version >= kFirstBlockVersion) {
+    md.block_size = r.Varint();
+    if (r.ok() && !ValidBlockSize(md.block_size)) {
+      return Corrupt("checksum block size " + std::to_string(md.block_size) +
+                     " is neither 0 nor a power of two from 4096 to 2^40");
+    }
+  }
   md.files.resize(r.Count(2));
   for (auto& f : md.files) {
     f.name = std::string(r.String());
@@ -188,6 +206,15 @@ Result<Metadata> Decode(std::string_view data) {
       if (c.byte_offset > f.size || c.byte_length > f.size - c.byte_offset) {
         return Corrupt("tensor '" + t.fqn + "' chunk " + c.box.ToString() +
                        " lies beyond the end of " + f.name);
+      }
+      // Checked against the remaining bytes before allocating.
+      const uint64_t blocks = md.NumBlocks(c.byte_length);
+      if (blocks > r.remaining() / 8) return Corrupt("body ends early");
+      c.block_xxh3.resize(blocks);
+      for (uint64_t& h : c.block_xxh3) h = r.Fixed64();
+      if (blocks > 0 && BlockDigest(c.block_xxh3) != c.xxh3) {
+        return Corrupt("tensor '" + t.fqn + "' chunk " + c.box.ToString() +
+                       ": checksum does not match its block checksums");
       }
     }
     // Overlapping chunks would make a load's coverage count lie (and fill some elements

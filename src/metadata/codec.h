@@ -18,9 +18,13 @@ inline constexpr char kMagic[8] = {'\x89', 'D', 'C', 'P', 'M', 'E', 'T', 'A'};
 inline constexpr size_t kHeaderSize = 32;
 // Header flags (docs/format.md). Any other bit is refused.
 inline constexpr uint32_t kFlagNoChecksums = 1;  // Metadata::has_checksums == false
-// Version 1 hashed the body only (its header was unprotected); Decode still reads it. Encode
-// writes kFormatVersion (2), whose hash covers header bytes 0..23 and the body.
+// Version 1 hashed the body only (its header was unprotected); Decode still reads it. Version 2
+// hashes header bytes 0..23 and the body; version 3 (kFormatVersion) adds block checksums.
 inline constexpr uint32_t kLegacyVersion = 1;
+inline constexpr uint32_t kFirstBlockVersion = 3;
+// Bounds of Metadata::block_size (a power of two; 0: no block checksums).
+inline constexpr uint64_t kMinBlockSize = uint64_t{1} << 12;
+inline constexpr uint64_t kMaxBlockSize = uint64_t{1} << 40;
 inline constexpr size_t kBodyHashOffset = 24;
 
 // The value of the hash field (header bytes 24..31) for `header` (at least 24 bytes; only bytes
@@ -28,7 +32,9 @@ inline constexpr size_t kBodyHashOffset = 24;
 // bytes 0..23 followed by the body for every later version.
 uint64_t SealHash(std::string_view header, std::string_view body, uint32_t version);
 
-std::string Encode(const Metadata& md);
+// Writes `version` (default: the current one). Older versions are for tests and tools that
+// must produce them; they need md.block_size == 0.
+std::string Encode(const Metadata& md, uint32_t version = kFormatVersion);
 
 // Errors: kDataLoss for a corrupt or truncated encoding or a foreign file,
 // kFailedPrecondition for a version or header flags this build does not read.

@@ -46,12 +46,18 @@ nlohmann::json ToJson(const Metadata& md) {
   for (const auto& t : md.tensors) {
     nlohmann::json chunks = nlohmann::json::array();
     for (const auto& c : t.chunks) {
-      chunks.push_back({{"offsets", ShapeToJson(c.box.offsets)},
-                        {"lengths", ShapeToJson(c.box.lengths)},
-                        {"file", FileName(md, c.file)},
-                        {"byte_offset", c.byte_offset},
-                        {"byte_length", c.byte_length},
-                        {"xxh3", Hex16(c.xxh3)}});
+      nlohmann::json chunk = {{"offsets", ShapeToJson(c.box.offsets)},
+                              {"lengths", ShapeToJson(c.box.lengths)},
+                              {"file", FileName(md, c.file)},
+                              {"byte_offset", c.byte_offset},
+                              {"byte_length", c.byte_length},
+                              {"xxh3", Hex16(c.xxh3)}};
+      if (!c.block_xxh3.empty()) {
+        nlohmann::json blocks = nlohmann::json::array();
+        for (uint64_t h : c.block_xxh3) blocks.push_back(Hex16(h));
+        chunk["block_xxh3"] = std::move(blocks);
+      }
+      chunks.push_back(std::move(chunk));
     }
     tensors.push_back({{"fqn", t.fqn},
                        {"dtype", std::string(DTypeName(t.dtype))},
@@ -71,6 +77,7 @@ nlohmann::json ToJson(const Metadata& md) {
   return {{"format_version", kFormatVersion},
           {"save_id", Hex16(md.save_id)},
           {"world_size", md.world_size},
+          {"block_size", md.block_size},
           {"files", std::move(files)},
           {"tensors", std::move(tensors)},
           {"bytes", std::move(bytes)},
@@ -103,7 +110,10 @@ std::string MetadataSummary(const Metadata& md, bool list_chunks) {
                         : "save " + Hex16(md.save_id) + ", format version " +
                               std::to_string(kFormatVersion) + ", written by " +
                               std::to_string(md.world_size) +
-                              (md.world_size == 1 ? " rank\n" : " ranks\n");
+                              (md.world_size == 1 ? " rank" : " ranks") +
+                              (md.block_size ? ", checksums per " + HumanBytes(md.block_size) +
+                                                   " block\n"
+                                             : std::string("\n"));
   if (!md.tensors.empty()) out += "tensors:\n";
   for (const auto& t : md.tensors) {
     const size_t n = t.chunks.size();

@@ -115,8 +115,9 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
   std::sort(plan.reads.begin(), plan.reads.end(), [&](const ReadItem& a, const ReadItem& b) {
     const auto& ca = md.tensors[a.tensor].chunks[a.stored];
     const auto& cb = md.tensors[b.tensor].chunks[b.stored];
-    return std::tie(ca.file, ca.byte_offset, a.entry, a.dst_chunk) <
-           std::tie(cb.file, cb.byte_offset, b.entry, b.dst_chunk);
+    // Items of one stored chunk end up adjacent: ChunkReads reads each chunk once for all.
+    return std::tie(ca.file, ca.byte_offset, a.tensor, a.stored, a.entry, a.dst_chunk) <
+           std::tie(cb.file, cb.byte_offset, b.tensor, b.stored, b.entry, b.dst_chunk);
   });
   return plan;
 }

@@ -27,7 +27,7 @@ struct BytesRead {
 };
 
 struct LocalLoadPlan {
-  std::vector<ReadItem> reads;  // sorted by (file, byte offset) of the stored chunk
+  std::vector<ReadItem> reads;  // sorted by (file, byte offset, tensor, stored chunk)
   std::vector<BytesRead> bytes;
   std::vector<uint32_t> skipped;  // entries absent from the checkpoint (partial load)
 };

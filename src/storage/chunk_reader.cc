@@ -1,10 +1,9 @@
 #include "storage/chunk_reader.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstring>
-#include <memory>
+
+#include "core/checksum.h"
 
 namespace dcp::storage {
 namespace {
@@ -24,21 +23,63 @@ void Scatter(const ChunkTarget& target, uint64_t lo, std::span<const std::byte> 
   }
 }
 
-Status Mismatch(const ReadableFile& file, const StoredRange& range) {
-  return DataLoss("checksum mismatch in " + file.path() + " at bytes [" +
-                  std::to_string(range.byte_offset) + ", " +
-                  std::to_string(range.byte_offset + range.byte_length) + ")");
+Status Mismatch(const ReadableFile& file, uint64_t begin, uint64_t end) {
+  return DataLoss("checksum mismatch in " + file.path() + " at bytes [" + std::to_string(begin) +
+                  ", " + std::to_string(end) + ")");
 }
 
-class Hasher {
+// Verifies bytes [begin, end) of the range as they stream by: against the range's one
+// checksum (then [begin, end) must be the whole range), or against its block checksums
+// (then begin is on a block boundary).
+class Verifier {
  public:
-  Hasher() : st_(XXH3_createState(), &XXH3_freeState) { XXH3_64bits_reset(st_.get()); }
-  void Update(const void* p, size_t n) { XXH3_64bits_update(st_.get(), p, n); }
-  uint64_t Digest() { return XXH3_64bits_digest(st_.get()); }
+  Verifier(const StoredRange& range, uint64_t begin)
+      : range_(range), begin_(begin), hasher_(range.block_xxh3.empty() ? 0 : range.block_size) {}
+  void Update(std::span<const std::byte> data) { hasher_.Update(data); }
+  Status Check(const ReadableFile& file, uint64_t end) {
+    const uint64_t at = range_.byte_offset;
+    if (range_.block_xxh3.empty()) {
+      std::vector<uint64_t> unused;
+      if (hasher_.Finish(&unused) != range_.xxh3) return Mismatch(file, at, at + end);
+      return OkStatus();
+    }
+    const uint64_t bs = range_.block_size;
+    const std::vector<uint64_t> got = hasher_.FinishBlocks();
+    const uint64_t first = begin_ / bs;
+    for (uint64_t k = 0; k < got.size(); ++k) {
+      if (first + k >= range_.block_xxh3.size() || got[k] != range_.block_xxh3[first + k]) {
+        const uint64_t b = (first + k) * bs;
+        return Mismatch(file, at + b, at + std::min(b + bs, range_.byte_length));
+      }
+    }
+    return OkStatus();
+  }
 
  private:
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st_;
+  const StoredRange& range_;
+  uint64_t begin_;
+  StreamHasher hasher_;
 };
+
+// Reads chunk bytes [begin, end) through `bounce`, scattering into the targets, verifying.
+Status StreamInterval(ReadableFile& file, const StoredRange& range, bool verify, uint64_t begin,
+                      uint64_t end, std::span<const ChunkTarget> targets,
+                      std::vector<std::byte>& bounce, uint64_t* bytes_read) {
+  Verifier verifier(range, begin);
+  if (bounce.size() < std::min<uint64_t>(kBouncePiece, end - begin)) {
+    bounce.resize(std::min<uint64_t>(kBouncePiece, end - begin));
+  }
+  for (uint64_t pos = begin; pos < end;) {
+    const size_t n = std::min<uint64_t>(bounce.size(), end - pos);
+    std::span<std::byte> piece(bounce.data(), n);
+    DCP_RETURN_IF_ERROR(file.ReadAt(range.byte_offset + pos, piece));
+    *bytes_read += n;
+    if (verify) verifier.Update(piece);
+    for (const ChunkTarget& t : targets) Scatter(t, pos, piece);
+    pos += n;
+  }
+  return verify ? verifier.Check(file, end) : OkStatus();
+}
 
 }  // namespace
 
@@ -48,50 +89,69 @@ void ScatterFromMemory(const ChunkTarget& target, std::span<const std::byte> chu
 
 Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, std::byte* dst,
                      uint64_t* bytes_read) {
-  Hasher hasher;
+  Verifier verifier(range, 0);
   for (uint64_t pos = 0; pos < range.byte_length; pos += kDirectPiece) {
     size_t n = std::min<uint64_t>(kDirectPiece, range.byte_length - pos);
     DCP_RETURN_IF_ERROR(file.ReadAt(range.byte_offset + pos, std::span(dst + pos, n)));
-    if (verify) hasher.Update(dst + pos, n);
+    if (verify) verifier.Update(std::span(dst + pos, n));
     *bytes_read += n;
   }
-  if (verify && hasher.Digest() != range.xxh3) return Mismatch(file, range);
-  return OkStatus();
+  return verify ? verifier.Check(file, range.byte_length) : OkStatus();
+}
+
+Status VerifyRange(ReadableFile& file, const StoredRange& range, std::vector<std::byte>& bounce,
+                   uint64_t* bytes_read) {
+  return StreamInterval(file, range, /*verify=*/true, 0, range.byte_length, {}, bounce,
+                        bytes_read);
 }
 
 Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify,
                        std::span<const ChunkTarget> targets, std::vector<std::byte>& bounce,
                        uint64_t* bytes_read) {
-  Hasher hasher;
-
-  // Fast path: one destination takes the whole chunk as one contiguous run.
-  if (targets.size() == 1 && targets[0].runs->num_runs() == 1 &&
-      targets[0].runs->run_bytes() == range.byte_length) {
-    return ReadRangeInto(file, range, verify, targets[0].dst + targets[0].runs->dst_offset(0),
-                         bytes_read);
-  }
-
-  uint64_t lo = 0, hi = range.byte_length;
-  if (!verify) {
-    lo = hi;
-    hi = 0;
-    for (const ChunkTarget& t : targets) {
-      if (t.runs->num_runs() == 0) continue;
-      lo = std::min(lo, t.runs->src_offset(0));
-      hi = std::max(hi, t.runs->src_offset(t.runs->num_runs() - 1) + t.runs->run_bytes());
+  const uint64_t len = range.byte_length;
+  // A destination that takes the whole chunk as one run: read straight into it, then the
+  // others copy from there.
+  for (const ChunkTarget& t : targets) {
+    if (t.runs->num_runs() != 1 || t.runs->run_bytes() != len || len == 0) continue;
+    std::byte* whole = t.dst + t.runs->dst_offset(0);
+    DCP_RETURN_IF_ERROR(ReadRangeInto(file, range, verify, whole, bytes_read));
+    for (const ChunkTarget& other : targets) {
+      if (&other != &t) ScatterFromMemory(other, std::span<const std::byte>(whole, len));
     }
-    if (lo >= hi) return OkStatus();
+    return OkStatus();
   }
-  bounce.resize(std::min<uint64_t>(kBouncePiece, hi - lo));
-  for (uint64_t pos = lo; pos < hi; pos += bounce.size()) {
-    size_t n = std::min<uint64_t>(bounce.size(), hi - pos);
-    std::span<std::byte> piece(bounce.data(), n);
-    DCP_RETURN_IF_ERROR(file.ReadAt(range.byte_offset + pos, piece));
-    *bytes_read += n;
-    if (verify) hasher.Update(piece.data(), n);
-    for (const ChunkTarget& t : targets) Scatter(t, pos, piece);
+
+  // The blocks any target needs, read as maximal runs of consecutive blocks.
+  const bool whole = verify && range.block_xxh3.empty();
+  const uint64_t block = whole ? std::max<uint64_t>(len, 1)
+                         : range.block_xxh3.empty() ? kUnverifiedReadPiece
+                                                    : range.block_size;
+  std::vector<uint8_t> needed((len + block - 1) / block, 0);
+  uint64_t lo = len, hi = 0;  // the first and last byte any target needs
+  for (const ChunkTarget& t : targets) {
+    const CopyRuns& runs = *t.runs;
+    if (runs.num_runs() == 0 || runs.run_bytes() == 0) continue;
+    lo = std::min(lo, runs.src_offset(0));
+    hi = std::max(hi, runs.src_offset(runs.num_runs() - 1) + runs.run_bytes());
+    MarkSourceBlocks(runs, block, needed);
   }
-  if (verify && hasher.Digest() != range.xxh3) return Mismatch(file, range);
+  if (lo >= hi) return OkStatus();
+  for (uint64_t b = 0; b < needed.size();) {
+    if (!needed[b]) {
+      ++b;
+      continue;
+    }
+    uint64_t e = b;
+    while (e < needed.size() && needed[e]) ++e;
+    uint64_t begin = b * block, end = std::min(e * block, len);
+    if (!verify) {  // nothing to check: only the bytes some target needs
+      begin = std::max(begin, lo);
+      end = std::min(end, hi);
+    }
+    DCP_RETURN_IF_ERROR(
+        StreamInterval(file, range, verify, begin, end, targets, bounce, bytes_read));
+    b = e;
+  }
   return OkStatus();
 }
 

@@ -1,9 +1,12 @@
 // Reading a stored chunk into destination memory.
 //
-// A chunk copied whole into a matching destination is read straight into that memory.
-// Otherwise it is streamed through a bounded bounce buffer and scattered run by run into
-// every destination that needs part of it, so the file is read once however many
-// destination chunks it feeds.
+// A load reads a stored chunk once for all the destination chunks of the rank that need
+// part of it. When one destination takes the whole chunk as one contiguous run, the chunk
+// is read straight into that memory and the other destinations copy from there. Otherwise
+// only the blocks the destinations need are streamed through a bounded bounce buffer and
+// scattered run by run, each block verified: with block checksums (format version 3) the
+// blocks a destination touches, without them (versions 1 and 2) the whole chunk, which its
+// one checksum covers.
 #pragma once
 
 #include <cstddef>
@@ -25,19 +28,28 @@ struct StoredRange {
   uint64_t byte_offset = 0;
   uint64_t byte_length = 0;
   uint64_t xxh3 = 0;
+  // Block checksums (one per block_size bytes); empty: xxh3 covers the whole range.
+  uint64_t block_size = 0;
+  std::span<const uint64_t> block_xxh3;
 };
 
 // Copies `target`'s runs out of a whole stored chunk already in memory.
 void ScatterFromMemory(const ChunkTarget& target, std::span<const std::byte> chunk);
 
-// Reads the whole range into `dst` (range.byte_length bytes), checking the checksum when
+// Reads the whole range into `dst` (range.byte_length bytes), checking its checksums when
 // `verify`.
 Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, std::byte* dst,
                      uint64_t* bytes_read);
 
-// With `verify`, reads the whole chunk and fails with kDataLoss on a checksum mismatch
-// (destination memory then holds unverified bytes and must not be used). Without it, reads
-// only the span the targets need. Adds the bytes read from storage to *bytes_read.
+// Reads the whole range through `bounce` (bounded) and checks every checksum.
+Status VerifyRange(ReadableFile& file, const StoredRange& range, std::vector<std::byte>& bounce,
+                   uint64_t* bytes_read);
+
+// Fills every target from the stored chunk, reading each needed byte from storage once (see
+// the top of this file). Fails with kDataLoss on a checksum mismatch (destination memory
+// then holds unverified bytes and must not be used). Without `verify`, reads only the blocks
+// (1 MiB pieces without block checksums) the targets need, clipped to their first and last
+// byte. Adds the bytes read from storage to *bytes_read.
 Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify,
                        std::span<const ChunkTarget> targets, std::vector<std::byte>& bounce,
                        uint64_t* bytes_read);

@@ -5,21 +5,23 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/checksum.h"
+
 namespace dcp::storage {
 namespace {
 
 // Hash and write in pieces so each piece is hashed while it is still in cache.
 constexpr size_t kPiece = size_t{8} << 20;
 
-Status AppendHashed(WritableFile& f, std::span<const std::byte> data, uint64_t* hash) {
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(), &XXH3_freeState);
-  XXH3_64bits_reset(st.get());
+Status AppendHashed(WritableFile& f, std::span<const std::byte> data, uint64_t block_size,
+                    WrittenRange* r) {
+  StreamHasher hasher(block_size);
   for (size_t pos = 0; pos < data.size(); pos += kPiece) {
     auto piece = data.subspan(pos, std::min(kPiece, data.size() - pos));
-    XXH3_64bits_update(st.get(), piece.data(), piece.size());
+    hasher.Update(piece);
     DCP_RETURN_IF_ERROR(f.Append(piece));
   }
-  *hash = XXH3_64bits_digest(st.get());
+  r->xxh3 = hasher.Finish(&r->block_xxh3);
   return OkStatus();
 }
 
@@ -55,10 +57,11 @@ std::string SafetensorsHeader::Finish() && {
   return out + json_;
 }
 
-uint64_t Checksum(std::span<const std::byte> data) { return XXH3_64bits(data.data(), data.size()); }
+uint64_t Checksum(std::span<const std::byte> data) { return Xxh3(data); }
 
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
-                                         const std::vector<TensorToWrite>& tensors) {
+                                         const std::vector<TensorToWrite>& tensors,
+                                         uint64_t block_size) {
   SafetensorsHeader header;
   for (const TensorToWrite& t : tensors) header.Add(t.key, t.dtype, t.shape, t.data.size());
   const std::string prefix = std::move(header).Finish();
@@ -68,8 +71,8 @@ Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path
   WrittenFile out;
   uint64_t offset = prefix.size();
   for (const TensorToWrite& t : tensors) {
-    WrittenRange r{offset, t.data.size(), 0};
-    DCP_RETURN_IF_ERROR(AppendHashed(*file, t.data, &r.xxh3));
+    WrittenRange r{offset, t.data.size(), 0, {}};
+    DCP_RETURN_IF_ERROR(AppendHashed(*file, t.data, block_size, &r));
     offset += t.data.size();
     out.ranges.push_back(r);
   }
@@ -84,8 +87,8 @@ Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,
   WrittenFile out;
   uint64_t offset = 0;
   for (auto p : payloads) {
-    WrittenRange r{offset, p.size(), 0};
-    DCP_RETURN_IF_ERROR(AppendHashed(*file, p, &r.xxh3));
+    WrittenRange r{offset, p.size(), 0, {}};
+    DCP_RETURN_IF_ERROR(AppendHashed(*file, p, 0, &r));
     offset += p.size();
     out.ranges.push_back(r);
   }

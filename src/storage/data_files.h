@@ -25,7 +25,8 @@ struct TensorToWrite {
 struct WrittenRange {
   uint64_t byte_offset = 0;  // absolute, within the file
   uint64_t byte_length = 0;
-  uint64_t xxh3 = 0;
+  uint64_t xxh3 = 0;                // with block checksums: their digest
+  std::vector<uint64_t> block_xxh3;  // one per block when the range spans several
 };
 
 struct WrittenFile {
@@ -50,8 +51,11 @@ class SafetensorsHeader {
 };
 
 // A valid safetensors file (`__metadata__` {"format": "pt"}) holding `tensors` in order.
+// With `block_size`, a tensor longer than one block gets one checksum per block
+// (core/checksum.h).
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
-                                         const std::vector<TensorToWrite>& tensors);
+                                         const std::vector<TensorToWrite>& tensors,
+                                         uint64_t block_size = 0);
 
 // The payloads one after another.
 Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,
