@@ -1,5 +1,7 @@
 #include "metadata/codec.h"
 
+#include "core/checksum.h"
+
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -75,6 +77,7 @@ std::string Body(std::string_view encoded) { return std::string(encoded.substr(k
 void ExpectSameMetadata(const Metadata& a, const Metadata& b) {
   EXPECT_EQ(a.save_id, b.save_id);
   EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.block_size, b.block_size);
   ASSERT_EQ(a.files.size(), b.files.size());
   for (size_t i = 0; i < a.files.size(); ++i) {
     EXPECT_EQ(a.files[i].name, b.files[i].name);
@@ -95,6 +98,7 @@ void ExpectSameMetadata(const Metadata& a, const Metadata& b) {
       EXPECT_EQ(x.chunks[j].byte_offset, y.chunks[j].byte_offset);
       EXPECT_EQ(x.chunks[j].byte_length, y.chunks[j].byte_length);
       EXPECT_EQ(x.chunks[j].xxh3, y.chunks[j].xxh3);
+      EXPECT_EQ(x.chunks[j].block_xxh3, y.chunks[j].block_xxh3);
     }
   }
   ASSERT_EQ(a.bytes.size(), b.bytes.size());
@@ -150,6 +154,24 @@ Metadata SmallMetadata() {
   return md;
 }
 
+// SmallMetadata plus a tensor whose chunks have block checksums (4 KiB blocks): one of three
+// blocks, the last one short, and one of exactly one block (no block checksums).
+Metadata BlockMetadata() {
+  Metadata md = SmallMetadata();
+  md.block_size = 4096;
+  md.files[0].size = 64 + 10000 + 4096;
+  TensorMeta t;
+  t.fqn = "x";
+  t.dtype = DType::kU8;
+  t.global_shape = Shape{14096};
+  StoredChunk big = Chunk(DType::kU8, Box{Shape{0}, Shape{10000}}, 0, 64);
+  big.block_xxh3 = {0x111, 0x222, 0x333};
+  big.xxh3 = BlockDigest(big.block_xxh3);
+  t.chunks = {big, Chunk(DType::kU8, Box{Shape{10000}, Shape{4096}}, 0, 10064, 0x444)};
+  md.tensors.push_back(t);
+  return md;
+}
+
 // A metadata with a single tensor, built for the structural rejection tests.
 Metadata OneTensor(DType dtype, Shape shape, Box box, uint64_t file_size = 1 << 20) {
   Metadata md;
@@ -170,7 +192,7 @@ Metadata OneTensor(DType dtype, Shape shape, Box box, uint64_t file_size = 1 << 
 TEST(CodecTest, EmptyMetadataRoundTrips) {
   Metadata md;
   std::string enc = Encode(md);
-  EXPECT_EQ(enc.size(), kHeaderSize + 8 + 4);  // save_id + four one-byte varints
+  EXPECT_EQ(enc.size(), kHeaderSize + 8 + 5);  // save_id + five one-byte varints
   ExpectSameMetadata(md, RoundTrip(md));
 }
 
@@ -283,15 +305,15 @@ TEST(CodecTest, HeaderLayoutMatchesSpec) {
   EXPECT_EQ(enc.substr(0, 8), std::string("\x89"
                                           "DCPMETA",
                                           8));
-  EXPECT_EQ(enc.substr(8, 4), std::string("\x02\x00\x00\x00", 4));   // version 2, LE
+  EXPECT_EQ(enc.substr(8, 4), std::string("\x03\x00\x00\x00", 4));   // version 3, LE
   EXPECT_EQ(enc.substr(12, 4), std::string("\x00\x00\x00\x00", 4));  // flags 0
   EXPECT_EQ(enc, Seal(Body(enc)));  // body length and XXH3-64 of header bytes 0..23 + body
 }
 
 TEST(CodecTest, BodyMatchesSpec) {
   BodyBuilder b;
-  b.Fixed64(0x1122334455667788ULL).Varint(2);  // save_id, world_size
-  b.Varint(2)                                  // files
+  b.Fixed64(0x1122334455667788ULL).Varint(2).Varint(0);  // save_id, world_size, block_size
+  b.Varint(2)                                             // files
       .String("data-1122334455667788-r00000.safetensors")
       .Varint(64)
       .String("data-1122334455667788-r00000.bytes")
@@ -302,6 +324,53 @@ TEST(CodecTest, BodyMatchesSpec) {
   b.Varint(0).Varint(32).Fixed64(0xCD).Varint(2).Varint(0).Varint(2).Varint(2);
   b.Varint(1).String("step").Varint(1).Varint(0).Varint(5).Fixed64(0xEF);
   EXPECT_EQ(Encode(SmallMetadata()), Seal(b.body()));
+}
+
+TEST(CodecTest, BlockChecksumsMatchSpec) {
+  // Version 3: block_size after world_size; a chunk longer than one block is followed by one
+  // fixed64 per block, and its xxh3 is XXH3-64 of those as little-endian u64s.
+  BodyBuilder b;
+  b.Fixed64(0x1122334455667788ULL).Varint(2).Varint(4096);
+  b.Varint(2)
+      .String("data-1122334455667788-r00000.safetensors")
+      .Varint(64 + 10000 + 4096)
+      .String("data-1122334455667788-r00000.bytes")
+      .Varint(5);
+  b.Varint(2).String("w").Byte(static_cast<uint8_t>(DType::kF32)).Byte(2).Varint(4).Varint(2);
+  b.Varint(2);
+  b.Varint(0).Varint(16).Fixed64(0xAB).Varint(0).Varint(0).Varint(2).Varint(2);
+  b.Varint(0).Varint(32).Fixed64(0xCD).Varint(2).Varint(0).Varint(2).Varint(2);
+  b.String("x").Byte(static_cast<uint8_t>(DType::kU8)).Byte(1).Varint(14096);
+  b.Varint(2);
+  BodyBuilder hashes;
+  hashes.Fixed64(0x111).Fixed64(0x222).Fixed64(0x333);
+  const uint64_t digest = XXH3_64bits(hashes.body().data(), hashes.body().size());
+  b.Varint(0).Varint(64).Fixed64(digest).Varint(0).Varint(10000).Raw(hashes.body());
+  b.Varint(0).Varint(10064).Fixed64(0x444).Varint(10000).Varint(4096);  // one block: none
+  b.Varint(1).String("step").Varint(1).Varint(0).Varint(5).Fixed64(0xEF);
+  EXPECT_EQ(Encode(BlockMetadata()), Seal(b.body()));
+  ExpectSameMetadata(BlockMetadata(), RoundTrip(BlockMetadata()));
+}
+
+TEST(CodecTest, RejectsBadBlockChecksums) {
+  // The chunk checksum must be the digest of its block checksums.
+  Metadata md = BlockMetadata();
+  md.tensors[1].chunks[0].block_xxh3[1] ^= 1;
+  std::string enc = Encode(md);
+  ExpectError(enc, StatusCode::kDataLoss, "checksum does not match its block checksums");
+  // Block sizes: 0 or a power of two from 4 KiB to 2^40.
+  for (uint64_t bad : {uint64_t{1}, uint64_t{2048}, uint64_t{5000}, uint64_t{1} << 41}) {
+    SCOPED_TRACE(bad);
+    BodyBuilder b;
+    b.Fixed64(1).Varint(1).Varint(bad).Varint(0).Varint(0).Varint(0);
+    ExpectError(Seal(b.body()), StatusCode::kDataLoss, "checksum block size");
+  }
+  // Fewer block checksums than the chunk has blocks: the body ends early, before any
+  // allocation for them.
+  std::string body = Body(Encode(BlockMetadata()));
+  const size_t cut = body.find(std::string("\x33\x03\0\0\0\0\0\0", 8));
+  ASSERT_NE(cut, std::string::npos);
+  ExpectError(Seal(body.substr(0, cut)), StatusCode::kDataLoss, "body ends early");
 }
 
 // ---- Header and integrity rejections ---------------------------------------------------------
@@ -320,20 +389,40 @@ TEST(CodecTest, RejectsBadMagic) {
 TEST(CodecTest, RejectsOtherVersions) {
   // Intact files of another version (sealed by the version-2 rule every later version keeps).
   std::string body = Body(Encode(SmallMetadata()));
-  ExpectError(Seal(body, 3), StatusCode::kFailedPrecondition, "metadata format version 3");
+  ExpectError(Seal(body, 4), StatusCode::kFailedPrecondition, "metadata format version 4");
   ExpectError(Seal(body, 0), StatusCode::kFailedPrecondition, "metadata format version 0");
   ExpectError(Seal(body, 0x01000000), StatusCode::kFailedPrecondition, "16777216");
 }
 
-TEST(CodecTest, ReadsVersion1Files) {
-  // Version 1 (body-only hash) was written by earlier builds; it must stay readable.
+TEST(CodecTest, ReadsVersion1And2Files) {
+  // Versions 1 (body-only hash) and 2 (no block checksums) were written by earlier builds;
+  // they must stay readable. Their body is the version-3 body without block_size and block
+  // checksums: SmallMetadata's, written by hand as in BodyMatchesSpec.
+  BodyBuilder b;
+  b.Fixed64(0x1122334455667788ULL).Varint(2);
+  b.Varint(2)
+      .String("data-1122334455667788-r00000.safetensors")
+      .Varint(64)
+      .String("data-1122334455667788-r00000.bytes")
+      .Varint(5);
+  b.Varint(1).String("w").Byte(static_cast<uint8_t>(DType::kF32)).Byte(2).Varint(4).Varint(2);
+  b.Varint(2);
+  b.Varint(0).Varint(16).Fixed64(0xAB).Varint(0).Varint(0).Varint(2).Varint(2);
+  b.Varint(0).Varint(32).Fixed64(0xCD).Varint(2).Varint(0).Varint(2).Varint(2);
+  b.Varint(1).String("step").Varint(1).Varint(0).Varint(5).Fixed64(0xEF);
   Metadata md = SmallMetadata();
-  std::string v1 = Seal(Body(Encode(md)), 1);
+  EXPECT_EQ(Encode(md, 2), Seal(b.body(), 2));  // the old-version encoder tests rely on
+  EXPECT_EQ(Encode(md, 1), Seal(b.body(), 1));
+  auto v2 = Decode(Seal(b.body(), 2));
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  ExpectSameMetadata(md, *v2);
+  EXPECT_EQ(v2->block_size, 0u);
+  std::string v1 = Seal(b.body(), 1);
   auto out = Decode(v1);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   ExpectSameMetadata(md, *out);
   md.has_checksums = false;
-  auto no_sums = Decode(Seal(Body(Encode(md)), 1, kFlagNoChecksums));
+  auto no_sums = Decode(Seal(b.body(), 1, kFlagNoChecksums));
   ASSERT_TRUE(no_sums.ok()) << no_sums.status().ToString();
   EXPECT_FALSE(no_sums->has_checksums);
   ExpectError(Seal(Body(v1), 1, 2), StatusCode::kFailedPrecondition, "flags 2");
@@ -343,10 +432,12 @@ TEST(CodecTest, RejectsEveryFlippedBit) {
   // Issue 11 item 4: bit 0 of byte 12 (the flags) used to turn verification off unnoticed. Every
   // bit of the file -- magic, version, flags, body length, hash and body -- now changes the
   // outcome to DATA_LOSS, with and without the no-checksums flag set.
-  for (bool sums : {true, false}) {
-    Metadata md = SmallMetadata();
+  // Also for a file with block checksums (version 3) and for version-2 files.
+  for (int kind : {0, 1, 2, 3}) {
+    const bool sums = kind != 1;
+    Metadata md = kind == 2 ? BlockMetadata() : SmallMetadata();
     md.has_checksums = sums;
-    const std::string enc = Encode(md);
+    const std::string enc = Encode(md, kind == 3 ? 2 : kFormatVersion);
     ASSERT_TRUE(Decode(enc).ok());
     for (size_t i = 0; i < enc.size(); ++i) {
       for (int bit = 0; bit < 8; ++bit) {
@@ -396,7 +487,7 @@ TEST(CodecTest, RejectsEveryTruncation) {
 TEST(CodecTest, RejectsEveryTruncatedBodyEvenWhenResealed) {
   // A writer that stopped early but wrote a consistent header: the body parser itself must
   // notice, whatever field the cut falls in.
-  std::string body = Body(Encode(SmallMetadata()));
+  std::string body = Body(Encode(BlockMetadata()));
   for (size_t n = 0; n < body.size(); ++n) {
     SCOPED_TRACE("body prefix of " + std::to_string(n) + " bytes");
     ExpectError(Seal(body.substr(0, n)), StatusCode::kDataLoss, "corrupt metadata");
@@ -404,7 +495,7 @@ TEST(CodecTest, RejectsEveryTruncatedBodyEvenWhenResealed) {
 }
 
 TEST(CodecTest, RejectsEveryFlippedBodyByte) {
-  std::string enc = Encode(SmallMetadata());
+  std::string enc = Encode(BlockMetadata());
   for (size_t i = kHeaderSize; i < enc.size(); ++i) {
     SCOPED_TRACE("byte " + std::to_string(i));
     std::string bad = enc;
@@ -418,7 +509,7 @@ TEST(CodecTest, RejectsEveryFlippedBodyByte) {
 TEST(CodecTest, ResealedCorruptionNeverCrashes) {
   // Past the checksum, every edit must give either a valid metadata or a clean error (run under
   // ASan/UBSan to make "never crashes" strict).
-  std::string body = Body(Encode(SmallMetadata()));
+  std::string body = Body(Encode(BlockMetadata()));
   for (size_t i = 0; i < body.size(); ++i) {
     for (int v : {0x00, 0x01, 0x7f, 0x80, 0xff}) {
       std::string bad = body;
@@ -537,7 +628,7 @@ TEST(CodecTest, RejectsUnknownDType) {
 TEST(CodecTest, RejectsMoreThanEightDims) {
   // Shape cannot hold nine dims, so write the body by hand: one tensor, rank byte 9.
   BodyBuilder b;
-  b.Fixed64(1).Varint(1).Varint(0);  // save_id, world_size, no files
+  b.Fixed64(1).Varint(1).Varint(0).Varint(0);  // save_id, world_size, block_size, no files
   b.Varint(1).String("t").Byte(static_cast<uint8_t>(DType::kU8)).Byte(kMaxDims + 1);
   for (int d = 0; d <= kMaxDims; ++d) b.Varint(1);
   b.Varint(0).Varint(0);  // no chunks, no bytes entries
@@ -555,10 +646,10 @@ TEST(CodecTest, RejectsBadFileNames) {
 
 TEST(CodecTest, RejectsBadWorldSize) {
   BodyBuilder zero;
-  zero.Fixed64(1).Varint(0).Varint(0).Varint(0).Varint(0);
+  zero.Fixed64(1).Varint(0).Varint(0).Varint(0).Varint(0).Varint(0);
   ExpectError(Seal(zero.body()), StatusCode::kDataLoss, "world size 0 out of range");
   BodyBuilder huge;
-  huge.Fixed64(1).Varint(uint64_t{1} << 32).Varint(0).Varint(0).Varint(0);
+  huge.Fixed64(1).Varint(uint64_t{1} << 32).Varint(0).Varint(0).Varint(0).Varint(0);
   ExpectError(Seal(huge.body()), StatusCode::kDataLoss, "world size 4294967296 out of range");
 }
 
@@ -566,10 +657,10 @@ TEST(CodecTest, RejectsHugeCountsWithoutAllocating) {
   // A count larger than the remaining body could hold is corruption, found before any resize.
   for (uint64_t count : {uint64_t{1} << 40, ~uint64_t{0}}) {
     BodyBuilder files;
-    files.Fixed64(1).Varint(1).Varint(count);
+    files.Fixed64(1).Varint(1).Varint(0).Varint(count);
     ExpectError(Seal(files.body()), StatusCode::kDataLoss, "body ends early");
     BodyBuilder tensors;
-    tensors.Fixed64(1).Varint(1).Varint(0).Varint(count);
+    tensors.Fixed64(1).Varint(1).Varint(0).Varint(0).Varint(count);
     ExpectError(Seal(tensors.body()), StatusCode::kDataLoss, "body ends early");
   }
 }

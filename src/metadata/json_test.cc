@@ -47,9 +47,10 @@ Metadata SampleMetadata() {
 
 TEST(MetadataToJsonTest, FollowsTheSchema) {
   nlohmann::json j = nlohmann::json::parse(MetadataToJson(SampleMetadata()));
-  EXPECT_EQ(j["format_version"], 2);
+  EXPECT_EQ(j["format_version"], 3);
   EXPECT_EQ(j["save_id"], "00ab00000000cd01");
   EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["block_size"], 0);
 
   ASSERT_EQ(j["files"].size(), 3u);
   EXPECT_EQ(j["files"][1],
@@ -90,6 +91,17 @@ TEST(MetadataToJsonTest, FollowsTheSchema) {
                                          {"files", 3},
                                          {"data_bytes", 32 + 32 + 1 + 8},
                                          {"file_bytes", 4096 + 4096 + 8}}));
+}
+
+TEST(MetadataToJsonTest, ShowsBlockChecksums) {
+  Metadata md = SampleMetadata();
+  md.block_size = 16;
+  md.tensors[0].chunks[0].block_xxh3 = {0xa, 0xb};
+  nlohmann::json j = nlohmann::json::parse(MetadataToJson(md));
+  EXPECT_EQ(j["block_size"], 16);
+  EXPECT_EQ(j["tensors"][0]["chunks"][0]["block_xxh3"],
+            nlohmann::json::array({"000000000000000a", "000000000000000b"}));
+  EXPECT_FALSE(j["tensors"][0]["chunks"][1].contains("block_xxh3"));  // one block: none
 }
 
 TEST(MetadataToJsonTest, EmptyMetadataHasEmptyArrays) {

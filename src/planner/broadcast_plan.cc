@@ -53,17 +53,17 @@ bool SpansHosts(const std::vector<int>& ranks, const std::vector<uint64_t>* host
   return false;
 }
 
-// Storage bytes a rank fetches to copy `region` out of a stored chunk: the blocks it
-// touches (core/copy_runs.h), the whole chunk when checksums are verified without block
-// checksums.
+// Storage bytes a rank fetches to copy `region` out of a stored chunk: with checksums
+// verified, the blocks it touches (core/copy_runs.h), or the whole chunk when it has one
+// checksum; unverified, the span from its first to its last needed byte.
 uint64_t ReadCost(const metadata::Metadata& md, const metadata::TensorMeta& t,
                   const metadata::StoredChunk& sc, const Box& dst, const Box& region,
-                  bool whole_chunk_reads) {
-  const bool whole = whole_chunk_reads && sc.block_xxh3.empty();
-  if (whole) return sc.byte_length;
+                  bool verified) {
+  if (verified && sc.block_xxh3.empty()) return sc.byte_length;
   auto runs = CopyRuns::Make(t.dtype, sc.box, dst, region);
-  if (!runs.ok()) return sc.byte_length;
-  return BytesToFetch(*runs, sc.byte_length, sc.block_xxh3.empty() ? 0 : md.block_size, false);
+  if (!runs.ok() || runs->num_runs() == 0) return sc.byte_length;
+  if (verified) return BytesToFetch(*runs, sc.byte_length, md.block_size, false);
+  return runs->src_offset(runs->num_runs() - 1) + runs->run_bytes() - runs->src_offset(0);
 }
 
 // Decides which stored chunks are read once and broadcast whole (see SharedChunk), given

@@ -71,7 +71,8 @@ struct BroadcastPlanOptions {
   // The checkpoint's metadata; null: no stored-chunk sharing (and read_bytes count
   // destination bytes).
   const metadata::Metadata* md = nullptr;
-  // Whether a partial read of a stored chunk costs the whole chunk (checksums verified).
+  // Whether checksums are verified: a partial read of a stored chunk then costs the blocks
+  // it touches, or the whole chunk when the chunk has one checksum (formats before 3).
   bool whole_chunk_reads = true;
   // The host of every rank; null: every rank on a host of its own. Ranks of one host share
   // its page cache, so when every rank needing some bytes is on one host, each reads them

@@ -1,0 +1,245 @@
+// What a load reads from storage (issue 13 items 2 and 3): each stored byte once per rank
+// however many destination chunks it feeds, and with block checksums (format version 3) only
+// the blocks a resharding load needs, each verified; versions 1 and 2 still load.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/metadata_io.h"
+#include "core/checksum.h"
+#include "dcp/checkpoint.h"
+#include "metadata/codec.h"
+#include "storage/file_system.h"
+#include "test_util.h"
+
+namespace dcp {
+namespace {
+
+using testing::TempDir;
+constexpr uint64_t kBlock = metadata::kChecksumBlockSize;
+
+// bf16 element value from its global row-major index: any chunking can be checked.
+uint16_t Value(uint64_t g) { return static_cast<uint16_t>(g * 2654435761u >> 7); }
+
+struct Tensor {
+  std::string fqn;
+  Shape shape;  // 2-d, bf16
+};
+
+// 6 MiB row-split and column-split matrices (rows of 3 and 4 KiB), one of 2,000,000 bytes
+// (two blocks, the last short) and one smaller than a block.
+const std::vector<Tensor>& Tensors() {
+  static const std::vector<Tensor> t = {{"a.rows", Shape{2048, 1536}},
+                                        {"b.cols", Shape{1536, 2048}},
+                                        {"c.odd", Shape{1000, 1000}},
+                                        {"d.small", Shape{12, 100}}};
+  return t;
+}
+
+// Destination (or source) memory for boxes of the tensors.
+struct Mem {
+  std::vector<std::vector<uint16_t>> bufs;
+  StateDict sd;
+  void Add(const Tensor& t, const Box& box, bool fill) {
+    std::vector<uint16_t>& buf = bufs.emplace_back(box.NumElements(), 0);
+    if (fill) {
+      for (int64_t r = 0; r < box.lengths[0]; ++r) {
+        for (int64_t c = 0; c < box.lengths[1]; ++c) {
+          buf[r * box.lengths[1] + c] =
+              Value((box.offsets[0] + r) * t.shape[1] + box.offsets[1] + c);
+        }
+      }
+    }
+    sd.add(t.fqn, TensorView(buf.data(), DType::kBF16, box.lengths), Chunk{t.shape, box.offsets});
+  }
+  // Every loaded element equals its saved value.
+  ::testing::AssertionResult Check() const {
+    for (size_t e = 0, k = 0; e < sd.entries().size(); ++e) {
+      const StateEntry& entry = sd.entries()[e];
+      for (const TensorChunk& c : entry.chunks) {
+        const uint16_t* p = reinterpret_cast<const uint16_t*>(c.view.data);
+        const int64_t cols = entry.global_shape[1];
+        for (int64_t r = 0; r < c.box.lengths[0]; ++r) {
+          for (int64_t j = 0; j < c.box.lengths[1]; ++j) {
+            if (p[r * c.box.lengths[1] + j] !=
+                Value((c.box.offsets[0] + r) * cols + c.box.offsets[1] + j)) {
+              return ::testing::AssertionFailure()
+                     << entry.fqn << " chunk " << c.box.ToString() << " row " << r << " col " << j;
+            }
+          }
+        }
+        ++k;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+Box Rows(const Shape& s, int64_t begin, int64_t n) { return Box{Shape{begin, 0}, Shape{n, s[1]}}; }
+Box Cols(const Shape& s, int64_t begin, int64_t n) { return Box{Shape{0, begin}, Shape{s[0], n}}; }
+
+class PartialReads : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Mem src;
+    for (const Tensor& t : Tensors()) src.Add(t, Box::Whole(t.shape), true);
+    save(src.sd, tmp_.path());
+    md_ = read_metadata(tmp_.path());
+  }
+  uint64_t TotalBytes() const { return md_.TotalDataBytes(); }
+  std::string DataFile() const { return tmp_.Sub(md_.files[0].name); }
+  const StoredChunk& Stored(const std::string& fqn) const { return md_.FindTensor(fqn)->chunks[0]; }
+  // Rewrites the metadata in an older version: whole-chunk checksums, no blocks.
+  void RewriteAs(uint32_t version) {
+    Metadata old = md_;
+    old.block_size = 0;
+    std::ifstream in(DataFile(), std::ios::binary);
+    for (TensorMeta& t : old.tensors) {
+      for (StoredChunk& c : t.chunks) {
+        std::vector<std::byte> bytes(c.byte_length);
+        in.seekg(static_cast<std::streamoff>(c.byte_offset));
+        in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        c.xxh3 = Xxh3(bytes);
+        c.block_xxh3.clear();
+      }
+    }
+    std::ofstream out(tmp_.Sub("dcp.metadata"), std::ios::binary | std::ios::trunc);
+    const std::string enc = metadata::Encode(old, version);
+    out.write(enc.data(), static_cast<std::streamsize>(enc.size()));
+  }
+  // One process holding a tp4 chunking of every tensor (rows of a.rows, columns of the
+  // others), as `dcp demo` loads: each stored chunk feeds four destination chunks.
+  Mem Tp4() const {
+    Mem d;
+    for (const Tensor& t : Tensors()) {
+      for (int k = 0; k < 4; ++k) {
+        if (t.fqn == "a.rows" || t.fqn == "d.small") {
+          d.Add(t, Rows(t.shape, k * t.shape[0] / 4, t.shape[0] / 4), false);
+        } else {
+          d.Add(t, Cols(t.shape, k * t.shape[1] / 4, t.shape[1] / 4), false);
+        }
+      }
+    }
+    return d;
+  }
+
+  TempDir tmp_;
+  Metadata md_;
+};
+
+TEST_F(PartialReads, SavesBlockChecksums) {
+  EXPECT_EQ(md_.block_size, kBlock);
+  EXPECT_EQ(Stored("a.rows").block_xxh3.size(), 6u);
+  EXPECT_EQ(Stored("c.odd").block_xxh3.size(), 2u);  // 2,000,000 bytes: one full, one short
+  EXPECT_TRUE(Stored("d.small").block_xxh3.empty());
+  EXPECT_EQ(Stored("a.rows").xxh3, BlockDigest(Stored("a.rows").block_xxh3));
+}
+
+TEST_F(PartialReads, Tp4InOneProcessReadsEachStoredByteOnce) {
+  // Issue 13 item 2: `dcp demo` read 4x the checkpoint (each destination chunk read its
+  // stored chunk again to check its one checksum).
+  for (bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "verified" : "unverified");
+    Mem d = Tp4();
+    LoadResult r = load(d.sd, tmp_.path(), {.verify_checksums = verify});
+    EXPECT_EQ(r.bytes_read, TotalBytes());
+    EXPECT_EQ(r.chunks_read, md_.TotalChunks());
+    EXPECT_TRUE(d.Check());
+  }
+}
+
+TEST_F(PartialReads, ReshardReadsOnlyTheBlocksItNeeds) {
+  // Rows [512, 1024) of a.rows are bytes [1.5 MiB, 3 MiB): blocks 1 and 2.
+  const Tensor& t = Tensors()[0];
+  Mem d;
+  d.Add(t, Rows(t.shape, 512, 512), false);
+  LoadResult r = load(d.sd, tmp_.path(), {.allow_partial = true});
+  EXPECT_EQ(r.bytes_read, 2 * kBlock);
+  EXPECT_TRUE(d.Check());
+  // A column slice touches every block; c.odd's second block is short.
+  Mem cols;
+  cols.Add(Tensors()[2], Cols(Tensors()[2].shape, 100, 10), false);
+  r = load(cols.sd, tmp_.path(), {.allow_partial = true});
+  EXPECT_EQ(r.bytes_read, Stored("c.odd").byte_length);
+  EXPECT_TRUE(cols.Check());
+  // Row 0 of c.odd: only the first block.
+  Mem row;
+  row.Add(Tensors()[2], Rows(Tensors()[2].shape, 0, 1), false);
+  r = load(row.sd, tmp_.path(), {.allow_partial = true});
+  EXPECT_EQ(r.bytes_read, kBlock);
+  EXPECT_TRUE(row.Check());
+}
+
+TEST_F(PartialReads, FlippedByteInAReadBlockIsCaught) {
+  const StoredChunk& c = Stored("a.rows");
+  testing::FlipByte(DataFile(), c.byte_offset + 2 * kBlock + 17);  // block 2
+  const Tensor& t = Tensors()[0];
+  Mem d;
+  d.Add(t, Rows(t.shape, 512, 512), false);
+  try {
+    load(d.sd, tmp_.path(), {.allow_partial = true});
+    FAIL() << "a flipped byte in a block the load reads went unnoticed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.code(), StatusCode::kDataLoss) << msg;
+    EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("a.rows"), std::string::npos) << msg;
+    // The block's byte range in the file.
+    EXPECT_NE(msg.find(std::to_string(c.byte_offset + 2 * kBlock) + ", " +
+                       std::to_string(c.byte_offset + 3 * kBlock)),
+              std::string::npos)
+        << msg;
+  }
+}
+
+TEST_F(PartialReads, FlippedByteInAnUnreadBlockIsLeftToVerify) {
+  const StoredChunk& c = Stored("a.rows");
+  testing::FlipByte(DataFile(), c.byte_offset + 5 * kBlock + 3);  // block 5: rows >= 1706
+  const Tensor& t = Tensors()[0];
+  Mem d;
+  d.Add(t, Rows(t.shape, 512, 512), false);
+  EXPECT_NO_THROW(load(d.sd, tmp_.path(), {.allow_partial = true}));
+  EXPECT_TRUE(d.Check());
+  // A whole load reads it, and so does verify.
+  Mem whole = Tp4();
+  EXPECT_THROW(load(whole.sd, tmp_.path()), Error);
+  EXPECT_THROW(verify(tmp_.path()), Error);
+  std::string out;
+  EXPECT_EQ(testing::RunCommand(std::string(DCP_CLI_PATH) + " verify " + tmp_.path(), &out), 1)
+      << out;
+  EXPECT_NE(out.find("a.rows"), std::string::npos) << out;
+}
+
+TEST_F(PartialReads, Version1And2CheckpointsStillLoad) {
+  for (uint32_t version : {2u, 1u}) {
+    SCOPED_TRACE("version " + std::to_string(version));
+    RewriteAs(version);
+    Metadata old = read_metadata(tmp_.path());
+    EXPECT_EQ(old.block_size, 0u);
+    EXPECT_NO_THROW(verify(tmp_.path()));
+    Mem d = Tp4();
+    LoadResult r = load(d.sd, tmp_.path());
+    EXPECT_EQ(r.bytes_read, TotalBytes());  // still once per rank
+    EXPECT_TRUE(d.Check());
+    // A partial load must read the whole chunk its one checksum covers.
+    const Tensor& t = Tensors()[0];
+    Mem part;
+    part.Add(t, Rows(t.shape, 512, 512), false);
+    r = load(part.sd, tmp_.path(), {.allow_partial = true});
+    EXPECT_EQ(r.bytes_read, Stored("a.rows").byte_length);
+    EXPECT_TRUE(part.Check());
+    // So a flipped byte anywhere in the chunk is caught.
+    testing::FlipByte(DataFile(), Stored("a.rows").byte_offset + 5 * kBlock + 3);
+    Mem again;
+    again.Add(t, Rows(t.shape, 512, 512), false);
+    EXPECT_THROW(load(again.sd, tmp_.path(), {.allow_partial = true}), Error);
+    EXPECT_THROW(verify(tmp_.path()), Error);
+    testing::FlipByte(DataFile(), Stored("a.rows").byte_offset + 5 * kBlock + 3);
+  }
+}
+
+}  // namespace
+}  // namespace dcp
