@@ -32,7 +32,7 @@ FLAGS=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 CORE=(src/core/dtype.cc src/core/box.cc src/core/status.cc)
 declare -A SOURCES=(
   [safetensors_header]="fuzz/safetensors_header_fuzz.cc src/hf/safetensors_header.cc src/storage/posix_file_system.cc ${CORE[*]}"
-  [metadata]="fuzz/metadata_fuzz.cc src/metadata/codec.cc src/metadata/metadata.cc ${CORE[*]}"
+  [metadata]="fuzz/metadata_fuzz.cc src/metadata/codec.cc src/metadata/metadata.cc src/core/checksum.cc ${CORE[*]}"
 )
 declare -A LIBS=([safetensors_header]="" [metadata]="-lxxhash")
 TARGETS=(safetensors_header metadata)
