@@ -34,6 +34,11 @@ struct SaveOptions {
   bool dedup_replicas = true;
   // Reuse the global plan of the previous save of the same structure.
   bool plan_cache = true;
+  // File recycling: a directory of retired data files, one per rank (r<rank>.safetensors).
+  // When this rank's is there, its tensor data file is that file, renamed and overwritten in
+  // place (storage that allocates new blocks slowly writes faster), instead of a new file.
+  // The file is consumed: nothing else may need it. Empty: off. CheckpointManager sets it.
+  std::string recycle_dir;
 };
 
 struct SaveResult {
@@ -42,6 +47,7 @@ struct SaveResult {
   uint64_t files_written = 0;  // by this rank
   uint64_t unique_bytes = 0;   // in the whole checkpoint
   bool plan_cache_hit = false;
+  bool file_recycled = false;  // this rank's tensor data file was a recycled one
   // Planning payload this rank received (plan hashes, then each distinct plan once; with a
   // plan cache hit, the hashes only): what `dcp simulate` predicts per rank at scale.
   uint64_t plan_exchange_bytes = 0;

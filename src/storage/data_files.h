@@ -50,8 +50,12 @@ class SafetensorsHeader {
 };
 
 // A valid safetensors file (`__metadata__` {"format": "pt"}) holding `tensors` in order.
+// With `recycle_from` set and present, that file becomes `path` and is overwritten in place
+// (FileSystem::ReuseFile; *recycled says so); otherwise a new file.
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
-                                         const std::vector<TensorToWrite>& tensors);
+                                         const std::vector<TensorToWrite>& tensors,
+                                         const std::string& recycle_from = {},
+                                         bool* recycled = nullptr);
 
 // The payloads one after another.
 Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,
