@@ -1,16 +1,15 @@
 #include "multirank_scenarios.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "async/async_saver.h"
 #include "checkpoint/load.h"
@@ -681,7 +680,7 @@ void RealHostsBroadcast(const std::shared_ptr<Comm>& comm, const std::string& di
                  std::to_string(r + per_host - 1);
     }
   }
-  if (comm->rank() == 0) std::printf("hosts: %s\n", listing.c_str());
+  if (comm->rank() == 0) std::cout << "hosts: " << listing << std::endl;
   ASSERT_FALSE(::testing::Test::HasFailure());
 
   const auto model = SmallModel();
@@ -728,18 +727,14 @@ void RealHostsBroadcast(const std::shared_ptr<Comm>& comm, const std::string& di
     EXPECT_GT(broadcasts, 0u);
     EXPECT_LT(read, read_off);
     if (comm->rank() == 0) {
-      std::printf(
-          "%s: storage read %llu bytes by all ranks (unique %llu + bytes entries %llu x %d "
-          "ranks; broadcast off: %llu), broadcast sent %llu, received %llu, %llu broadcasts\n",
-          layout.c_str(), static_cast<unsigned long long>(read),
-          static_cast<unsigned long long>(unique), static_cast<unsigned long long>(bytes_entries),
-          world, static_cast<unsigned long long>(read_off),
-          static_cast<unsigned long long>(sent), static_cast<unsigned long long>(received),
-          static_cast<unsigned long long>(broadcasts));
+      std::cout << layout << ": storage read " << read << " bytes by all ranks (unique " << unique
+                << " + bytes entries " << bytes_entries << " x " << world
+                << " ranks; broadcast off: " << read_off << "), broadcast sent " << sent
+                << ", received " << received << ", " << broadcasts << " broadcasts" << std::endl;
       // real_hosts.sh checks these bytes against the hosts' network links.
       if (across) {
-        std::printf("crossing hosts: at least %llu bytes\n",
-                    static_cast<unsigned long long>((unique - replicated) * (hosts - 1)));
+        std::cout << "crossing hosts: at least " << (unique - replicated) * (hosts - 1) << " bytes"
+                  << std::endl;
       }
     }
   }

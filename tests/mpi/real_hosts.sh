@@ -31,11 +31,19 @@ if [ "${1:-}" = --bench ]; then
 else
   mpirun=$1 prog=$2 scratch=$3 hosts=${4:-3} per_host=${5:-2}
 fi
+case "$hosts,$per_host" in
+  *[!0-9,]* | ,* | *, | 0,* | *,0)
+    echo "usage: real_hosts.sh MPIRUN SAVE_MPI_TEST SCRATCH [HOSTS [RANKS_PER_HOST]]" >&2
+    exit 2
+    ;;
+esac
+[ "$hosts" -ge 2 ] || { echo "real_hosts.sh: needs 2 hosts or more" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 id=dcpn$$
 switch=${id}s launcher=${id}l
 subnet=10.77.0  # inside the run's own namespaces only
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset DCP_HOST_ID  # the hosts are real
 
 skip() {
   echo "SKIP: $*"
@@ -72,12 +80,11 @@ for tool in ip unshare timeout; do
   command -v "$tool" >/dev/null || skip "'$tool' not found"
 done
 
-# Namespaces of runs whose script is gone (killed by ctest's timeout, SIGKILL, a reboot of
-# the script but not of the machine).
+# Namespaces of runs whose script is gone (killed outright: SIGKILL, a timeout), or whose pid
+# this run got (it has made none yet).
 for ns in $(namespaces | grep -E '^dcpn[0-9]+(s|l|h[0-9]+)$'); do
   owner=${ns#dcpn}
   owner=${owner%%[slh]*}
-  [ "$owner" = $$ ] && continue
   if kill -0 "$owner" 2>/dev/null && tr '\0' ' ' <"/proc/$owner/cmdline" 2>/dev/null |
     grep -q real_hosts.sh; then
     continue  # a run in progress
