@@ -93,4 +93,12 @@ namespace dcp::testing {
 // a host read through the page cache (no broadcast), replicas across hosts are broadcast.
 void HostAwareBroadcast(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
+// Across `hosts` real hosts (ctest mpi.hosts: each rank's gethostname, no DCP_HOST_ID), the
+// same number of ranks R on each, placed host by host. Saved and loaded as dp<hosts>,tp<R>
+// (every piece replicated across hosts): each stored byte is read once from storage, by all
+// ranks together, and broadcast to the other hosts. Saved and loaded as tp<hosts>,dp<R>
+// (replicas within a host): only the tensors every rank holds cross hosts. Rank 0 prints the
+// host of every rank and the bytes read, unique, sent and received.
+void RealHostsBroadcast(const std::shared_ptr<Comm>& comm, const std::string& dir, int hosts);
+
 }  // namespace dcp::testing

@@ -157,5 +157,14 @@ TEST(HostsMpi, BroadcastOnlyAcrossHosts) {
   HostAwareBroadcast(World(), d.path());
 }
 
+// Ranks on real hosts (ctest mpi.hosts: tests/mpi/real_hosts.sh starts the job across network
+// namespaces, each its own host name, and names the shared checkpoint directory).
+TEST(RealHostsMpi, BroadcastAcrossHosts) {
+  const char* hosts = std::getenv("DCP_TEST_HOSTS");
+  const char* dir = std::getenv("DCP_TEST_DIR");
+  if (!hosts || !dir) FAIL() << "needs DCP_TEST_HOSTS and DCP_TEST_DIR (ctest mpi.hosts)";
+  RealHostsBroadcast(World(), dir, std::atoi(hosts));
+}
+
 }  // namespace
 }  // namespace dcp::testing
