@@ -231,7 +231,7 @@ TEST(ScheduleBroadcastsTest, BatchesPerGroupAndReaderInIssueOrder) {
   BroadcastPlan p;
   p.groups = {{0, 1}, {0, 1, 2}};
   auto shard = [](uint32_t t, uint64_t n, uint32_t g, int reader) {
-    return SharedShard{t, Box{{0}, {1}}, n, g, reader};
+    return SharedShard{t, Box{{0}, {1}}, Box{{0}, {1}}, n, g, reader};
   };
   // Limit 10: a (g0,r0) 4 + 4 fit; the third 4 overflows and closes that batch; a 12-byte
   // shard goes alone when reached; (g1,r2) stays open until the end.

@@ -150,7 +150,7 @@ Result<LocalSavePlan> DecodeLocalPlan(std::string_view data) {
 // (a checksummed stored chunk is read whole: it is the finest unit a load can give out).
 // Never below kMinSplitBytes: many tiny pieces cost more than the imbalance.
 constexpr uint64_t kPiecesPerShare = 8;
-constexpr uint64_t kMinSplitBytes = (uint64_t{256} << 10) ;
+constexpr uint64_t kMinSplitBytes = uint64_t{256} << 10;
 
 namespace {
 
@@ -204,23 +204,22 @@ Result<Gathered> GatherEntries(const std::vector<LocalSavePlan>& plans,
 
 // A replicated chunk larger than `piece` would leave its writer behind the others
 // (whole-chunk balance): it is split along dimension 0 into pieces of at most about `piece`
-// bytes that different holders write. Returns {box} when it is not split.
+// bytes that its holders write (a holder may write several). Returns {box} when it is not
+// split: one holder, or a row that is not whole bytes.
 std::vector<Box> SplitReplicated(const Box& box, const ChunkAcc& c, DType dtype,
                                  const std::vector<std::vector<int>>& holders, uint64_t piece) {
   if (c.nbytes <= piece || box.rank() == 0 || box.lengths[0] < 2) return {box};
-  uint64_t members = 0;
-  for (int p : c.plans) members += holders[p].size();
+  if (c.plans.size() == 1 && holders[c.plans[0]].size() < 2) return {box};
   const uint64_t rows = static_cast<uint64_t>(box.lengths[0]);
   if (!DTypeBytes(dtype, box.NumElements() / rows)) return {box};  // rows split bytes
-  const uint64_t n = std::min({members, (c.nbytes + piece - 1) / piece, rows});
-  if (n < 2) return {box};
+  const uint64_t n = std::min((c.nbytes + piece - 1) / piece, rows);
   std::vector<Box> out;
   const uint64_t per = (rows + n - 1) / n;
   for (uint64_t at = 0; at < rows; at += per) {
-    Box piece = box;
-    piece.offsets[0] += static_cast<int64_t>(at);
-    piece.lengths[0] = static_cast<int64_t>(std::min(per, rows - at));
-    out.push_back(piece);
+    Box part = box;
+    part.offsets[0] += static_cast<int64_t>(at);
+    part.lengths[0] = static_cast<int64_t>(std::min(per, rows - at));
+    out.push_back(std::move(part));
   }
   return out;
 }
