@@ -149,57 +149,57 @@ void ShareStoredChunks(
 
 namespace {
 
-// Rows (relative to the shard's first) where `box` of tensor `t` may be cut into slabs: any
-// row, or with whole-chunk reads only rows that no stored chunk crosses. Ascending, in
-// (0, rows).
-std::vector<int64_t> SlabCuts(uint32_t tensor, const Box& box, StoredChunkFinder* finder,
-                              const metadata::Metadata* md, bool whole_chunk_reads) {
-  const int64_t rows = box.lengths[0];
-  std::vector<int64_t> cuts;
-  if (md == nullptr || !whole_chunk_reads) {
-    cuts.resize(static_cast<size_t>(rows - 1));
-    for (int64_t r = 1; r < rows; ++r) cuts[static_cast<size_t>(r - 1)] = r;
-    return cuts;
-  }
+// With whole-chunk reads, the rows (relative to the shard's first) where `box` of `tensor`
+// may be cut into slabs: those no stored chunk crosses. Ascending, in (0, rows).
+std::vector<int64_t> CleanCuts(uint32_t tensor, const Box& box, StoredChunkFinder& finder,
+                               const metadata::Metadata& md) {
   // Each intersecting stored chunk's rows, relative to the shard, sorted by start.
   std::vector<std::pair<int64_t, int64_t>> spans;
-  for (const size_t i : finder->Candidates(tensor, box)) {
-    auto region = Intersect(box, md->tensors[tensor].chunks[i].box);
+  for (const size_t i : finder.Candidates(tensor, box)) {
+    auto region = Intersect(box, md.tensors[tensor].chunks[i].box);
     if (!region || region->Empty()) continue;
     const int64_t s = region->offsets[0] - box.offsets[0];
     spans.push_back({s, s + region->lengths[0]});
   }
   std::sort(spans.begin(), spans.end());
   // A boundary is a cut unless some span starting before it ends after it.
+  std::vector<int64_t> cuts;
   int64_t reach = 0;  // furthest end among spans started so far
-  for (size_t i = 0; i < spans.size(); ++i) {
-    const int64_t at = spans[i].first;
-    if (at > 0 && reach <= at && (cuts.empty() || cuts.back() != at)) cuts.push_back(at);
-    reach = std::max(reach, spans[i].second);
+  for (const auto& [start, end] : spans) {
+    if (start > 0 && reach <= start && (cuts.empty() || cuts.back() != start)) {
+      cuts.push_back(start);
+    }
+    reach = std::max(reach, end);
   }
   return cuts;
 }
 
-// `box` cut along dimension 0 into about nbytes / slab_bytes slabs of similar size, at the
-// allowed cuts nearest to even positions; {box} when it is small, or cannot be cut.
+// `box` cut along dimension 0 into about nbytes / slab_bytes slabs of similar size: at even
+// rows, or with whole-chunk reads at the clean cuts nearest to them; {box} when it is small
+// or cannot be cut.
 std::vector<Box> CutIntoSlabs(uint32_t tensor, const Box& box, uint64_t nbytes,
                               uint64_t slab_bytes, StoredChunkFinder* finder,
                               const metadata::Metadata* md, bool whole_chunk_reads) {
   if (nbytes <= slab_bytes || box.rank() == 0 || box.lengths[0] < 2) return {box};
   const auto rows = static_cast<uint64_t>(box.lengths[0]);
   if (nbytes % rows != 0) return {box};  // a row is not a whole number of bytes
-  const std::vector<int64_t> cuts = SlabCuts(tensor, box, finder, md, whole_chunk_reads);
-  const uint64_t n = std::min<uint64_t>((nbytes + slab_bytes - 1) / slab_bytes, cuts.size() + 1);
+  const bool anywhere = md == nullptr || !whole_chunk_reads;
+  std::vector<int64_t> cuts;
+  if (!anywhere) cuts = CleanCuts(tensor, box, *finder, *md);
+  const uint64_t n = std::min<uint64_t>((nbytes + slab_bytes - 1) / slab_bytes,
+                                        anywhere ? rows : cuts.size() + 1);
   std::vector<Box> out;
   int64_t from = 0;
   for (uint64_t k = 1; k <= n; ++k) {
     int64_t to = static_cast<int64_t>(rows);
     if (k < n) {
-      const auto ideal = static_cast<int64_t>(rows * k / n);
-      auto it = std::lower_bound(cuts.begin(), cuts.end(), ideal);
-      if (it == cuts.end() || (it != cuts.begin() && ideal - *(it - 1) < *it - ideal)) --it;
-      if (*it <= from) continue;
-      to = *it;
+      to = static_cast<int64_t>(rows * k / n);
+      if (!anywhere) {
+        auto it = std::lower_bound(cuts.begin(), cuts.end(), to);
+        if (it == cuts.end() || (it != cuts.begin() && to - *(it - 1) < *it - to)) --it;
+        to = *it;
+      }
+      if (to <= from) continue;
     }
     Box slab = box;
     slab.offsets[0] += from;
@@ -314,11 +314,11 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     pending.push_back({a.nbytes, key, &a.classes, it->second, std::move(slabs), largest});
   }
 
-  // Largest first, ties in global order; private reads count toward a rank's load. A shard
-  // is water-filled: its slabs, in order, go to the least-loaded member until it reaches the
-  // fair share, then to the next; a member's consecutive slabs form one entry (one
-  // broadcast). Small shards thus go whole, as before, and a large one to as few readers as
-  // balance needs.
+  // Largest first (by slab: a shard cut fine comes late and fills the gaps, as small shards
+  // do), ties in global order; private reads count toward a rank's load. A shard is
+  // water-filled: its slabs, in order, go to the least-loaded member while they fit below
+  // the fair share (at least one), then to the next least-loaded; a member's consecutive
+  // slabs form one entry, one broadcast. A shard that is not cut goes whole, as before.
   std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
     return a.largest_slab > b.largest_slab;
   });
