@@ -542,8 +542,8 @@ void BroadcastSlabs(const std::shared_ptr<Comm>& comm, const std::string& dir) {
   const auto model = SmallModel();
   // Saved tensor-parallel, loaded whole on every rank: with checksums on, slabs can end
   // between the stored tp pieces.
-  auto saved = workload::PopulateStateDict(model, Layout("tp" + std::to_string(comm->size())),
-                                           comm->rank());
+  auto saved =
+      workload::PopulateStateDict(model, Layout("tp" + std::to_string(comm->size())), comm->rank());
   ASSERT_TRUE(saved.ok());
   const std::string ckpt = dir + "/slabs";
   ASSERT_NO_THROW(save(saved->sd, ckpt, {.comm = comm}));

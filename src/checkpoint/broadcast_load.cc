@@ -222,7 +222,8 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
       stats->shared_shards += op.items.size();
       if (reader) {
         stats->shards_read_for_others += op.items.size();
-        for (uint32_t i : op.items) read([&] { return reads.Read(shared_reads, mine[i].read_items); });
+        for (uint32_t i : op.items)
+          read([&] { return reads.Read(shared_reads, mine[i].read_items); });
       }
       if (op.items.size() == 1) {
         // Straight from and into the destination memory.

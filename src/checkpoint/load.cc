@@ -180,7 +180,8 @@ void MapToThisRank(const StateDict& sd, const metadata::Metadata& md,
         from_shared_chunk(item, chunk->second, *part);
       } else {
         (*mine)[i].read_items.push_back(static_cast<uint32_t>(shared_reads->reads.size()));
-        shared_reads->reads.push_back({item.entry, item.dst_chunk, item.tensor, item.stored, *part});
+        shared_reads->reads.push_back(
+            {item.entry, item.dst_chunk, item.tensor, item.stored, *part});
       }
     }
   }
@@ -228,7 +229,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   std::vector<MyShard> mine;
   std::vector<MyChunk> my_chunks;
   planner::LocalLoadPlan shared_reads;  // this rank's reads for the shards it sends
-  std::vector<bool> not_from_storage;    // per read item: not in the private phase
+  std::vector<bool> not_from_storage;   // per read item: not in the private phase
   if (broadcast) {
     Destinations dests;
     if (plan.ok()) dests = DestinationsOf(sd, *md);

@@ -177,17 +177,17 @@ std::vector<int64_t> CleanCuts(uint32_t tensor, const Box& box, StoredChunkFinde
 // `box` cut along dimension 0 into about nbytes / slab_bytes slabs of similar size: at even
 // rows, or with whole-chunk reads at the clean cuts nearest to them; {box} when it is small
 // or cannot be cut.
-std::vector<Box> CutIntoSlabs(uint32_t tensor, const Box& box, uint64_t nbytes,
-                              uint64_t slab_bytes, StoredChunkFinder* finder,
-                              const metadata::Metadata* md, bool whole_chunk_reads) {
+std::vector<Box> CutIntoSlabs(uint32_t tensor, const Box& box, uint64_t nbytes, uint64_t slab_bytes,
+                              StoredChunkFinder* finder, const metadata::Metadata* md,
+                              bool whole_chunk_reads) {
   if (nbytes <= slab_bytes || box.rank() == 0 || box.lengths[0] < 2) return {box};
   const auto rows = static_cast<uint64_t>(box.lengths[0]);
   if (nbytes % rows != 0) return {box};  // a row is not a whole number of bytes
   const bool anywhere = md == nullptr || !whole_chunk_reads;
   std::vector<int64_t> cuts;
   if (!anywhere) cuts = CleanCuts(tensor, box, *finder, *md);
-  const uint64_t n = std::min<uint64_t>((nbytes + slab_bytes - 1) / slab_bytes,
-                                        anywhere ? rows : cuts.size() + 1);
+  const uint64_t n =
+      std::min<uint64_t>((nbytes + slab_bytes - 1) / slab_bytes, anywhere ? rows : cuts.size() + 1);
   std::vector<Box> out;
   int64_t from = 0;
   for (uint64_t k = 1; k <= n; ++k) {
@@ -269,11 +269,10 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
       ++i;
     }
   }
-  const uint64_t slab_bytes =
-      sharing.slab_bytes ? sharing.slab_bytes
-                         : std::max<uint64_t>(total / static_cast<uint64_t>(std::max(world_size, 1)) /
-                                                  kSlabsPerShare,
-                                              kMinSlabBytes);
+  const uint64_t fair_share = total / static_cast<uint64_t>(std::max(world_size, 1));
+  const uint64_t slab_bytes = sharing.slab_bytes
+                                  ? sharing.slab_bytes
+                                  : std::max<uint64_t>(fair_share / kSlabsPerShare, kMinSlabBytes);
   std::optional<StoredChunkFinder> finder;
   if (sharing.md) finder.emplace(*sharing.md);
   struct Pending {
@@ -302,14 +301,15 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
       std::sort(ranks.begin(), ranks.end());
       plan.groups.push_back(std::move(ranks));
     }
-    std::vector<Box> slabs = CutIntoSlabs(key.first, key.second, a.nbytes, slab_bytes,
-                                          finder ? &*finder : nullptr, sharing.md,
-                                          sharing.whole_chunk_reads);
+    std::vector<Box> slabs =
+        CutIntoSlabs(key.first, key.second, a.nbytes, slab_bytes, finder ? &*finder : nullptr,
+                     sharing.md, sharing.whole_chunk_reads);
     uint64_t largest = a.nbytes;
     if (slabs.size() > 1) {
       int64_t rows = 0;
       for (const Box& b : slabs) rows = std::max(rows, b.lengths[0]);
-      largest = a.nbytes / static_cast<uint64_t>(key.second.lengths[0]) * static_cast<uint64_t>(rows);
+      largest =
+          a.nbytes / static_cast<uint64_t>(key.second.lengths[0]) * static_cast<uint64_t>(rows);
     }
     pending.push_back({a.nbytes, key, &a.classes, it->second, std::move(slabs), largest});
   }
@@ -322,7 +322,6 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
     return a.largest_slab > b.largest_slab;
   });
-  const uint64_t fair_share = total / static_cast<uint64_t>(std::max(world_size, 1));
   ClassBalancer balancer(holders, plan.read_bytes);
   for (const Pending& p : pending) {
     const auto& [tensor, box] = p.key;

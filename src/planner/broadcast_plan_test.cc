@@ -244,8 +244,8 @@ void ExpectSlabsTile(const BroadcastPlan& p) {
     const uint64_t rows = static_cast<uint64_t>(first.box.lengths[0]);
     int64_t at = first.box.offsets[0];
     uint64_t bytes = 0;
-    for (; i < p.shards.size() && p.shards[i].tensor == first.tensor &&
-           p.shards[i].box == first.box;
+    for (;
+         i < p.shards.size() && p.shards[i].tensor == first.tensor && p.shards[i].box == first.box;
          ++i) {
       const SharedShard& s = p.shards[i];
       EXPECT_EQ(s.slab.offsets[0], at) << s.box.ToString();
@@ -256,8 +256,7 @@ void ExpectSlabsTile(const BroadcastPlan& p) {
       at += s.slab.lengths[0];
       bytes += s.nbytes;
       EXPECT_GE(s.reader, 0);
-      EXPECT_TRUE(std::binary_search(p.groups[s.group].begin(), p.groups[s.group].end(),
-                                     s.reader));
+      EXPECT_TRUE(std::binary_search(p.groups[s.group].begin(), p.groups[s.group].end(), s.reader));
     }
     EXPECT_EQ(at, first.box.offsets[0] + first.box.lengths[0]) << first.box.ToString();
     EXPECT_EQ(bytes % rows, 0u);

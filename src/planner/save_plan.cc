@@ -291,9 +291,8 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
       for (int p : c.plans) lowest = std::min(lowest, FirstRank(holders, p));
       boxes.push_back(chunk_box);
       lowest_holder.push_back(lowest);
-      const std::vector<Box> pieces =
-          split ? SplitReplicated(chunk_box, c, t.dtype, holders, piece)
-                : std::vector<Box>{chunk_box};
+      const std::vector<Box> pieces = split ? SplitReplicated(chunk_box, c, t.dtype, holders, piece)
+                                            : std::vector<Box>{chunk_box};
       for (const Box& box : pieces) {
         const uint64_t nbytes = *DTypeBytes(t.dtype, box.NumElements());
         int writer = -1;
