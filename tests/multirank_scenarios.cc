@@ -541,6 +541,46 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
   ASSERT_TRUE(comm->Barrier().ok());
 }
 
+void BroadcastSlabs(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  // Saved tensor-parallel, loaded whole on every rank: with checksums on, slabs can end
+  // between the stored tp pieces.
+  auto saved =
+      workload::PopulateStateDict(model, Layout("tp" + std::to_string(comm->size())), comm->rank());
+  ASSERT_TRUE(saved.ok());
+  const std::string ckpt = dir + "/slabs";
+  ASSERT_NO_THROW(save(saved->sd, ckpt, {.comm = comm}));
+  const auto layout = Layout("dp" + std::to_string(comm->size()));
+  auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(md.ok());
+  uint64_t unique = 0;
+  for (const auto& t : md->tensors) {
+    for (const auto& c : t.chunks) unique += c.byte_length;
+  }
+  for (const auto& b : md->bytes) unique += b.byte_length * comm->size();  // read by each rank
+  for (bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "checksums verified" : "checksums off");
+    LoadResult whole = LoadVerified(comm, model, layout, ckpt,
+                                    {.verify_checksums = verify,
+                                     .broadcast_slab_bytes = UINT64_MAX,
+                                     .broadcast_within_host = true});
+    LoadResult slabs = LoadVerified(
+        comm, model, layout, ckpt,
+        {.verify_checksums = verify, .broadcast_slab_bytes = 4096, .broadcast_within_host = true});
+    EXPECT_GT(Sum(GatherU64(*comm, slabs.shared_shards)),
+              Sum(GatherU64(*comm, whole.shared_shards)))
+        << "no shard was cut into slabs";
+    const auto read_whole = GatherU64(*comm, whole.bytes_read);
+    const auto read_slabs = GatherU64(*comm, slabs.bytes_read);
+    EXPECT_EQ(Sum(read_whole), unique);
+    EXPECT_EQ(Sum(read_slabs), unique);
+    const uint64_t max_slabs = *std::max_element(read_slabs.begin(), read_slabs.end());
+    EXPECT_LE(max_slabs, *std::max_element(read_whole.begin(), read_whole.end()));
+    EXPECT_LE(static_cast<double>(max_slabs), 1.2 * static_cast<double>(unique) / comm->size());
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
 void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& dir) {
   const auto model = SmallModel();
   const auto layout = Layout("dp" + std::to_string(comm->size()));

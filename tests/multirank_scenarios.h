@@ -72,6 +72,13 @@ void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
 // More shards than the in-flight limit, with batching off and with tiny batches.
 void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
+// Shared shards cut into slabs (a small LoadOptions::broadcast_slab_bytes), each read by
+// one member and broadcast: saved tp<N>, loaded dp<N>, with checksums on (slabs end only
+// between stored chunks) and off (anywhere):
+// every byte checked, storage bytes read job-wide equal the unique bytes, and the largest
+// reader is within 1.2x the mean and no larger than without slabs.
+void BroadcastSlabs(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
 // A corrupted stored chunk read by a broadcast reader fails the load on every rank, naming
 // the file and the fqn, without a hang.
 void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& dir);

@@ -68,6 +68,11 @@ struct LoadOptions {
   bool broadcast = true;
   // Shards smaller than this travel together per (group, reader, dtype); 0: no batching.
   uint64_t broadcast_batch_bytes = uint64_t{6} << 20;
+  // A shared shard larger than this is cut along dimension 0 into slabs read and broadcast
+  // by different members, so that the largest reader stays near the mean; 0: automatic (an
+  // eighth of a rank's fair share of the bytes read, at least 256 KiB). Every rank must
+  // pass the same value.
+  uint64_t broadcast_slab_bytes = 0;
   int max_broadcasts_in_flight = 8;
   // Ranks of one host share its page cache: by default, bytes wanted only by ranks of one
   // host are read by each of them (storage is read once, the others copy from memory, which

@@ -130,6 +130,11 @@ TEST(BroadcastMpi, ManyInFlight) {
   BroadcastManyInFlight(World(), d.path());
 }
 
+TEST(BroadcastMpi, LargeShardsSplitIntoSlabs) {
+  SharedDir d;
+  BroadcastSlabs(World(), d.path());
+}
+
 TEST(BroadcastMpi, CorruptShardFailsEveryRank) {
   SharedDir d;
   BroadcastReadFailure(World(), d.path());
