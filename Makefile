@@ -30,11 +30,11 @@ test: build
 # every phase next to the physical limit of the same directory measured in the same run
 # (README.md, "Benchmarks") -> bench.json; the loads again on emulated slow shared storage
 # (0.5 GiB/s aggregate), where read-once broadcast pays -> bench-throttled.json; then the
-# metadata codec benchmark. About 6 minutes on 2 cores.
+# metadata codec benchmark. About 8 minutes on 2 cores.
 BENCH_DIR ?= $(BUILD)/bench-data
 BENCH_ARGS ?= --layers 8 --width-scale 0.44 --save-layout tp2,dp2 --load-layout ep4 --pause 3
 bench: build
-	mpirun -np 4 $(BUILD)/dcp bench $(BENCH_ARGS) --phases save,async,load,reshard --repeat 5 \
+	mpirun -np 4 $(BUILD)/dcp bench $(BENCH_ARGS) --phases save,async,load,reshard,manager --repeat 5 \
 	  --dir $(BENCH_DIR) --json bench.json
 	mpirun -np 4 $(BUILD)/dcp bench $(BENCH_ARGS) --phases load,reshard --repeat 3 \
 	  --storage-gibps 0.5 --dir $(BENCH_DIR) --json bench-throttled.json

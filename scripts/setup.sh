@@ -10,6 +10,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   python3 python3-venv python3-pip python3-dev  # python3-dev: the Python package (pip install .)
   clang libclang-rt-14-dev  # fuzz targets (scripts/fuzz.sh): -fsanitize=fuzzer runtime
+  iproute2 util-linux  # mpi.hosts: network namespaces (ip netns, unshare --uts)
 )
 
 missing=()

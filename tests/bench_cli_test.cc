@@ -91,6 +91,30 @@ TEST(BenchCliTest, ThrottledWarmLoadOnly) {
   EXPECT_EQ(j["phases"]["load.broadcast"]["reference"], "read_warm");
 }
 
+// The manager phase: two sequences of saves with retention; only the recycling one overwrites
+// retired files (one per timed save of this one rank), and both write the whole state each time.
+TEST(BenchCliTest, ManagerSequencesWithAndWithoutRecycling) {
+  testing::TempDir tmp;
+  const std::string out = tmp.Sub("bench.json");
+  json j = RunJson("bench --layers 1 --width-scale 0.05 --pause 0 --repeat 2 --phases manager "
+                   "--dir " +
+                       tmp.Sub("scratch") + " --json " + out,
+                   out);
+  ASSERT_TRUE(j.is_object());
+  for (const char* name : {"manager.recycle", "manager.no_recycle"}) {
+    ASSERT_TRUE(j["phases"].contains(name)) << name;
+    const json& p = j["phases"][name];
+    EXPECT_EQ(p["kind"], "manager") << name;
+    EXPECT_EQ(p["reference"], "write") << name;
+    EXPECT_EQ(p["seconds_each"].size(), 2u) << name;
+    EXPECT_EQ(p["bytes_written"], j["unique_bytes"]) << name;
+  }
+  EXPECT_EQ(j["phases"]["manager.recycle"]["files_recycled"], 2);
+  EXPECT_EQ(j["phases"]["manager.no_recycle"]["files_recycled"], 0);
+  EXPECT_FALSE(j["phases"].contains("save"));
+  EXPECT_TRUE(testing::ListFiles(tmp.Sub("scratch")).empty());
+}
+
 TEST(BenchCliTest, BadPhaseFailsWithOneLine) {
   std::string out;
   EXPECT_NE(testing::RunCommand(std::string(DCP_CLI_PATH) + " bench --phases save,lod", &out), 0);

@@ -3,6 +3,7 @@
 #include "dcp/manager.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -340,6 +341,126 @@ TEST(ManagerLock, LockOfAnotherHostRefused) {
   }
 }
 
+// ---- File recycling ---------------------------------------------------------------------------
+
+// The one tensor data file of a one-rank step, and its inode.
+std::string DataFileOf(const std::string& step_dir) {
+  for (const auto& e : std::filesystem::directory_iterator(step_dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.ends_with(".safetensors")) return e.path().string();
+  }
+  return {};
+}
+ino_t Inode(const std::string& path) {
+  struct stat st{};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+TEST(ManagerRecycle, RetiredFilesBecomeTheNextSavesAndHoldOnlyItsBytes) {
+  TempDir d;
+  // A larger state first, so the recycled file is longer than what overwrites it.
+  std::vector<float> big(4096);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) + 0.5f;
+  StateDict large;
+  large.add("big", TensorView(big.data(), DType::kF32, Shape{64, 64}), Chunk{Shape{64, 64}, {0, 0}});
+  State st(0, 1);
+  CheckpointManager mgr(d.path(), RetentionPolicy{.keep_last = 1});
+  SaveResult r1 = mgr.Save(1, large);
+  EXPECT_FALSE(r1.file_recycled);  // nothing retired yet
+  const std::string file1 = DataFileOf(mgr.step_dir(1));
+  const ino_t inode1 = Inode(file1);
+  const uint64_t size1 = std::filesystem::file_size(file1);
+  st.Fill(2);
+  EXPECT_FALSE(mgr.Save(2, st.sd).file_recycled);
+  // Step 1 is retired: its data file waits in the recycle directory.
+  const std::string pooled = d.path() + "/.recycle/r00000.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(pooled));
+  EXPECT_EQ(Inode(pooled), inode1);
+  EXPECT_FALSE(std::filesystem::exists(mgr.step_dir(1)));
+  EXPECT_EQ(inspect_root(d.path()).recycle_files, 1u);
+
+  st.Fill(3);
+  EXPECT_TRUE(mgr.Save(3, st.sd).file_recycled);
+  const std::string file3 = DataFileOf(mgr.step_dir(3));
+  EXPECT_EQ(Inode(file3), inode1);  // the same blocks, renamed and overwritten
+  const uint64_t size3 = std::filesystem::file_size(file3);
+  EXPECT_LT(size3, size1);  // cut to the new bytes: no tail of step 1
+  EXPECT_EQ(read_metadata(mgr.step_dir(3)).files.at(0).size, size3);
+  // Every checksum of the recycled step verifies, and it loads.
+  const VerifyResult v = verify(mgr.step_dir(3));
+  EXPECT_GT(v.chunks, 0u);
+  st.Clear();
+  mgr.Load(st.sd);
+  EXPECT_TRUE(st.Holds(3));
+  // Step 2 (kept until step 3 was durable) is retired in its turn; its file waits.
+  EXPECT_EQ(mgr.steps(), (std::vector<int64_t>{3}));
+  EXPECT_TRUE(std::filesystem::exists(pooled));
+}
+
+TEST(ManagerRecycle, KeptStepsAreNeverRecycled) {
+  TempDir d;
+  State st(0, 1);
+  CheckpointManager mgr(d.path(), RetentionPolicy{.keep_last = 2, .keep_every = 3});
+  for (int64_t step = 1; step <= 8; ++step) {
+    st.Fill(step);
+    mgr.Save(step, st.sd);
+  }
+  // Every kept step still loads its own bytes after its neighbours' files were recycled.
+  for (int64_t step : mgr.steps()) {
+    st.Clear();
+    mgr.Load(st.sd, step);
+    EXPECT_TRUE(st.Holds(step)) << "step " << step;
+    EXPECT_GT(verify(mgr.step_dir(step)).chunks, 0u);
+  }
+  EXPECT_EQ(mgr.steps(), (std::vector<int64_t>{3, 6, 7, 8}));
+}
+
+TEST(ManagerRecycle, OffDeletesRetiredFilesAndEmptiesThePool) {
+  TempDir d;
+  State st(0, 1);
+  {
+    CheckpointManager on(d.path(), RetentionPolicy{.keep_last = 1});
+    for (int64_t step = 1; step <= 2; ++step) {
+      st.Fill(step);
+      on.Save(step, st.sd);
+    }
+  }
+  ASSERT_TRUE(std::filesystem::exists(d.path() + "/.recycle/r00000.safetensors"));
+  CheckpointManager off(d.path(), {.policy = {.keep_last = 1}, .recycle_files = false});
+  EXPECT_FALSE(std::filesystem::exists(d.path() + "/.recycle"));
+  for (int64_t step = 3; step <= 4; ++step) {
+    st.Fill(step);
+    EXPECT_FALSE(off.Save(step, st.sd).file_recycled);
+  }
+  EXPECT_FALSE(std::filesystem::exists(d.path() + "/.recycle"));
+  EXPECT_EQ(off.steps(), (std::vector<int64_t>{4}));
+}
+
+TEST(ManagerRecycle, FourRanksEachOverwriteTheirOwnFile) {
+  TempDir d;
+  testing::RunRanks(4, [&](const std::shared_ptr<Comm>& comm) {
+    State st(comm->rank(), comm->size());
+    CheckpointManager mgr(d.path(), RetentionPolicy{.keep_last = 1}, comm);
+    for (int64_t step = 1; step <= 4; ++step) {
+      st.Fill(step);
+      SaveResult r;
+      if (step % 2) {
+        r = mgr.Save(step, st.sd);
+        EXPECT_EQ(r.file_recycled, step >= 3) << "rank " << comm->rank() << " step " << step;
+      } else {
+        mgr.AsyncSave(step, st.sd);
+      }
+    }
+    mgr.Wait();
+    st.Clear();
+    mgr.Load(st.sd);
+    EXPECT_TRUE(st.Holds(4));
+  });
+  EXPECT_GT(verify(d.path() + "/step_000000004").chunks, 0u);
+  EXPECT_EQ(inspect_root(d.path()).recycle_files, 4u);
+}
+
 // ---- Crashes at every storage operation -----------------------------------------------------
 
 // Over a FaultFileSystem: a rename whose directory was not fsynced afterwards is undone by a
@@ -371,6 +492,18 @@ class LossyRenameFs final : public storage::FileSystem {
     }
     return s;
   }
+  // A recycled file's rename is lost like any other (the file goes back to the recycle
+  // directory, with whatever was overwritten).
+  Result<std::unique_ptr<storage::WritableFile>> ReuseFile(const std::string& from,
+                                                           const std::string& to) override {
+    auto f = f_.ReuseFile(from, to);
+    std::lock_guard lock(mu_);
+    if (f.ok()) {
+      pending_.push_back({from, to, std::nullopt});
+      ++reused_;
+    }
+    return f;
+  }
   Status Remove(const std::string& p) override { return f_.Remove(p); }
   Status CreateDirs(const std::string& d) override { return f_.CreateDirs(d); }
   Result<std::vector<std::string>> List(const std::string& d) override { return f_.List(d); }
@@ -390,6 +523,7 @@ class LossyRenameFs final : public storage::FileSystem {
     pending_.clear();
     return undone;
   }
+  int reused() const { return reused_; }
 
  private:
   struct Pending {
@@ -399,18 +533,20 @@ class LossyRenameFs final : public storage::FileSystem {
   testfs::FaultFileSystem& f_;
   std::mutex mu_;
   std::vector<Pending> pending_;
+  int reused_ = 0;  // data files recycled
 };
 
 struct SweepResult {
   int64_t total_ops = 0;
   int crashes = 0;
   int renames_undone = 0;
+  int files_recycled = 0;  // in the run without a crash
 };
 
 // Runs "save steps 1..n" through a file system failing at operation `fail_at` (-1: never),
 // crashes, then checks what a fresh manager resumes. Returns the operations counted.
 int64_t CrashAndResume(int64_t fail_at, bool async, const RetentionPolicy& policy, int n,
-                       SweepResult* sweep) {
+                       SweepResult* sweep, bool recycle = true) {
   TempDir d;
   State st(0, 1);
   testfs::FaultFileSystem ffs(storage::PosixFileSystem());
@@ -419,7 +555,8 @@ int64_t CrashAndResume(int64_t fail_at, bool async, const RetentionPolicy& polic
   int64_t last_ok = -1;  // the newest step whose save returned
   int64_t tried = 0;
   try {
-    auto mgr = manager::NewManager(d.path(), {.policy = policy}, fs);
+    auto mgr =
+        manager::NewManager(d.path(), {.policy = policy, .recycle_files = recycle}, fs);
     for (int64_t step = 1; step <= n; ++step) {
       tried = step;
       st.Fill(step);
@@ -437,10 +574,12 @@ int64_t CrashAndResume(int64_t fail_at, bool async, const RetentionPolicy& polic
   if (fail_at >= 0) {
     ++sweep->crashes;
     sweep->renames_undone += fs.Crash();
+  } else {
+    sweep->files_recycled = fs.reused();
   }
   const std::string where =
       "failing at operation " + std::to_string(fail_at) + (async ? " (async)" : " (sync)");
-  CheckpointManager mgr(d.path(), policy);
+  CheckpointManager mgr(d.path(), {.policy = policy, .recycle_files = recycle});
   auto latest = mgr.latest_step();
   if (last_ok < 0 && !latest) return ops;  // crashed before any step was durable
   EXPECT_TRUE(latest.has_value()) << where;
@@ -466,21 +605,32 @@ int64_t CrashAndResume(int64_t fail_at, bool async, const RetentionPolicy& polic
   return ops;
 }
 
-void Sweep(bool async, const RetentionPolicy& policy) {
+void Sweep(bool async, const RetentionPolicy& policy, bool recycle = true) {
   SweepResult sweep;
   const int n = 5;
-  const int64_t total = CrashAndResume(-1, async, policy, n, &sweep);
+  const int64_t total = CrashAndResume(-1, async, policy, n, &sweep, recycle);
   ASSERT_GT(total, 5 * n);
-  for (int64_t k = 0; k < total; ++k) CrashAndResume(k, async, policy, n, &sweep);
+  // With recycling, later saves did overwrite retired files (so crashes hit them).
+  if (recycle) {
+    EXPECT_GT(sweep.files_recycled, 0);
+  } else {
+    EXPECT_EQ(sweep.files_recycled, 0);
+  }
+  for (int64_t k = 0; k < total; ++k) CrashAndResume(k, async, policy, n, &sweep, recycle);
   EXPECT_EQ(sweep.crashes, total);
   // The sweep did reach the lossy cases: renames before their directory fsync.
   EXPECT_GT(sweep.renames_undone, 0);
-  std::printf("crash sweep (%s): %lld operations, %d crashes, %d renames undone\n",
-              async ? "async" : "sync", static_cast<long long>(total), sweep.crashes,
-              sweep.renames_undone);
+  std::printf("crash sweep (%s, recycling %s): %lld operations, %d crashes, %d renames undone, "
+              "%d files recycled without a crash\n",
+              async ? "async" : "sync", recycle ? "on" : "off", static_cast<long long>(total),
+              sweep.crashes, sweep.renames_undone, sweep.files_recycled);
 }
 
 TEST(ManagerCrash, EveryOperationOfSyncSaves) { Sweep(false, {.keep_last = 2}); }
+
+TEST(ManagerCrash, EveryOperationOfSyncSavesWithoutRecycling) {
+  Sweep(false, {.keep_last = 2}, /*recycle=*/false);
+}
 
 TEST(ManagerCrash, EveryOperationOfAsyncSavesKeepEvery) {
   Sweep(true, {.keep_last = 1, .keep_every = 2});

@@ -1,12 +1,15 @@
 #include "multirank_scenarios.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "async/async_saver.h"
 #include "checkpoint/load.h"
@@ -538,6 +541,46 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
   ASSERT_TRUE(comm->Barrier().ok());
 }
 
+void BroadcastSlabs(const std::shared_ptr<Comm>& comm, const std::string& dir) {
+  const auto model = SmallModel();
+  // Saved tensor-parallel, loaded whole on every rank: with checksums on, slabs can end
+  // between the stored tp pieces.
+  auto saved =
+      workload::PopulateStateDict(model, Layout("tp" + std::to_string(comm->size())), comm->rank());
+  ASSERT_TRUE(saved.ok());
+  const std::string ckpt = dir + "/slabs";
+  ASSERT_NO_THROW(save(saved->sd, ckpt, {.comm = comm}));
+  const auto layout = Layout("dp" + std::to_string(comm->size()));
+  auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(md.ok());
+  uint64_t unique = 0;
+  for (const auto& t : md->tensors) {
+    for (const auto& c : t.chunks) unique += c.byte_length;
+  }
+  for (const auto& b : md->bytes) unique += b.byte_length * comm->size();  // read by each rank
+  for (bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "checksums verified" : "checksums off");
+    LoadResult whole = LoadVerified(comm, model, layout, ckpt,
+                                    {.verify_checksums = verify,
+                                     .broadcast_slab_bytes = UINT64_MAX,
+                                     .broadcast_within_host = true});
+    LoadResult slabs = LoadVerified(
+        comm, model, layout, ckpt,
+        {.verify_checksums = verify, .broadcast_slab_bytes = 4096, .broadcast_within_host = true});
+    EXPECT_GT(Sum(GatherU64(*comm, slabs.shared_shards)),
+              Sum(GatherU64(*comm, whole.shared_shards)))
+        << "no shard was cut into slabs";
+    const auto read_whole = GatherU64(*comm, whole.bytes_read);
+    const auto read_slabs = GatherU64(*comm, slabs.bytes_read);
+    EXPECT_EQ(Sum(read_whole), unique);
+    EXPECT_EQ(Sum(read_slabs), unique);
+    const uint64_t max_slabs = *std::max_element(read_slabs.begin(), read_slabs.end());
+    EXPECT_LE(max_slabs, *std::max_element(read_whole.begin(), read_whole.end()));
+    EXPECT_LE(static_cast<double>(max_slabs), 1.2 * static_cast<double>(unique) / comm->size());
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
 void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& dir) {
   const auto model = SmallModel();
   const auto layout = Layout("dp" + std::to_string(comm->size()));
@@ -646,6 +689,95 @@ void HostAwareBroadcast(const std::shared_ptr<Comm>& comm, const std::string& di
   LoadResult across = LoadVerified(comm, model, Layout("dp2,tp2"), ckpt, {});
   EXPECT_GT(Sum(GatherU64(*comm, across.broadcasts)), 0u);
   EXPECT_LT(Sum(GatherU64(*comm, across.bytes_read)), Sum(GatherU64(*comm, same.bytes_read)));
+  ASSERT_TRUE(comm->Barrier().ok());
+}
+
+}  // namespace dcp::testing
+
+namespace dcp::testing {
+
+void RealHostsBroadcast(const std::shared_ptr<Comm>& comm, const std::string& dir, int hosts) {
+  // The hosts must be real: each process's own host name, not an emulation.
+  ASSERT_EQ(std::getenv("DCP_HOST_ID"), nullptr) << "DCP_HOST_ID would emulate the hosts";
+  char name[256] = {};
+  ASSERT_EQ(gethostname(name, sizeof(name) - 1), 0);
+  auto names = comm->AllGather(name);
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  const int world = comm->size();
+  ASSERT_EQ(world % hosts, 0) << world << " ranks cannot be spread evenly over " << hosts
+                              << " hosts";
+  const int per_host = world / hosts;
+  // Placed host by host: ranks [h*R, (h+1)*R) on host h, and no two hosts share a name.
+  std::string listing;
+  for (int r = 0; r < world; ++r) {
+    const std::string& mine = (*names)[r];
+    const std::string& first = (*names)[r / per_host * per_host];
+    EXPECT_EQ(mine, first) << "rank " << r << " is not on the host of rank "
+                           << r / per_host * per_host;
+    if (r % per_host == 0) {
+      for (int q = 0; q < r; ++q) EXPECT_NE((*names)[q], mine) << "ranks " << q << ", " << r;
+      listing += (r ? ", " : "") + mine + ": ranks " + std::to_string(r) + ".." +
+                 std::to_string(r + per_host - 1);
+    }
+  }
+  if (comm->rank() == 0) std::cout << "hosts: " << listing << std::endl;
+  ASSERT_FALSE(::testing::Test::HasFailure());
+
+  const auto model = SmallModel();
+  uint64_t replicated = 0;  // bytes of the tensors every rank holds (no tp dimension)
+  for (const auto& t : model.tensors) replicated += t.tp_dim < 0 ? t.NumBytes() : 0;
+  const std::string H = std::to_string(hosts), R = std::to_string(per_host);
+  for (const std::string& layout : {"dp" + H + ",tp" + R, "tp" + H + ",dp" + R}) {
+    SCOPED_TRACE(layout);
+    const bool across = layout[0] == 'd';
+    if (!across && per_host == 1) continue;  // the same layout as the first
+    auto sd = workload::PopulateStateDict(model, Layout(layout), comm->rank());
+    ASSERT_TRUE(sd.ok());
+    const std::string ckpt = dir + "/" + layout;
+    ASSERT_NO_THROW(save(sd->sd, ckpt, {.comm = comm}));
+    auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+    ASSERT_TRUE(md.ok());
+    uint64_t unique = 0, bytes_entries = 0;
+    for (const auto& t : md->tensors) {
+      for (const auto& c : t.chunks) unique += c.byte_length;
+    }
+    for (const auto& b : md->bytes) bytes_entries += b.byte_length;
+    ASSERT_EQ(unique, model.TotalBytes());
+
+    // The defaults: broadcast between hosts only.
+    const LoadResult on = LoadVerified(comm, model, Layout(layout), ckpt, {});
+    const LoadResult off = LoadVerified(comm, model, Layout(layout), ckpt, {.broadcast = false});
+    const uint64_t read = Sum(GatherU64(*comm, on.bytes_read));
+    const uint64_t read_off = Sum(GatherU64(*comm, off.bytes_read));
+    const uint64_t sent = Sum(GatherU64(*comm, on.bytes_sent));
+    const uint64_t received = Sum(GatherU64(*comm, on.bytes_received));
+    const uint64_t broadcasts = Sum(GatherU64(*comm, on.broadcasts));
+    if (across) {
+      // Every shard is held on every host: read once in all, sent once, received by the
+      // holders that did not read it (bytes entries are read by every rank itself).
+      EXPECT_EQ(read, unique + bytes_entries * world);
+      EXPECT_EQ(sent, unique);
+      EXPECT_EQ(received, (unique - replicated) * (hosts - 1) + replicated * (world - 1));
+    } else {
+      // Replicas within a host read through its page cache: only what every rank holds
+      // crosses hosts.
+      EXPECT_EQ(read, (unique - replicated) * per_host + replicated + bytes_entries * world);
+      EXPECT_EQ(sent, replicated);
+    }
+    EXPECT_GT(broadcasts, 0u);
+    EXPECT_LT(read, read_off);
+    if (comm->rank() == 0) {
+      std::cout << layout << ": storage read " << read << " bytes by all ranks (unique " << unique
+                << " + bytes entries " << bytes_entries << " x " << world
+                << " ranks; broadcast off: " << read_off << "), broadcast sent " << sent
+                << ", received " << received << ", " << broadcasts << " broadcasts" << std::endl;
+      // real_hosts.sh checks these bytes against the hosts' network links.
+      if (across) {
+        std::cout << "crossing hosts: at least " << (unique - replicated) * (hosts - 1) << " bytes"
+                  << std::endl;
+      }
+    }
+  }
   ASSERT_TRUE(comm->Barrier().ok());
 }
 

@@ -72,6 +72,13 @@ void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
 // More shards than the in-flight limit, with batching off and with tiny batches.
 void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string& dir);
 
+// Shared shards cut into slabs (a small LoadOptions::broadcast_slab_bytes), each read by
+// one member and broadcast: saved tp<N>, loaded dp<N>, with checksums on (slabs end only
+// between stored chunks) and off (anywhere):
+// every byte checked, storage bytes read job-wide equal the unique bytes, and the largest
+// reader is within 1.2x the mean and no larger than without slabs.
+void BroadcastSlabs(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
 // A corrupted stored chunk read by a broadcast reader fails the load on every rank, naming
 // the file and the fqn, without a hang.
 void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& dir);
@@ -92,5 +99,13 @@ namespace dcp::testing {
 // Under mpirun -np 4 with DCP_HOST_ID making ranks {0,1} and {2,3} two hosts: replicas within
 // a host read through the page cache (no broadcast), replicas across hosts are broadcast.
 void HostAwareBroadcast(const std::shared_ptr<Comm>& comm, const std::string& dir);
+
+// Across `hosts` real hosts (ctest mpi.hosts: each rank's gethostname, no DCP_HOST_ID), the
+// same number of ranks R on each, placed host by host. Saved and loaded as dp<hosts>,tp<R>
+// (every piece replicated across hosts): each stored byte is read once from storage, by all
+// ranks together, and broadcast to the other hosts. Saved and loaded as tp<hosts>,dp<R>
+// (replicas within a host): only the tensors every rank holds cross hosts. Rank 0 prints the
+// host of every rank and the bytes read, unique, sent and received.
+void RealHostsBroadcast(const std::shared_ptr<Comm>& comm, const std::string& dir, int hosts);
 
 }  // namespace dcp::testing

@@ -145,6 +145,11 @@ TEST(BroadcastThreads, ManyInFlight) {
   RunRanks(4, [&](const auto& c) { BroadcastManyInFlight(c, tmp.path()); });
 }
 
+TEST(BroadcastThreads, LargeShardsSplitIntoSlabs) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { BroadcastSlabs(c, tmp.path()); });
+}
+
 TEST(BroadcastThreads, CorruptShardFailsEveryRank) {
   TempDir tmp;
   RunRanks(4, [&](const auto& c) { BroadcastReadFailure(c, tmp.path()); });

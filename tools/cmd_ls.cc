@@ -46,6 +46,11 @@ void AddLs(CLI::App& app, int* exit_code) {
     }
     std::printf("%zu steps, %zu complete, %s\n", info.steps.size(), complete.size(),
                 HumanBytes(total).c_str());
+    if (info.recycle_files > 0) {
+      std::printf("recycle pool: %llu retired data files, %s (the next save overwrites them)\n",
+                  static_cast<unsigned long long>(info.recycle_files),
+                  HumanBytes(info.recycle_bytes).c_str());
+    }
     if (info.latest_record) {
       std::printf(
           "latest record: %lld%s\n", static_cast<long long>(*info.latest_record),

@@ -34,6 +34,11 @@ struct SaveOptions {
   bool dedup_replicas = true;
   // Reuse the global plan of the previous save of the same structure.
   bool plan_cache = true;
+  // File recycling: a directory of retired data files, one per rank (r<rank>.safetensors).
+  // When this rank's is there, its tensor data file is that file, renamed and overwritten in
+  // place (storage that allocates new blocks slowly writes faster), instead of a new file.
+  // The file is consumed: nothing else may need it. Empty: off. CheckpointManager sets it.
+  std::string recycle_dir;
 };
 
 struct SaveResult {
@@ -42,6 +47,7 @@ struct SaveResult {
   uint64_t files_written = 0;  // by this rank
   uint64_t unique_bytes = 0;   // in the whole checkpoint
   bool plan_cache_hit = false;
+  bool file_recycled = false;  // this rank's tensor data file was a recycled one
   // Planning payload this rank received (plan hashes, then each distinct plan once; with a
   // plan cache hit, the hashes only): what `dcp simulate` predicts per rank at scale.
   uint64_t plan_exchange_bytes = 0;
@@ -62,6 +68,11 @@ struct LoadOptions {
   bool broadcast = true;
   // Shards smaller than this travel together per (group, reader, dtype); 0: no batching.
   uint64_t broadcast_batch_bytes = uint64_t{6} << 20;
+  // A shared shard larger than this is cut along dimension 0 into slabs read and broadcast
+  // by different members, so that the largest reader stays near the mean; 0: automatic (an
+  // eighth of a rank's fair share of the bytes read, at least 256 KiB). Every rank must
+  // pass the same value.
+  uint64_t broadcast_slab_bytes = 0;
   int max_broadcasts_in_flight = 8;
   // Ranks of one host share its page cache: by default, bytes wanted only by ranks of one
   // host are read by each of them (storage is read once, the others copy from memory, which

@@ -34,6 +34,7 @@ class SaveResult:
     files_written: int
     unique_bytes: int
     plan_cache_hit: bool
+    file_recycled: bool
     plan_seconds: float
     write_seconds: float
     commit_seconds: float
@@ -91,7 +92,7 @@ class AsyncSaver:
 
 class CheckpointManager:
     def __init__(self, root: str, keep_last: Optional[int], keep_every: Optional[int],
-                 comm: Comm) -> None: ...
+                 comm: Comm, recycle_files: bool = True) -> None: ...
     def save(self, step: int, state_dict: StateDict) -> SaveResult: ...
     def async_save(self, step: int, state_dict: StateDict) -> None: ...
     def wait(self) -> None: ...

@@ -14,7 +14,8 @@
 Same semantics as dcp::CheckpointManager (include/dcp/manager.h): one directory per step,
 `latest` moved only after the step is durable on every rank, retention never removing the
 newest complete step, resume from the newest complete step whatever `latest` says, one
-manager per root. Under torchrun every rank creates it (with the default process group unless
+manager per root, retired steps' data files recycled by the next save (`recycle_files`,
+on by default; see the README). Under torchrun every rank creates it (with the default process group unless
 `process_group` is given) and calls its methods in the same order.
 """
 
@@ -31,10 +32,11 @@ class CheckpointManager:
 
     def __init__(self, root: "os.PathLike | str", *, keep_last: Optional[int] = None,
                  keep_every: Optional[int] = None, process_group: Any = None,
-                 no_dist: bool = False) -> None:
+                 no_dist: bool = False, recycle_files: bool = True) -> None:
         self._comm = comm_for(process_group, no_dist)
         self._root = os.fspath(root)
-        self._mgr = _dcp.CheckpointManager(self._root, keep_last, keep_every, self._comm)
+        self._mgr = _dcp.CheckpointManager(self._root, keep_last, keep_every, self._comm,
+                                           recycle_files)
 
     @property
     def root(self) -> str:

@@ -106,6 +106,7 @@ void BindCheckpoint(py::module_& m) {
       .def_readonly("files_written", &SaveResult::files_written)
       .def_readonly("unique_bytes", &SaveResult::unique_bytes)
       .def_readonly("plan_cache_hit", &SaveResult::plan_cache_hit)
+      .def_readonly("file_recycled", &SaveResult::file_recycled)
       .def_readonly("plan_seconds", &SaveResult::plan_seconds)
       .def_readonly("write_seconds", &SaveResult::write_seconds)
       .def_readonly("commit_seconds", &SaveResult::commit_seconds)

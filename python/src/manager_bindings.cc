@@ -19,10 +19,12 @@ namespace {
 class Manager {
  public:
   Manager(const std::string& root, std::optional<int64_t> keep_last,
-          std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm) {
-    RetentionPolicy p{.keep_last = keep_last, .keep_every = keep_every};
+          std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm, bool recycle_files) {
+    ManagerOptions o{.policy = {.keep_last = keep_last, .keep_every = keep_every},
+                     .comm = std::move(comm),
+                     .recycle_files = recycle_files};
     py::gil_scoped_release release;
-    mgr_ = std::make_unique<CheckpointManager>(root, p, std::move(comm));
+    mgr_ = std::make_unique<CheckpointManager>(root, std::move(o));
   }
   // Never throws: ~CheckpointManager finishes a save in flight and reports its error on stderr
   // (close() or wait() raise it instead).
@@ -57,8 +59,9 @@ class Manager {
 void BindManager(py::module_& m) {
   py::class_<Manager>(m, "CheckpointManager")
       .def(py::init<const std::string&, std::optional<int64_t>, std::optional<int64_t>,
-                    std::shared_ptr<Comm>>(),
-           py::arg("root"), py::arg("keep_last"), py::arg("keep_every"), py::arg("comm"))
+                    std::shared_ptr<Comm>, bool>(),
+           py::arg("root"), py::arg("keep_last"), py::arg("keep_every"), py::arg("comm"),
+           py::arg("recycle_files") = true)
       .def(
           "save",
           [](Manager& self, int64_t step, const StateDict& sd) {

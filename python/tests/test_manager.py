@@ -24,8 +24,9 @@ def test_saves_retains_and_resumes(tmp_path):
         mgr.wait()
         assert mgr.steps() == [4, 5, 6]
         assert (root / "latest").read_text().strip() == "6"
-        assert sorted(os.listdir(root)) == [".dcp-manager.lock", "latest", "step_000000004",
-                                            "step_000000005", "step_000000006"]
+        assert sorted(os.listdir(root)) == [".dcp-manager.lock", ".recycle", "latest",
+                                            "step_000000004", "step_000000005",
+                                            "step_000000006"]
     # Step 6 damaged: a fresh manager resumes from the newest complete step, 5.
     data = [f for f in os.listdir(root / "step_000000006") if f.startswith("data-")]
     for f in data:
@@ -37,6 +38,18 @@ def test_saves_retains_and_resumes(tmp_path):
         assert torch.equal(got["w"], state(5)["w"]) and got["meta"] == {"step": 5}
         mgr.load(got, step=4)
         assert torch.equal(got["w"], state(4)["w"])
+
+
+@pytest.mark.parametrize("recycle", [True, False])
+def test_recycled_files_hold_the_new_step(tmp_path, recycle):
+    with dcp.CheckpointManager(tmp_path, keep_last=1, recycle_files=recycle) as mgr:
+        results = [mgr.save(step, state(step)) for step in range(1, 5)]
+        # Step 1 is retired by step 2's save; step 3 overwrites its file, and so on.
+        assert [r.file_recycled for r in results] == [False, False, recycle, recycle]
+        assert os.path.exists(tmp_path / ".recycle") == recycle
+        got = state(0)
+        mgr.load(got)
+        assert torch.equal(got["w"], state(4)["w"]) and got["meta"] == {"step": 4}
 
 
 def test_second_manager_on_one_root_refused(tmp_path):

@@ -18,6 +18,7 @@
 #include "core/wire.h"
 #include "dcp/async.h"
 #include "dcp/format.h"
+#include "manager/manager.h"
 #include "testfs/throttled_file_system.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
@@ -129,6 +130,7 @@ class Runner {
   Status Setup();
   Status RunSave(int rep, PhaseReport* p);
   Status RunAsyncSave(PhaseReport* p);
+  Status RunManagerSequences(PhaseReport* recycled, PhaseReport* plain);
   Status RunReferenceWrite();
   Status RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layout);
   Status RunReferenceReads(int rep);
@@ -156,8 +158,9 @@ Status Runner::Setup() {
   report_.ranks = n;
   report_.backend = std::string(comm_.backend());
   for (const std::string& p : o_.phases) {
-    if (p != "save" && p != "load" && p != "reshard" && p != "async") {
-      return InvalidArgument("bench: unknown phase '" + p + "' (save, load, reshard, async)");
+    if (p != "save" && p != "load" && p != "reshard" && p != "async" && p != "manager") {
+      return InvalidArgument("bench: unknown phase '" + p +
+                             "' (save, load, reshard, async, manager)");
     }
   }
   if (o_.repeat < 1) return InvalidArgument("bench: --repeat must be >= 1");
@@ -289,6 +292,74 @@ Status Runner::RunAsyncSave(PhaseReport* p) {
   return OkStatus();
 }
 
+// A training job's sequence of saves through the checkpoint manager (keep_last 2: each save
+// also retires the step before last), once with file recycling and once without, on two roots,
+// alternating save by save so drift in the disk's state hits both alike. The first saves fill
+// the retention window and the recycle directory; the next `repeat` are timed, each after a
+// pause standing for training time (no delete + sync: retention's deletions are what a real
+// sequence writes after).
+Status Runner::RunManagerSequences(PhaseReport* recycled, PhaseReport* plain) {
+  constexpr int kKeepLast = 2;
+  const int warmup = kKeepLast + 1;  // the first save that can recycle is the 4th
+  struct Sequence {
+    PhaseReport* report;
+    std::string root;
+    std::unique_ptr<CheckpointManager> mgr;
+    uint64_t recycled_files = 0;
+  };
+  std::vector<Sequence> seqs;
+  for (PhaseReport* p : {recycled, plain}) {
+    const std::string root = ckpt_ + "-" + p->name;
+    DCP_RETURN_IF_ERROR(DeleteAndSettle(root));
+    ManagerOptions mo{.policy = {.keep_last = kKeepLast},
+                      .comm = comm_ptr_,
+                      .recycle_files = p == recycled};
+    std::unique_ptr<CheckpointManager> mgr;
+    Status st;
+    try {
+      mgr = manager::NewManager(root, std::move(mo), *fs_);
+    } catch (const Error& e) {
+      st = Status(e.code(), e.what());
+    }
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
+    seqs.push_back({p, root, std::move(mgr)});
+  }
+  for (int i = 0; i < warmup + o_.repeat; ++i) {
+    for (size_t k = 0; k < seqs.size(); ++k) {
+      Sequence& q = seqs[(k + static_cast<size_t>(i)) % seqs.size()];
+      std::this_thread::sleep_for(std::chrono::duration<double>(o_.pause_seconds));
+      SaveResult r;
+      DCP_ASSIGN_OR_RETURN(double s, Timed([&] {
+                             try {
+                               r = q.mgr->Save(i + 1, source_.sd);
+                             } catch (const Error& e) {
+                               return Status(e.code(), e.what());
+                             }
+                             return OkStatus();
+                           }));
+      if (i < warmup) continue;
+      q.report->seconds.push_back(s);
+      q.recycled_files += r.file_recycled ? 1 : 0;
+      DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {r.bytes_written, r.files_written}));
+      if (rank_ == 0) {
+        q.report->bytes_written = sums[0];
+        q.report->files_opened = sums[1];
+      }
+    }
+  }
+  for (Sequence& q : seqs) {
+    q.mgr.reset();
+    DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {q.recycled_files}));
+    if (rank_ == 0) q.report->files_recycled = sums[0];
+    DCP_RETURN_IF_ERROR(OnRoot([&] {
+      std::error_code ec;
+      std::filesystem::remove_all(q.root, ec);
+      return OkStatus();
+    }));
+  }
+  return OkStatus();
+}
+
 Status Runner::RunReferenceWrite() {
   DCP_RETURN_IF_ERROR(DeleteAndSettle(ref_dir_));
   const uint64_t n = comm_.size();
@@ -368,7 +439,7 @@ void Runner::Finish() {
     p.median_seconds = Median(p.seconds);
     p.median_blocked_seconds = Median(p.blocked_seconds);
     const std::vector<double>* ref_s;
-    if (p.kind == "save" || p.kind == "async") {
+    if (p.kind == "save" || p.kind == "async" || p.kind == "manager") {
       p.reference = "write";
       ref_s = &ref.write_seconds;
     } else if (o_.cold) {
@@ -400,6 +471,8 @@ Result<BenchReport> Runner::Run() {
     }
   }
   PhaseReport async{.name = "async", .kind = "async", .layout = report_.save_layout};
+  PhaseReport recycled{.name = "manager.recycle", .kind = "manager", .layout = report_.save_layout};
+  PhaseReport plain{.name = "manager.no_recycle", .kind = "manager", .layout = report_.save_layout};
   for (int rep = 0; rep < o_.repeat; ++rep) {
     // The save (loads need its checkpoint) and the write reference, each after the same
     // delete + sync + pause, in alternating order so neither always follows the other;
@@ -418,8 +491,14 @@ Result<BenchReport> Runner::Run() {
     }
     DCP_RETURN_IF_ERROR(RunReferenceReads(rep));
   }
+  // Sequences of `repeat` timed saves each, after the loop: the write reference is measured.
+  if (Wants("manager")) DCP_RETURN_IF_ERROR(RunManagerSequences(&recycled, &plain));
   if (Wants("save")) report_.phases.push_back(std::move(save));
   if (!async.seconds.empty()) report_.phases.push_back(std::move(async));
+  if (Wants("manager")) {
+    report_.phases.push_back(std::move(recycled));
+    report_.phases.push_back(std::move(plain));
+  }
   for (PhaseReport& p : loads) report_.phases.push_back(std::move(p));
   Finish();
 
@@ -477,7 +556,7 @@ std::string FormatTable(const BenchReport& r) {
                 "read", "files", "bcasts", "batches", "resident");
   out += line;
   for (const PhaseReport& p : r.phases) {
-    const bool load = p.kind != "save" && p.kind != "async";
+    const bool load = p.kind == "load" || p.kind == "reshard";
     std::snprintf(line, sizeof(line),
                   "%-22s %-8s %8.3f %7.3f %-9s %8.3f %6.2f %10s %10s %6llu %6s %7s %8s\n",
                   p.name.c_str(), p.layout.c_str(), p.median_seconds,
@@ -499,6 +578,15 @@ std::string FormatTable(const BenchReport& r) {
                   GiBps(p.bytes_staged, p.median_blocked_seconds),
                   p.median_seconds > 0 ? 100 * p.median_blocked_seconds / p.median_seconds : 0.0,
                   p.median_seconds);
+    out += line;
+  }
+  for (const PhaseReport& p : r.phases) {
+    if (p.kind != "manager") continue;
+    std::snprintf(line, sizeof(line),
+                  "%s: a sequence of saves through the checkpoint manager (keep_last 2), median "
+                  "of %zu after the first 3; %llu rank-file(s) overwrote a retired step's file\n",
+                  p.name.c_str(), p.seconds.size(),
+                  static_cast<unsigned long long>(p.files_recycled));
     out += line;
   }
   out +=
@@ -555,6 +643,7 @@ std::string ReportJson(const BenchReport& r) {
                       {"shards_read_for_others", p.shards_read_for_others},
                       {"bytes_sent", p.bytes_sent},
                       {"plan_cache_hits", p.plan_cache_hits},
+                      {"files_recycled", p.files_recycled},
                       {"blocked_seconds", p.median_blocked_seconds},
                       {"blocked_seconds_each", p.blocked_seconds},
                       {"bytes_staged", p.bytes_staged},

@@ -20,7 +20,8 @@ namespace dcp::bench {
 struct BenchOptions {
   // Save layout default "dp<ranks>"; the reshard phase's load layout default "tp<ranks>".
   workload::WorkloadOptions workload{.layers = 2, .width_scale = 0.1};
-  std::vector<std::string> phases = {"save", "load", "reshard"};  // and/or "async"
+  // and/or "async", "manager" (sequences of saves with retention, with/without recycling)
+  std::vector<std::string> phases = {"save", "load", "reshard"};
   bool cold = true;  // cold page cache before loads (else warm: read just before)
   int repeat = 1;
   std::string dir;           // scratch directory (emptied); default under the temp dir
@@ -30,8 +31,10 @@ struct BenchOptions {
 };
 
 struct PhaseReport {
-  std::string name;  // "save", "async", "load.broadcast", "load.no_broadcast", "reshard...."
-  std::string kind;  // "save", "async", "load", "reshard"
+  // "save", "async", "load.broadcast", "load.no_broadcast", "reshard....", "manager.recycle",
+  // "manager.no_recycle"
+  std::string name;
+  std::string kind;  // "save", "async", "load", "reshard", "manager"
   std::string layout;
   bool broadcast = false;
   std::vector<double> seconds;  // one per repetition, barrier to barrier
@@ -45,6 +48,7 @@ struct PhaseReport {
   uint64_t shards_read_for_others = 0;
   uint64_t bytes_sent = 0;
   uint64_t plan_cache_hits = 0;  // save: repetitions whose plan came from the cache
+  uint64_t files_recycled = 0;   // manager: timed rank-saves that overwrote a retired file
   // async: how long Save blocked the caller (staging copy), barrier to barrier.
   std::vector<double> blocked_seconds;
   double median_blocked_seconds = 0;

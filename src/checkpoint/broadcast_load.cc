@@ -165,7 +165,7 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
                       const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
-                      const planner::LocalLoadPlan& load_plan, ChunkReads& reads,
+                      const planner::LocalLoadPlan& shared_reads, ChunkReads& reads,
                       const LoadOptions& opts, LoadResult* stats, Status* read_failure) {
   const int me = world.rank();
   InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight), stats);
@@ -222,7 +222,8 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
       stats->shared_shards += op.items.size();
       if (reader) {
         stats->shards_read_for_others += op.items.size();
-        for (uint32_t i : op.items) read([&] { return reads.Read(load_plan, mine[i].read_items); });
+        for (uint32_t i : op.items)
+          read([&] { return reads.Read(shared_reads, mine[i].read_items); });
       }
       if (op.items.size() == 1) {
         // Straight from and into the destination memory.

@@ -32,20 +32,22 @@ struct MyChunk {
   std::vector<CopyRuns> runs;
 };
 
+// This rank's part in a shared shard or slab.
 struct MyShard {
-  std::byte* dst = nullptr;          // this rank's destination memory; null: not a member
-  std::vector<uint32_t> read_items;  // indices into the load plan's reads (reader only)
+  std::byte* dst = nullptr;          // this rank's memory for it (the slab); null: not a member
+  std::vector<uint32_t> read_items;  // indices into the shared-phase reads (reader only)
 };
 
 // Runs the shared phase: shared stored chunks first (each read whole by one consumer and
-// broadcast, every consumer scattering its regions), then shared destination shards. A read failure
+// broadcast, every consumer scattering its regions), then shared destination shards and
+// slabs, each filled by its reader from `shared_reads` (read items cut to the slab). A read failure
 // on this rank does not stop the protocol (peers wait on its broadcasts): it is returned in
 // *read_failure after every broadcast was posted and completed; the return value is a communication
 // failure, which ends the load at once.
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
                       const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
-                      const planner::LocalLoadPlan& load_plan, ChunkReads& reads,
+                      const planner::LocalLoadPlan& shared_reads, ChunkReads& reads,
                       const LoadOptions& opts, LoadResult* stats, Status* read_failure);
 
 }  // namespace dcp::checkpoint

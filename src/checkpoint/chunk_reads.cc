@@ -1,6 +1,7 @@
 #include "checkpoint/chunk_reads.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "checkpoint/metadata_io.h"
 #include "core/copy_runs.h"
@@ -54,37 +55,66 @@ storage::StoredRange RangeOf(const metadata::Metadata& md, const metadata::Store
 
 Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items) {
   const auto& entries = sd_.entries();
-  done_.resize(plan.reads.size(), false);
-  auto performs = [&](size_t k) { return from_storage_.empty() || from_storage_[k]; };
+  std::vector<bool>& done = done_[&plan];
+  done.resize(plan.reads.size(), false);
+  std::vector<bool>* private_done = nullptr;
+  if (private_plan_ && private_plan_ != &plan) {
+    private_done = &done_[private_plan_];
+    private_done->resize(private_plan_->reads.size(), false);
+  }
   std::vector<CopyRuns> runs;
   std::vector<storage::ChunkTarget> targets;
+  std::vector<std::pair<std::vector<bool>*, size_t>> filled;
   for (const uint32_t item : items) {
-    if (done_[item]) continue;
+    if (done[item]) continue;
     const planner::ReadItem& first = plan.reads[item];
     const metadata::TensorMeta& t = md_.tensors[first.tensor];
     const metadata::StoredChunk& sc = t.chunks[first.stored];
-    auto same_chunk = [&](size_t k) {
-      return plan.reads[k].tensor == first.tensor && plan.reads[k].stored == first.stored;
+    auto same_chunk = [&](const planner::ReadItem& r) {
+      return r.tensor == first.tensor && r.stored == first.stored;
     };
-    // The items of this stored chunk: adjacent in plan.reads (PlanLoad sorts them so).
-    size_t a = item, b = item + 1;
-    while (a > 0 && same_chunk(a - 1)) --a;
-    while (b < plan.reads.size() && same_chunk(b)) ++b;
     runs.clear();
     targets.clear();
-    std::vector<uint32_t> mine;
-    for (size_t k = a; k < b; ++k) {
-      if (done_[k] || (k != item && !performs(k))) continue;
-      const planner::ReadItem& r = plan.reads[k];
+    filled.clear();
+    auto add = [&](const planner::ReadItem& r, std::vector<bool>* d, size_t k) -> Status {
       auto cr = CopyRuns::Make(t.dtype, sc.box, entries[r.entry].chunks[r.dst_chunk].box, r.region);
       if (!cr.ok()) return cr.status().Annotate("checkpoint " + ckpt_ + ": '" + t.fqn + "': ");
       runs.push_back(std::move(cr).value());
-      mine.push_back(static_cast<uint32_t>(k));
+      filled.push_back({d, k});
+      return OkStatus();
+    };
+    // This plan's items of the stored chunk: adjacent.
+    size_t a = item, b = item + 1;
+    while (a > 0 && same_chunk(plan.reads[a - 1])) --a;
+    while (b < plan.reads.size() && same_chunk(plan.reads[b])) ++b;
+    const bool is_private = &plan == private_plan_;
+    for (size_t k = a; k < b; ++k) {
+      const bool mine = k == item || !is_private || private_items_.empty() || private_items_[k];
+      if (!done[k] && mine) DCP_RETURN_IF_ERROR(add(plan.reads[k], &done, k));
     }
-    for (size_t k = 0; k < mine.size(); ++k) {
-      const planner::ReadItem& r = plan.reads[mine[k]];
+    // The private items it feeds too: adjacent in the private plan, which is sorted by
+    // (file, byte offset, tensor, stored chunk).
+    if (private_done) {
+      const auto& pr = private_plan_->reads;
+      auto key = [&](const planner::ReadItem& r) {
+        const metadata::StoredChunk& c = md_.tensors[r.tensor].chunks[r.stored];
+        return std::tuple(c.file, c.byte_offset, r.tensor, r.stored);
+      };
+      const auto want = key(first);
+      size_t k = std::partition_point(pr.begin(), pr.end(),
+                                      [&](const planner::ReadItem& r) { return key(r) < want; }) -
+                 pr.begin();
+      for (; k < pr.size() && same_chunk(pr[k]); ++k) {
+        if (!(*private_done)[k] && (private_items_.empty() || private_items_[k])) {
+          DCP_RETURN_IF_ERROR(add(pr[k], private_done, k));
+        }
+      }
+    }
+    for (size_t k = 0; k < filled.size(); ++k) {
+      const auto& [d, index] = filled[k];
+      const planner::ReadItem& r = (d == &done ? plan : *private_plan_).reads[index];
       targets.push_back({&runs[k], entries[r.entry].chunks[r.dst_chunk].view.bytes()});
-      done_[mine[k]] = true;
+      (*d)[index] = true;
     }
     auto file = Open(sc.file);
     Status s = file.status();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,15 +25,19 @@ class ChunkReads {
   ChunkReads(StateDict& sd, const metadata::Metadata& md, const std::string& ckpt,
              const LoadOptions& opts, storage::FileSystem& fs, LoadResult* stats);
 
-  // The read items this rank performs from storage (plan.reads indices); by default all.
-  // Reading one of them reads its stored chunk once for every item of that chunk in the
-  // set (plan.reads keeps them adjacent), so however the items are split among calls to
-  // Read, a stored chunk is read once.
-  void set_from_storage(std::vector<bool> from_storage) { from_storage_ = std::move(from_storage); }
+  // The load's private plan and which of its items this rank reads from storage (all when
+  // never set). Read then reads a stored chunk once for all the items of the plan it is
+  // given and the private items that need part of it (each plan keeps one stored chunk's
+  // items adjacent), so however reads are split among calls and plans, a stored chunk is read
+  // once per rank.
+  void set_private(const planner::LocalLoadPlan* plan, std::vector<bool> items) {
+    private_plan_ = plan;
+    private_items_ = std::move(items);
+  }
 
   // Reads plan.reads[i] for every i in `items` not already read, and with each the other
-  // items of the same stored chunk this rank performs. Errors name the checkpoint, the file
-  // and the fqn.
+  // items of its stored chunk (above). `plan` must outlive this object. Errors name the
+  // checkpoint, the file and the fqn.
   Status Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items);
   Status ReadBytesEntries(const planner::LocalLoadPlan& plan);
   // Reads stored chunk `stored` of metadata tensor `tensor` whole into `dst`.
@@ -55,8 +60,9 @@ class ChunkReads {
   std::function<void()> between_chunks_;
   std::list<std::pair<uint32_t, std::unique_ptr<storage::ReadableFile>>> open_;  // MRU first
   std::vector<std::byte> bounce_;
-  std::vector<bool> from_storage_;  // per read item; empty: all
-  std::vector<bool> done_;          // per read item
+  const planner::LocalLoadPlan* private_plan_ = nullptr;
+  std::vector<bool> private_items_;  // per item of *private_plan_; empty: all
+  std::map<const planner::LocalLoadPlan*, std::vector<bool>> done_;  // per plan, per item
 };
 
 // The range of stored chunk `sc` of `md`, with its checksums.

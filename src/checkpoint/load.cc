@@ -78,6 +78,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   w.Fixed64(HostId());
   const size_t options_at = hello.size();
   w.Varint(opts.broadcast_batch_bytes);
+  w.Varint(opts.broadcast_slab_bytes);
   w.Byte(verify ? 1 : 0);
   w.Byte(opts.broadcast_within_host ? 1 : 0);
   DCP_ASSIGN_OR_RETURN(auto hellos, AllGatherOrFail(comm, plan_status, hello));
@@ -90,7 +91,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     // Batching and sharing must be decided alike everywhere, or collectives diverge.
     if (hellos[r].substr(options_at) != hello.substr(options_at)) {
       return InvalidArgument(
-          "ranks disagree on broadcast_batch_bytes, verify_checksums or "
+          "ranks disagree on broadcast_batch_bytes, broadcast_slab_bytes, verify_checksums or "
           "broadcast_within_host: rank " +
           std::to_string(r) + " differs from rank " + std::to_string(comm.rank()));
     }
@@ -104,25 +105,36 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     distinct.push_back(std::move(d));
   }
   return planner::PlanBroadcast(distinct, classes.holders, world,
-                                {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank});
+                                {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank,
+                                 opts.broadcast_slab_bytes});
 }
 
-// This rank's part in the shared phase: its memory for each shared shard of its groups
-// and, as reader, the read items that fill it; its regions of each shared stored chunk; and
-// which read items the private phase must not do (they arrive by broadcast, or were done).
+// This rank's part in the shared phase: its memory for each shared shard or slab of its
+// groups and, as reader, the read items that fill it (in `shared_reads`, each cut to its
+// slab); its regions of each shared stored chunk; and which read items the private phase must
+// not do (they arrive by broadcast, or are done in the shared phase).
 void MapToThisRank(const StateDict& sd, const metadata::Metadata& md,
                    const planner::LocalLoadPlan& plan, const planner::BroadcastPlan& bplan,
                    const std::vector<std::shared_ptr<Comm>>& groups, const Destinations& dests,
                    int me, std::vector<MyShard>* mine, std::vector<MyChunk>* my_chunks,
-                   std::vector<bool>* not_from_storage) {
-  std::map<ChunkRef, size_t> shard_of;
+                   planner::LocalLoadPlan* shared_reads, std::vector<bool>* not_from_storage) {
+  std::map<ChunkRef, std::vector<size_t>> slabs_of;  // shared entries of a destination chunk
   mine->resize(bplan.shards.size());
   for (size_t i = 0; i < bplan.shards.size(); ++i) {
     const auto& s = bplan.shards[i];
     if (!groups[s.group]) continue;
     const ChunkRef ref = dests.at({s.tensor, s.box});
-    (*mine)[i].dst = sd.entries()[ref.first].chunks[ref.second].view.bytes();
-    shard_of[ref] = i;
+    const TensorChunk& dst = sd.entries()[ref.first].chunks[ref.second];
+    // A slab's rows are contiguous in the destination's row-major memory (the planner cuts
+    // only where a row is whole bytes).
+    uint64_t offset = 0;
+    if (!(s.slab == s.box)) {
+      const uint64_t row_bytes = *DTypeBytes(md.tensors[s.tensor].dtype, s.box.NumElements()) /
+                                 static_cast<uint64_t>(s.box.lengths[0]);
+      offset = static_cast<uint64_t>(s.slab.offsets[0] - s.box.offsets[0]) * row_bytes;
+    }
+    (*mine)[i].dst = dst.view.bytes() + offset;
+    slabs_of[ref].push_back(i);
   }
   std::map<std::pair<uint32_t, uint32_t>, size_t> chunk_of;
   my_chunks->resize(bplan.chunks.size());
@@ -130,33 +142,47 @@ void MapToThisRank(const StateDict& sd, const metadata::Metadata& md,
     (*my_chunks)[i].member = groups[bplan.chunks[i].group] != nullptr;
     chunk_of[{bplan.chunks[i].tensor, bplan.chunks[i].stored}] = i;
   }
+  // `region` of read item `item` comes out of shared stored chunk `c`.
+  auto from_shared_chunk = [&](const planner::ReadItem& item, size_t c, const Box& region) {
+    MyChunk& m = (*my_chunks)[c];
+    // The planner made every rank that performs a read of the chunk a member.
+    DCP_CHECK(m.member);
+    const TensorChunk& dst = sd.entries()[item.entry].chunks[item.dst_chunk];
+    auto runs = CopyRuns::Make(md.tensors[item.tensor].dtype,
+                               md.tensors[item.tensor].chunks[item.stored].box, dst.box, region);
+    // PlanLoad made runs for the whole item, so a part of it cannot fail (and returning
+    // here would leave peers waiting in the broadcasts).
+    DCP_CHECK(runs.ok());
+    m.runs.push_back(std::move(runs).value());
+    m.targets.push_back({nullptr, dst.view.bytes()});
+  };
   not_from_storage->assign(plan.reads.size(), false);
   for (uint32_t r = 0; r < plan.reads.size(); ++r) {
     const auto& item = plan.reads[r];
-    auto shard = shard_of.find({item.entry, item.dst_chunk});
-    if (shard != shard_of.end() && bplan.shards[shard->second].reader != me) {
-      (*not_from_storage)[r] = true;  // arrives with the shard's broadcast
+    auto chunk = chunk_of.find({item.tensor, item.stored});
+    auto slabs = slabs_of.find({item.entry, item.dst_chunk});
+    if (slabs == slabs_of.end()) {
+      if (chunk != chunk_of.end()) {
+        (*not_from_storage)[r] = true;
+        from_shared_chunk(item, chunk->second, item.region);
+      }
       continue;
     }
-    if (auto c = chunk_of.find({item.tensor, item.stored}); c != chunk_of.end()) {
-      (*not_from_storage)[r] = true;  // copied out of the shared stored chunk
-      MyChunk& m = (*my_chunks)[c->second];
-      // The planner made every rank that performs a read of the chunk a member.
-      DCP_CHECK(m.member);
-      const TensorChunk& dst = sd.entries()[item.entry].chunks[item.dst_chunk];
-      auto runs =
-          CopyRuns::Make(md.tensors[item.tensor].dtype,
-                         md.tensors[item.tensor].chunks[item.stored].box, dst.box, item.region);
-      // PlanLoad made the same runs, so this cannot fail (and returning here would leave
-      // peers waiting in the broadcasts).
-      DCP_CHECK(runs.ok());
-      m.runs.push_back(std::move(runs).value());
-      m.targets.push_back({nullptr, dst.view.bytes()});
-      continue;
-    }
-    if (shard != shard_of.end()) {
-      (*not_from_storage)[r] = true;  // read before the shard's broadcast, not privately
-      (*mine)[shard->second].read_items.push_back(r);
+    // A shared destination: what falls in others' slabs arrives with their broadcasts; what
+    // falls in mine is read (or copied out of a shared stored chunk) before I send it.
+    (*not_from_storage)[r] = true;
+    for (size_t i : slabs->second) {
+      const auto& s = bplan.shards[i];
+      if (s.reader != me) continue;
+      auto part = Intersect(item.region, s.slab);
+      if (!part || part->Empty()) continue;
+      if (chunk != chunk_of.end()) {
+        from_shared_chunk(item, chunk->second, *part);
+      } else {
+        (*mine)[i].read_items.push_back(static_cast<uint32_t>(shared_reads->reads.size()));
+        shared_reads->reads.push_back(
+            {item.entry, item.dst_chunk, item.tensor, item.stored, *part});
+      }
     }
   }
   // CopyRuns addresses are stable only once every vector is filled.
@@ -202,7 +228,8 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   std::vector<std::shared_ptr<Comm>> groups;
   std::vector<MyShard> mine;
   std::vector<MyChunk> my_chunks;
-  std::vector<bool> not_from_storage;  // per read item: not in the private phase
+  planner::LocalLoadPlan shared_reads;  // this rank's reads for the shards it sends
+  std::vector<bool> not_from_storage;   // per read item: not in the private phase
   if (broadcast) {
     Destinations dests;
     if (plan.ok()) dests = DestinationsOf(sd, *md);
@@ -211,7 +238,8 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
                                   plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
                                   md.ok() ? &*md : nullptr, opts));
     DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
-    MapToThisRank(sd, *md, *plan, bplan, groups, dests, me, &mine, &my_chunks, &not_from_storage);
+    MapToThisRank(sd, *md, *plan, bplan, groups, dests, me, &mine, &my_chunks, &shared_reads,
+                  &not_from_storage);
   } else {
     DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, plan.status()));
   }
@@ -220,19 +248,16 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   // 4. Shared shards first (others wait for them), then private ones grouped by file.
   ChunkReads reads(sd, *md, dir, opts, fs, &result);
   if (broadcast) {
-    // What this rank reads from storage: its private items and those of the shards it reads
-    // for others, so that each stored chunk among them is read once.
-    std::vector<bool> from_storage(plan->reads.size());
-    for (uint32_t r = 0; r < plan->reads.size(); ++r) from_storage[r] = !not_from_storage[r];
-    for (const MyShard& m : mine) {
-      for (uint32_t r : m.read_items) from_storage[r] = true;
-    }
-    reads.set_from_storage(std::move(from_storage));
+    // The private items this rank reads: a stored chunk that also feeds a slab it sends is
+    // read once, in the shared phase, for both.
+    std::vector<bool> private_items(plan->reads.size());
+    for (uint32_t r = 0; r < plan->reads.size(); ++r) private_items[r] = !not_from_storage[r];
+    reads.set_private(&*plan, std::move(private_items));
   }
   Status read_failure;
   if (broadcast) {
-    DCP_RETURN_IF_ERROR(RunSharedPhase(*comm, bplan, groups, my_chunks, mine, *plan, reads, opts,
-                                       &result, &read_failure));
+    DCP_RETURN_IF_ERROR(RunSharedPhase(*comm, bplan, groups, my_chunks, mine, shared_reads, reads,
+                                       opts, &result, &read_failure));
   }
   const auto t4 = Clock::now();
   if (read_failure.ok()) {

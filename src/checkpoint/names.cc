@@ -23,19 +23,45 @@ std::string BytesFileName(uint64_t save_id, int rank) {
   return buf;
 }
 
-bool IsDcpDataFileName(std::string_view name) {
-  // data-<16 hex>-r<digits>.(safetensors|bytes)
+namespace {
+
+// data-<16 hex>-r<digits>.(safetensors|bytes): the writer's rank and the extension, or -1.
+int ParseDataFileName(std::string_view name, std::string_view* ext) {
   if (name.size() < 24 || name.substr(0, 5) != "data-" || name[21] != '-' || name[22] != 'r') {
-    return false;
+    return -1;
   }
   for (size_t i = 5; i < 21; ++i) {
-    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
+    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return -1;
   }
   size_t i = 23;
-  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
-  if (i == 23) return false;
-  std::string_view ext = name.substr(i);
-  return ext == ".safetensors" || ext == ".bytes";
+  int rank = 0;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
+    if (i - 23 >= 9) return -1;
+    rank = rank * 10 + (name[i] - '0');
+    ++i;
+  }
+  if (i == 23) return -1;
+  *ext = name.substr(i);
+  return *ext == ".safetensors" || *ext == ".bytes" ? rank : -1;
+}
+
+}  // namespace
+
+bool IsDcpDataFileName(std::string_view name) {
+  std::string_view ext;
+  return ParseDataFileName(name, &ext) >= 0;
+}
+
+int TensorDataFileRank(std::string_view name) {
+  std::string_view ext;
+  const int rank = ParseDataFileName(name, &ext);
+  return ext == ".safetensors" ? rank : -1;
+}
+
+std::string RecycledFileName(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "r%05d.safetensors", rank);
+  return buf;
 }
 
 bool IsMetadataTmpName(std::string_view name) {

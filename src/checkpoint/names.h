@@ -17,6 +17,11 @@ std::string BytesFileName(uint64_t save_id, int rank);  // data-<id>-r<rank>.byt
 // save may garbage-collect.
 bool IsDcpDataFileName(std::string_view name);
 bool IsMetadataTmpName(std::string_view name);
+// The writer rank of a tensor data file (data-<id>-r<rank>.safetensors); -1 for other names.
+int TensorDataFileRank(std::string_view name);
+// r<rank>.safetensors: a retired tensor data file waiting in a recycle directory to become
+// rank <rank>'s next data file (SaveOptions::recycle_dir).
+std::string RecycledFileName(int rank);
 // dcp.lock.stale-<id>: a stale save lock moved aside while being taken over.
 bool IsStaleLockName(std::string_view name);
 

@@ -290,16 +290,20 @@ bool FilesDisposable(storage::FileSystem& fs, const std::string& dir, uint64_t s
   return md.ok() && md->save_id != save_id;
 }
 
-// Writes this rank's items of `plan` to new files named by `save_id`; durable on return.
+// Writes this rank's items of `plan` to new files named by `save_id` (the tensor file over
+// this rank's retired file in opts.recycle_dir when there is one); durable on return.
 Status WriteMine(const StateDict& sd, const std::string& dir, const planner::GlobalSavePlan& plan,
-                 int rank, uint64_t save_id, storage::FileSystem& fs, Written* out,
-                 SaveResult* result) {
+                 int rank, uint64_t save_id, const SaveOptions& opts, storage::FileSystem& fs,
+                 Written* out, SaveResult* result) {
   DCP_ASSIGN_OR_RETURN(MyWrites mine, CollectMyWrites(sd, plan, rank));
   if (!mine.tensors.empty()) {
-    DCP_ASSIGN_OR_RETURN(
-        out->first, storage::WriteSafetensorsFile(
-                        fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors,
-                        metadata::kChecksumBlockSize));
+    const std::string recycle =
+        opts.recycle_dir.empty() ? std::string()
+                                 : storage::JoinPath(opts.recycle_dir, RecycledFileName(rank));
+    DCP_ASSIGN_OR_RETURN(out->first,
+                         storage::WriteSafetensorsFile(
+                             fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors,
+                             metadata::kChecksumBlockSize, recycle, &result->file_recycled));
     ++result->files_written;
   }
   if (!mine.bytes.empty()) {
@@ -318,7 +322,8 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
 // Without collectives: every rank writes all it holds and its own metadata file. Replicas
 // are not deduplicated and ranks do not agree on errors; load merges the rank files.
 Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir, int rank,
-                                     int world, uint64_t step, storage::FileSystem& fs) {
+                                     int world, const SaveOptions& opts, storage::FileSystem& fs) {
+  const uint64_t step = opts.step;
   SaveResult result;
   const auto t0 = Clock::now();
   const std::string where = "save to " + dir + " (rank " + std::to_string(rank) + "): ";
@@ -346,7 +351,7 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   const uint64_t save_id = RandomId();
   std::vector<Written> written(rank + 1);
   DCP_RETURN_IF_ERROR(
-      WriteMine(sd, dir, *plan, rank, save_id, fs, &written[rank], &result).Annotate(where));
+      WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written[rank], &result).Annotate(where));
   const auto t2 = Clock::now();
   auto md = BuildMetadata(*plan, save_id, written, world);
   if (!md.ok()) return md.status().Annotate(where);
@@ -554,7 +559,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
                         storage::FileSystem& fs) {
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int rank = comm->rank(), world = comm->size();
-  if (!opts.use_collectives) return SaveIndependently(sd, dir, rank, world, opts.step, fs);
+  if (!opts.use_collectives) return SaveIndependently(sd, dir, rank, world, opts, fs);
   SaveResult result;
   const auto t0 = Clock::now();
 
@@ -600,7 +605,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   // 3. Write this rank's items, durable, to new files (the previous checkpoint's files
   //    are never touched).
   Written written;
-  st = WriteMine(sd, dir, *plan, rank, save_id, fs, &written, &result);
+  st = WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written, &result);
   const auto t2 = Clock::now();
 
   // 4. Results to rank 0, which commits the metadata; its verdict reaches everyone.

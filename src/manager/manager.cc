@@ -147,8 +147,10 @@ Result<Scan> ScanRoot(FileSystem& fs, const std::string& root) {
 
 // Removes a step directory: metadata first (the step stops being complete in one operation),
 // then the data files, then the empty directory. A crash half-way leaves an incomplete
-// directory, never a damaged one that looks complete.
-Status RemoveStepDir(FileSystem& fs, const std::string& dir) {
+// directory, never a damaged one that looks complete. With `recycle_dir` set, tensor data
+// files move there (one per writer rank, replacing an older one) for the next save to
+// overwrite instead of being deleted: they leave the step only after it stopped being one.
+Status RemoveStepDir(FileSystem& fs, const std::string& dir, const std::string& recycle_dir) {
   auto names = fs.List(dir);
   if (!names.ok()) {
     if (names.status().code() == StatusCode::kNotFound) return OkStatus();
@@ -167,13 +169,39 @@ Status RemoveStepDir(FileSystem& fs, const std::string& dir) {
   }
   const size_t metadata_files = static_cast<size_t>(std::count_if(
       order.begin(), order.end(), [&](const std::string& n) { return n.rfind(meta, 0) == 0; }));
+  bool pool_ready = false;
   for (size_t i = 0; i < order.size(); ++i) {
-    DCP_RETURN_IF_ERROR(fs.Remove(JoinPath(dir, order[i])).Annotate("remove step directory: "));
+    const std::string path = JoinPath(dir, order[i]);
+    const int writer = checkpoint::TensorDataFileRank(order[i]);
+    if (i >= metadata_files && writer >= 0 && !recycle_dir.empty()) {
+      if (!pool_ready) {
+        DCP_RETURN_IF_ERROR(fs.CreateDirs(recycle_dir).Annotate("recycle directory: "));
+        pool_ready = true;
+      }
+      DCP_RETURN_IF_ERROR(
+          fs.Rename(path, JoinPath(recycle_dir, checkpoint::RecycledFileName(writer)))
+              .Annotate("recycle a retired data file: "));
+    } else {
+      DCP_RETURN_IF_ERROR(fs.Remove(path).Annotate("remove step directory: "));
+    }
     // The step stops being complete durably before any of its data goes: a crash can leave
     // an incomplete directory (cleaned up by the next Open), never metadata over missing data.
     if (i + 1 == metadata_files) DCP_RETURN_IF_ERROR(fs.SyncDir(dir));
   }
   return fs.Remove(dir).Annotate("remove step directory: ");
+}
+
+// Rank 0 at Open: the recycle directory holds only r<rank>.safetensors of ranks of this job
+// (recycling on), or is gone (off). Best effort: a file left over is only disk space.
+void TidyRecycleDir(FileSystem& fs, const std::string& recycle_dir, bool on, int world) {
+  auto names = fs.List(recycle_dir);
+  if (!names.ok()) return;
+  std::set<std::string> wanted;
+  for (int r = 0; on && r < world; ++r) wanted.insert(checkpoint::RecycledFileName(r));
+  for (const auto& n : *names) {
+    if (!wanted.count(n)) (void)fs.Remove(JoinPath(recycle_dir, n));
+  }
+  if (!on) (void)fs.Remove(recycle_dir);
 }
 
 // ---- What rank 0 decided, for every rank ------------------------------------------------
@@ -296,9 +324,13 @@ struct CheckpointManager::Impl {
     rank = comm->rank();
     opts.save.comm = comm;
     opts.load.comm = comm;
+    opts.save.recycle_dir = opts.recycle_files ? RecycleDir() : std::string();
   }
 
   std::string Dir(int64_t step) const { return JoinPath(root, StepDirName(step)); }
+  std::string RecycleDir() const { return JoinPath(root, manager::kRecycleName); }
+  // Where a removed step's data files go: the recycle directory, or nowhere (deleted).
+  const std::string& RetiredFilesTo() const { return opts.save.recycle_dir; }
 
   // Rank 0: lock, scan, clean up; everyone: the complete steps.
   void Open() {
@@ -316,7 +348,7 @@ struct CheckpointManager::Impl {
             if (e.status.ok()) {
               complete.push_back(e.step);
             } else if (HasNoMetadata(fs, Dir(e.step))) {
-              Status rm = RemoveStepDir(fs, Dir(e.step));
+              Status rm = RemoveStepDir(fs, Dir(e.step), RetiredFilesTo());
               if (!rm.ok()) {
                 std::fprintf(stderr, "dcp manager: could not clean up incomplete %s: %s\n",
                              Dir(e.step).c_str(), rm.message().c_str());
@@ -324,6 +356,7 @@ struct CheckpointManager::Impl {
             }
           }
           for (const auto& t : scan->latest_tmps) (void)fs.Remove(JoinPath(root, t));
+          TidyRecycleDir(fs, RecycleDir(), opts.recycle_files, comm->size());
           // `latest` names the newest complete step: repair a stale or damaged record.
           if (!complete.empty() && scan->latest_record != complete.back()) {
             Status w = WriteLatest(complete.back());
@@ -383,7 +416,7 @@ struct CheckpointManager::Impl {
   std::vector<int64_t> Retire(const std::vector<int64_t>& complete, int64_t latest) {
     std::vector<int64_t> removed;
     for (int64_t s : StepsToRemove(complete, latest, opts.policy, keeps)) {
-      Status rm = RemoveStepDir(fs, Dir(s));
+      Status rm = RemoveStepDir(fs, Dir(s), RetiredFilesTo());
       if (!rm.ok()) {
         std::fprintf(stderr, "dcp manager: retention could not remove %s: %s\n", Dir(s).c_str(),
                      rm.message().c_str());
@@ -523,6 +556,15 @@ RootInfo inspect_root(const std::string& root) {
     }
     if (s.complete) info.latest = s.step;
     info.steps.push_back(std::move(s));
+  }
+  const std::string pool = JoinPath(root, manager::kRecycleName);
+  if (auto names = fs.List(pool); names.ok()) {
+    for (const auto& n : *names) {
+      if (auto size = fs.FileSize(JoinPath(pool, n)); size.ok()) {
+        ++info.recycle_files;
+        info.recycle_bytes += *size;
+      }
+    }
   }
   return info;
 }

@@ -17,5 +17,7 @@ std::unique_ptr<CheckpointManager> NewManager(const std::string& root, ManagerOp
 // The name of the lock file and of the latest record under a root.
 inline constexpr const char* kLockName = ".dcp-manager.lock";
 inline constexpr const char* kLatestName = "latest";
+// Retired data files waiting to be overwritten by the next save (ManagerOptions::recycle_files).
+inline constexpr const char* kRecycleName = ".recycle";
 
 }  // namespace dcp::manager

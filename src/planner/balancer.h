@@ -24,13 +24,14 @@ class ClassBalancer {
     }
   }
 
+  // The least-loaded rank among `classes` (ties: lowest rank) and its load.
+  std::pair<uint64_t, int> Least(const std::vector<int>& classes) const {
+    return heaps_[LeastClass(classes)].top();
+  }
+
   // The least-loaded rank among `classes` (ties: lowest rank), now carrying `weight` more.
   int Assign(const std::vector<int>& classes, uint64_t weight) {
-    int best = -1;
-    for (int c : classes) {
-      if (heaps_[c].empty()) continue;
-      if (best < 0 || heaps_[c].top() < heaps_[best].top()) best = c;
-    }
+    const int best = LeastClass(classes);
     auto [load, rank] = heaps_[best].top();
     heaps_[best].pop();
     heaps_[best].push({load + weight, rank});
@@ -38,6 +39,15 @@ class ClassBalancer {
   }
 
  private:
+  int LeastClass(const std::vector<int>& classes) const {
+    int best = -1;
+    for (int c : classes) {
+      if (heaps_[c].empty()) continue;
+      if (best < 0 || heaps_[c].top() < heaps_[best].top()) best = c;
+    }
+    return best;
+  }
+
   using Slot = std::pair<uint64_t, int>;
   std::vector<std::priority_queue<Slot, std::vector<Slot>, std::greater<>>> heaps_;
 };

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
+#include "core/box_index.h"
 #include "core/copy_runs.h"
 #include "core/wire.h"
 #include "planner/balancer.h"
@@ -44,6 +46,34 @@ Result<LoadIdentity> DecodeLoadIdentity(std::string_view data) {
 
 namespace {
 
+// The stored chunks of a tensor that may intersect a box: all of them when the tensor has
+// few, else through a BoxIndex, kept for one tensor at a time (queries come in tensor order).
+class StoredChunkFinder {
+ public:
+  explicit StoredChunkFinder(const metadata::Metadata& md) : md_(md) {}
+  const std::vector<size_t>& Candidates(uint32_t tensor, const Box& box) {
+    const auto& chunks = md_.tensors[tensor].chunks;
+    if (chunks.size() <= kIndexMinChunks) {
+      found_.resize(chunks.size());
+      for (size_t i = 0; i < found_.size(); ++i) found_[i] = i;
+      return found_;
+    }
+    if (tensor != indexed_) {
+      index_.emplace(chunks.size(), [&](size_t i) -> const Box& { return chunks[i].box; });
+      indexed_ = tensor;
+    }
+    found_ = index_->Candidates(box);
+    return found_;
+  }
+
+ private:
+  static constexpr size_t kIndexMinChunks = 32;
+  const metadata::Metadata& md_;
+  std::optional<BoxIndex> index_;
+  uint32_t indexed_ = UINT32_MAX;
+  std::vector<size_t> found_;
+};
+
 // Whether `ranks` live on more than one host (always, without host information).
 bool SpansHosts(const std::vector<int>& ranks, const std::vector<uint64_t>* host_of_rank) {
   if (host_of_rank == nullptr) return ranks.size() > 1;
@@ -75,9 +105,11 @@ void ShareStoredChunks(
   const metadata::Metadata& md = *sharing.md;
   // (tensor, stored chunk) -> rank -> bytes that rank would fetch from it.
   std::map<std::pair<uint32_t, uint32_t>, std::map<int, uint64_t>> uses;
+  StoredChunkFinder finder(md);
   for (const auto& [key, ranks] : performed) {
     const metadata::TensorMeta& t = md.tensors[key.first];
-    for (uint32_t si = 0; si < t.chunks.size(); ++si) {
+    for (const size_t s : finder.Candidates(key.first, key.second)) {
+      const auto si = static_cast<uint32_t>(s);
       auto region = Intersect(key.second, t.chunks[si].box);
       if (!region || region->Empty()) continue;
       const uint64_t cost =
@@ -118,6 +150,71 @@ void ShareStoredChunks(
 
 }  // namespace
 
+namespace {
+
+// With whole-chunk reads, the rows (relative to the shard's first) where `box` of `tensor`
+// may be cut into slabs: those no stored chunk crosses. Ascending, in (0, rows).
+std::vector<int64_t> CleanCuts(uint32_t tensor, const Box& box, StoredChunkFinder& finder,
+                               const metadata::Metadata& md) {
+  // Each intersecting stored chunk's rows, relative to the shard, sorted by start.
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const size_t i : finder.Candidates(tensor, box)) {
+    auto region = Intersect(box, md.tensors[tensor].chunks[i].box);
+    if (!region || region->Empty()) continue;
+    const int64_t s = region->offsets[0] - box.offsets[0];
+    spans.push_back({s, s + region->lengths[0]});
+  }
+  std::sort(spans.begin(), spans.end());
+  // A boundary is a cut unless some span starting before it ends after it.
+  std::vector<int64_t> cuts;
+  int64_t reach = 0;  // furthest end among spans started so far
+  for (const auto& [start, end] : spans) {
+    if (start > 0 && reach <= start && (cuts.empty() || cuts.back() != start)) {
+      cuts.push_back(start);
+    }
+    reach = std::max(reach, end);
+  }
+  return cuts;
+}
+
+// `box` cut along dimension 0 into about nbytes / slab_bytes slabs of similar size: at even
+// rows, or with whole-chunk reads at the clean cuts nearest to them; {box} when it is small
+// or cannot be cut.
+std::vector<Box> CutIntoSlabs(uint32_t tensor, const Box& box, uint64_t nbytes, uint64_t slab_bytes,
+                              StoredChunkFinder* finder, const metadata::Metadata* md,
+                              bool whole_chunk_reads) {
+  if (nbytes <= slab_bytes || box.rank() == 0 || box.lengths[0] < 2) return {box};
+  const auto rows = static_cast<uint64_t>(box.lengths[0]);
+  if (nbytes % rows != 0) return {box};  // a row is not a whole number of bytes
+  const bool anywhere = md == nullptr || !whole_chunk_reads;
+  std::vector<int64_t> cuts;
+  if (!anywhere) cuts = CleanCuts(tensor, box, *finder, *md);
+  const uint64_t n =
+      std::min<uint64_t>((nbytes + slab_bytes - 1) / slab_bytes, anywhere ? rows : cuts.size() + 1);
+  std::vector<Box> out;
+  int64_t from = 0;
+  for (uint64_t k = 1; k <= n; ++k) {
+    int64_t to = static_cast<int64_t>(rows);
+    if (k < n) {
+      to = static_cast<int64_t>(rows * k / n);
+      if (!anywhere) {
+        auto it = std::lower_bound(cuts.begin(), cuts.end(), to);
+        if (it == cuts.end() || (it != cuts.begin() && to - *(it - 1) < *it - to)) --it;
+        to = *it;
+      }
+      if (to <= from) continue;
+    }
+    Box slab = box;
+    slab.offsets[0] += from;
+    slab.lengths[0] = to - from;
+    out.push_back(std::move(slab));
+    from = to;
+  }
+  return out;
+}
+
+}  // namespace
+
 BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
                             const std::vector<std::vector<int>>& holders, int world_size,
                             const BroadcastPlanOptions& sharing) {
@@ -140,12 +237,6 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   BroadcastPlan plan;
   plan.read_bytes.assign(world_size, 0);
   std::map<std::vector<int>, uint32_t> group_of_classes;
-  struct Pending {
-    uint64_t weight;
-    size_t index;  // into plan.shards
-    const std::vector<int>* classes;
-  };
-  std::vector<Pending> pending;
   // Per class: whether its ranks span hosts, and the host of its first rank.
   std::vector<bool> class_spans(holders.size(), false);
   for (size_t c = 0; c < holders.size(); ++c) {
@@ -164,8 +255,41 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     }
     return false;
   };
+  // Private shards are read by each holder; shared ones once. Their sum over the world is a
+  // rank's fair share, which sizes the slabs.
+  std::vector<bool> shared(shards.size());
+  uint64_t total = 0;
+  {
+    size_t i = 0;
+    for (auto& [key, a] : shards) {
+      shared[i] = a.broadcastable && spans_hosts(a.classes);
+      uint64_t readers = 1;
+      if (!shared[i]) {
+        readers = 0;
+        for (int c : a.classes) readers += holders[c].size();
+      }
+      total += a.nbytes * readers;
+      ++i;
+    }
+  }
+  const uint64_t fair_share = total / static_cast<uint64_t>(std::max(world_size, 1));
+  const uint64_t slab_bytes = sharing.slab_bytes
+                                  ? sharing.slab_bytes
+                                  : std::max<uint64_t>(fair_share / kSlabsPerShare, kMinSlabBytes);
+  std::optional<StoredChunkFinder> finder;
+  if (sharing.md) finder.emplace(*sharing.md);
+  struct Pending {
+    uint64_t nbytes;
+    std::pair<uint32_t, Box> key;
+    const std::vector<int>* classes;
+    uint32_t group;
+    std::vector<Box> slabs;
+    uint64_t largest_slab;
+  };
+  std::vector<Pending> pending;
+  size_t i = 0;
   for (auto& [key, a] : shards) {
-    if (!a.broadcastable || !spans_hosts(a.classes)) {
+    if (!shared[i++]) {
       // Private to one rank, or read by every holder itself.
       for (int c : a.classes) {
         for (int r : holders[c]) plan.read_bytes[r] += a.nbytes;
@@ -180,33 +304,73 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
       std::sort(ranks.begin(), ranks.end());
       plan.groups.push_back(std::move(ranks));
     }
-    pending.push_back({std::max<uint64_t>(a.nbytes, 1), plan.shards.size(), &a.classes});
-    plan.shards.push_back({key.first, key.second, a.nbytes, it->second, -1});
+    std::vector<Box> slabs =
+        CutIntoSlabs(key.first, key.second, a.nbytes, slab_bytes, finder ? &*finder : nullptr,
+                     sharing.md, sharing.whole_chunk_reads);
+    uint64_t largest = a.nbytes;
+    if (slabs.size() > 1) {
+      int64_t rows = 0;
+      for (const Box& b : slabs) rows = std::max(rows, b.lengths[0]);
+      largest =
+          a.nbytes / static_cast<uint64_t>(key.second.lengths[0]) * static_cast<uint64_t>(rows);
+    }
+    pending.push_back({a.nbytes, key, &a.classes, it->second, std::move(slabs), largest});
   }
 
-  // Largest first, ties in global order; private reads count toward a rank's load.
-  std::stable_sort(pending.begin(), pending.end(),
-                   [](const Pending& a, const Pending& b) { return a.weight > b.weight; });
+  // Largest first (by slab: a shard cut fine comes late and fills the gaps, as small shards
+  // do), ties in global order; private reads count toward a rank's load. A shard is
+  // water-filled: its slabs, in order, go to the least-loaded member while they fit below
+  // the fair share (at least one), then to the next least-loaded; a member's consecutive
+  // slabs form one entry, one broadcast. A shard that is not cut goes whole, as before.
+  std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return a.largest_slab > b.largest_slab;
+  });
   ClassBalancer balancer(holders, plan.read_bytes);
   for (const Pending& p : pending) {
-    const int reader = balancer.Assign(*p.classes, p.weight);
-    plan.shards[p.index].reader = reader;
-    plan.read_bytes[reader] += plan.shards[p.index].nbytes;
+    const auto& [tensor, box] = p.key;
+    const std::vector<Box>& slabs = p.slabs;
+    // Slabs exist only where a row is a whole number of bytes.
+    const uint64_t row_bytes =
+        slabs.size() > 1 ? p.nbytes / static_cast<uint64_t>(box.lengths[0]) : 0;
+    auto bytes_of = [&](const Box& slab) {
+      return slabs.size() == 1 ? p.nbytes : row_bytes * static_cast<uint64_t>(slab.lengths[0]);
+    };
+    for (size_t k = 0; k < slabs.size();) {
+      const uint64_t load = balancer.Least(*p.classes).first;
+      const uint64_t room = load < fair_share ? fair_share - load : 0;
+      Box piece = slabs[k];
+      uint64_t nbytes = bytes_of(slabs[k++]);
+      for (; k < slabs.size() && nbytes + bytes_of(slabs[k]) <= room; ++k) {
+        piece.lengths[0] += slabs[k].lengths[0];
+        nbytes += bytes_of(slabs[k]);
+      }
+      const int reader = balancer.Assign(*p.classes, std::max<uint64_t>(nbytes, 1));
+      plan.read_bytes[reader] += nbytes;
+      plan.shards.push_back({tensor, box, std::move(piece), nbytes, p.group, reader});
+    }
   }
+  // The global execution order.
+  std::sort(plan.shards.begin(), plan.shards.end(), [](const SharedShard& a, const SharedShard& b) {
+    return std::tie(a.tensor, a.box, a.slab) < std::tie(b.tensor, b.box, b.slab);
+  });
 
   if (sharing.md != nullptr) {
-    // Who performs the reads of each destination shard: its reader when shared, else
-    // every holder.
+    // Who performs the reads of each destination shard or slab: its reader when shared,
+    // else every holder.
     std::vector<std::pair<std::pair<uint32_t, Box>, std::vector<int>>> performed;
-    size_t next_shared = 0;
+    size_t next = 0;  // plan.shards is in the same (tensor, box) order
+    i = 0;
     for (auto& [key, a] : shards) {
-      std::vector<int> ranks;
-      if (next_shared < plan.shards.size() && plan.shards[next_shared].tensor == key.first &&
-          plan.shards[next_shared].box == key.second) {
-        ranks.push_back(plan.shards[next_shared++].reader);
-      } else {
-        for (int c : a.classes) ranks.insert(ranks.end(), holders[c].begin(), holders[c].end());
+      if (shared[i++]) {
+        for (; next < plan.shards.size() && plan.shards[next].tensor == key.first &&
+               plan.shards[next].box == key.second;
+             ++next) {
+          performed.push_back({{key.first, plan.shards[next].slab}, {plan.shards[next].reader}});
+        }
+        continue;
       }
+      std::vector<int> ranks;
+      for (int c : a.classes) ranks.insert(ranks.end(), holders[c].begin(), holders[c].end());
       performed.push_back({key, std::move(ranks)});
     }
     std::map<std::vector<int>, uint32_t> group_of_ranks;

@@ -1,11 +1,14 @@
 // Read-once broadcast planning for load: who reads each shared destination shard.
 //
 // A destination shard (tensor, box) held by several ranks is "shared": one member of its
-// group (the ranks holding it) reads it from storage and broadcasts it to the others.
-// Every rank computes the same plan from the same gathered identities: shards are weighed
-// by their bytes, taken largest first, each given to the group member with the fewest
-// bytes assigned so far (ties: lowest rank); execution then walks them in one global order
-// (tensor, offsets, lengths), which keeps every group's collectives in step.
+// group (the ranks holding it) reads it from storage and broadcasts it to the others. A
+// shard larger than a slab (a fraction of a rank's fair share of all bytes read) is cut
+// along dimension 0 into slabs, each read and broadcast by a different member, so that no
+// reader carries a whole large shard while the others wait. Every rank computes the same
+// plan from the same gathered identities: slabs are weighed by their bytes, taken largest
+// first, each given to the group member with the fewest bytes assigned so far (ties: lowest
+// rank); execution then walks them in one global order (tensor, box, slab), which keeps
+// every group's collectives in step.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +42,15 @@ struct LoadIdentity {
 std::string EncodeLoadIdentity(const LoadIdentity& id);
 Result<LoadIdentity> DecodeLoadIdentity(std::string_view data);
 
+// A shared destination shard, or one dimension-0 slab of it: the unit read by one member
+// and broadcast. A slab's rows are contiguous in the destination's (row-major) memory.
 struct SharedShard {
   uint32_t tensor = 0;
-  Box box;
-  uint64_t nbytes = 0;
-  uint32_t group = 0;  // index into BroadcastPlan::groups
-  int reader = -1;     // world rank that reads and broadcasts it
+  Box box;              // the destination shard, as its holders hold it
+  Box slab;             // the part this entry moves: `box` itself, or a dimension-0 slab
+  uint64_t nbytes = 0;  // of the slab
+  uint32_t group = 0;   // index into BroadcastPlan::groups
+  int reader = -1;      // world rank that reads and broadcasts it
 };
 
 // A stored chunk that several ranks would each read (in part) for different destination
@@ -60,7 +66,7 @@ struct SharedChunk {
 };
 
 struct BroadcastPlan {
-  std::vector<SharedShard> shards;       // global execution order: (tensor, box)
+  std::vector<SharedShard> shards;       // global execution order: (tensor, box, slab)
   std::vector<SharedChunk> chunks;       // executed first, in (tensor, stored) order
   std::vector<std::vector<int>> groups;  // distinct member lists, sorted, each sorted
   // Per rank, the storage bytes it is expected to read.
@@ -80,7 +86,15 @@ struct BroadcastPlanOptions {
   // which is cheaper than a broadcast between processes); only groups spanning hosts
   // broadcast.
   const std::vector<uint64_t>* host_of_rank = nullptr;
+  // Shared shards larger than this are cut into dimension-0 slabs of about this size;
+  // 0: a rank's fair share of all the bytes read / kSlabsPerShare, at least kMinSlabBytes.
+  // With whole_chunk_reads, slabs end only where no stored chunk crosses (a stored chunk is
+  // the finest unit a reader can fetch alone), so a shard inside one stored chunk stays whole.
+  uint64_t slab_bytes = 0;
 };
+
+inline constexpr uint64_t kSlabsPerShare = 8;
+inline constexpr uint64_t kMinSlabBytes = uint64_t{256} << 10;
 
 // One broadcast the execution issues: items of one (group, reader) sent together.
 struct BroadcastOp {

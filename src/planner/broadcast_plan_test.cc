@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 
 namespace dcp::planner {
 namespace {
@@ -227,11 +228,148 @@ TEST(PlanBroadcastTest, StoredChunksAreSharedOnlyAcrossHosts) {
 namespace dcp::planner {
 namespace {
 
+// The entries of `p` for (tensor, box), in execution order.
+std::vector<SharedShard> EntriesOf(const BroadcastPlan& p, uint32_t tensor, const Box& box) {
+  std::vector<SharedShard> out;
+  for (const SharedShard& s : p.shards) {
+    if (s.tensor == tensor && s.box == box) out.push_back(s);
+  }
+  return out;
+}
+
+// Every shared shard's slabs tile it along dimension 0 exactly once, each with its bytes.
+void ExpectSlabsTile(const BroadcastPlan& p) {
+  for (size_t i = 0; i < p.shards.size();) {
+    const SharedShard& first = p.shards[i];
+    const uint64_t rows = static_cast<uint64_t>(first.box.lengths[0]);
+    int64_t at = first.box.offsets[0];
+    uint64_t bytes = 0;
+    for (;
+         i < p.shards.size() && p.shards[i].tensor == first.tensor && p.shards[i].box == first.box;
+         ++i) {
+      const SharedShard& s = p.shards[i];
+      EXPECT_EQ(s.slab.offsets[0], at) << s.box.ToString();
+      for (int d = 1; d < s.box.rank(); ++d) {
+        EXPECT_EQ(s.slab.offsets[d], s.box.offsets[d]);
+        EXPECT_EQ(s.slab.lengths[d], s.box.lengths[d]);
+      }
+      at += s.slab.lengths[0];
+      bytes += s.nbytes;
+      EXPECT_GE(s.reader, 0);
+      EXPECT_TRUE(std::binary_search(p.groups[s.group].begin(), p.groups[s.group].end(), s.reader));
+    }
+    EXPECT_EQ(at, first.box.offsets[0] + first.box.lengths[0]) << first.box.ToString();
+    EXPECT_EQ(bytes % rows, 0u);
+  }
+}
+
+TEST(PlanBroadcastTest, LargeShardIsCutIntoSlabsOnePerReader) {
+  // One 64 KiB shard of 64 rows held by 4 ranks: four readers of 16 rows each, one
+  // broadcast each (consecutive slabs of one reader travel together).
+  LoadIdentity id{{Shard(0, 0, 64, 64 * 1024)}};
+  BroadcastPlan p = PlanBroadcast({id}, {{0, 1, 2, 3}}, 4, {.slab_bytes = 1024});
+  ExpectSlabsTile(p);
+  ASSERT_EQ(p.shards.size(), 4u);
+  std::set<int> readers;
+  for (const auto& s : p.shards) {
+    EXPECT_EQ(s.slab.lengths[0], 16);
+    EXPECT_EQ(s.nbytes, 16u * 1024);
+    readers.insert(s.reader);
+  }
+  EXPECT_EQ(readers.size(), 4u);
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>(4, 16 * 1024)));
+  // Slabs off (larger than the shard): one reader, as before.
+  p = PlanBroadcast({id}, {{0, 1, 2, 3}}, 4, {.slab_bytes = UINT64_MAX});
+  ASSERT_EQ(p.shards.size(), 1u);
+  EXPECT_EQ(p.shards[0].slab, p.shards[0].box);
+}
+
+TEST(PlanBroadcastTest, SlabsKeepRandomJobsBalancedAndDoNotDependOnClassOrder) {
+  // 16 ranks as tp2 x dp8 (classes {0,2,..}, {1,3,..}): each class holds its tp half of
+  // some tensors, and both hold the whole of others; sizes from one row to 40% of a fair
+  // share, in rows of 1 KiB.
+  for (unsigned seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    LoadIdentity even, odd;
+    for (uint32_t t = 0; t < 60; ++t) {
+      const int64_t rows = 1 + static_cast<int64_t>(rng() % 4000);
+      if (rng() % 2) {
+        even.shards.push_back(Shard(t, 0, rows, static_cast<uint64_t>(rows) * 1024));
+        odd.shards.push_back(Shard(t, rows, rows, static_cast<uint64_t>(rows) * 1024));
+      } else {
+        even.shards.push_back(Shard(t, 0, rows, static_cast<uint64_t>(rows) * 1024));
+        odd.shards.push_back(Shard(t, 0, rows, static_cast<uint64_t>(rows) * 1024));
+      }
+    }
+    std::vector<std::vector<int>> holders(2);
+    for (int r = 0; r < 16; ++r) holders[r % 2].push_back(r);
+    const BroadcastPlanOptions opts{.slab_bytes = 16 * 1024};
+    BroadcastPlan p = PlanBroadcast({even, odd}, holders, 16, opts);
+    ExpectSlabsTile(p);
+    uint64_t sum = 0, max = 0;
+    for (uint64_t b : p.read_bytes) {
+      sum += b;
+      max = std::max(max, b);
+    }
+    uint64_t unique = 0;
+    for (const auto& s : p.shards) unique += s.nbytes;
+    EXPECT_EQ(sum, unique);  // every shared byte read once
+    EXPECT_LE(static_cast<double>(max), 1.2 * static_cast<double>(sum) / 16);
+    // The same job with its classes listed the other way round.
+    BroadcastPlan q = PlanBroadcast({odd, even}, {holders[1], holders[0]}, 16, opts);
+    ASSERT_EQ(p.shards.size(), q.shards.size());
+    for (size_t i = 0; i < p.shards.size(); ++i) {
+      EXPECT_EQ(p.shards[i].slab, q.shards[i].slab);
+      EXPECT_EQ(p.shards[i].reader, q.shards[i].reader);
+      EXPECT_EQ(p.groups[p.shards[i].group], q.groups[q.shards[i].group]);
+    }
+    EXPECT_EQ(p.read_bytes, q.read_bytes);
+  }
+}
+
+TEST(PlanBroadcastTest, WithChecksumsSlabsEndOnlyBetweenStoredChunks) {
+  // Tensor 0 [64, 8] F32 stored as rows [0, 10), [10, 30), [30, 64); tensor 1 as column
+  // halves, which no row cut avoids crossing. Four ranks want both whole.
+  metadata::Metadata md;
+  md.files = {{"f", 4096}};
+  metadata::TensorMeta rows{"a", DType::kF32, {64, 8}, {}};
+  rows.chunks.push_back({Box{{0, 0}, {10, 8}}, 0, 0, 320, 0});
+  rows.chunks.push_back({Box{{10, 0}, {20, 8}}, 0, 320, 640, 0});
+  rows.chunks.push_back({Box{{30, 0}, {34, 8}}, 0, 960, 1088, 0});
+  metadata::TensorMeta cols{"b", DType::kF32, {64, 8}, {}};
+  cols.chunks.push_back({Box{{0, 0}, {64, 4}}, 0, 2048, 1024, 0});
+  cols.chunks.push_back({Box{{0, 4}, {64, 4}}, 0, 3072, 1024, 0});
+  md.tensors = {rows, cols};
+  LoadIdentity id{{{0, Box{{0, 0}, {64, 8}}, 2048, true}, {1, Box{{0, 0}, {64, 8}}, 2048, true}}};
+  BroadcastPlan p = PlanBroadcast({id}, {{0, 1, 2, 3}}, 4,
+                                  {&md, /*whole_chunk_reads=*/true, nullptr, /*slab_bytes=*/32});
+  ExpectSlabsTile(p);
+  const auto a = EntriesOf(p, 0, Box{{0, 0}, {64, 8}});
+  ASSERT_GT(a.size(), 1u);
+  for (const auto& s : a) {
+    const int64_t start = s.slab.offsets[0];
+    EXPECT_TRUE(start == 0 || start == 10 || start == 30) << s.slab.ToString();
+  }
+  EXPECT_EQ(EntriesOf(p, 1, Box{{0, 0}, {64, 8}}).size(), 1u);
+  EXPECT_TRUE(p.chunks.empty());  // no stored chunk is read by two readers
+  uint64_t sum = 0;
+  for (uint64_t b : p.read_bytes) sum += b;
+  EXPECT_EQ(sum, 4096u);  // every stored byte once
+  // Without checksums a slab may end anywhere; the stored bytes are still read once.
+  p = PlanBroadcast({id}, {{0, 1, 2, 3}}, 4, {&md, false, nullptr, 32});
+  ExpectSlabsTile(p);
+  EXPECT_GT(EntriesOf(p, 1, Box{{0, 0}, {64, 8}}).size(), 1u);
+  sum = 0;
+  for (uint64_t b : p.read_bytes) sum += b;
+  EXPECT_EQ(sum, 4096u);
+}
+
 TEST(ScheduleBroadcastsTest, BatchesPerGroupAndReaderInIssueOrder) {
   BroadcastPlan p;
   p.groups = {{0, 1}, {0, 1, 2}};
   auto shard = [](uint32_t t, uint64_t n, uint32_t g, int reader) {
-    return SharedShard{t, Box{{0}, {1}}, n, g, reader};
+    return SharedShard{t, Box{{0}, {1}}, Box{{0}, {1}}, n, g, reader};
   };
   // Limit 10: a (g0,r0) 4 + 4 fit; the third 4 overflows and closes that batch; a 12-byte
   // shard goes alone when reached; (g1,r2) stays open until the end.

@@ -144,8 +144,13 @@ Result<LocalSavePlan> DecodeLocalPlan(std::string_view data) {
   return plan;
 }
 
-// Replicated chunks are never split below this (many tiny pieces cost more than the imbalance).
-constexpr uint64_t kMinSplitBytes = uint64_t{4} << 20;
+// A replicated chunk is cut into pieces of at most a fair share / kPiecesPerShare, so that
+// largest-first balancing ends every writer within about one piece of the mean (save), and a
+// load of the same checkpoint has stored chunks small enough to balance its readers too
+// (a checksummed stored chunk is read whole: it is the finest unit a load can give out).
+// Never below kMinSplitBytes: many tiny pieces cost more than the imbalance.
+constexpr uint64_t kPiecesPerShare = 8;
+constexpr uint64_t kMinSplitBytes = uint64_t{256} << 10;
 
 namespace {
 
@@ -197,26 +202,24 @@ Result<Gathered> GatherEntries(const std::vector<LocalSavePlan>& plans,
   return g;
 }
 
-// A replicated chunk much larger than a rank's fair share would leave its writer far behind
-// the others (whole-chunk balance): it is split along dimension 0 into pieces that different
-// holders write. Returns {box} when it is not split.
+// A replicated chunk larger than `piece` would leave its writer behind the others
+// (whole-chunk balance): it is split along dimension 0 into pieces of at most about `piece`
+// bytes that its holders write (a holder may write several). Returns {box} when it is not
+// split: one holder, or a row that is not whole bytes.
 std::vector<Box> SplitReplicated(const Box& box, const ChunkAcc& c, DType dtype,
-                                 const std::vector<std::vector<int>>& holders,
-                                 uint64_t fair_share) {
-  if (c.nbytes <= fair_share || box.rank() == 0 || box.lengths[0] < 2) return {box};
-  uint64_t members = 0;
-  for (int p : c.plans) members += holders[p].size();
+                                 const std::vector<std::vector<int>>& holders, uint64_t piece) {
+  if (c.nbytes <= piece || box.rank() == 0 || box.lengths[0] < 2) return {box};
+  if (c.plans.size() == 1 && holders[c.plans[0]].size() < 2) return {box};
   const uint64_t rows = static_cast<uint64_t>(box.lengths[0]);
   if (!DTypeBytes(dtype, box.NumElements() / rows)) return {box};  // rows split bytes
-  const uint64_t n = std::min({members, (c.nbytes + fair_share - 1) / fair_share, rows});
-  if (n < 2) return {box};
+  const uint64_t n = std::min((c.nbytes + piece - 1) / piece, rows);
   std::vector<Box> out;
   const uint64_t per = (rows + n - 1) / n;
   for (uint64_t at = 0; at < rows; at += per) {
-    Box piece = box;
-    piece.offsets[0] += static_cast<int64_t>(at);
-    piece.lengths[0] = static_cast<int64_t>(std::min(per, rows - at));
-    out.push_back(piece);
+    Box part = box;
+    part.offsets[0] += static_cast<int64_t>(at);
+    part.lengths[0] = static_cast<int64_t>(std::min(per, rows - at));
+    out.push_back(std::move(part));
   }
   return out;
 }
@@ -272,8 +275,8 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
   for (const auto& [fqn, t] : g.tensors) {
     for (const auto& [box, c] : t.chunks) total += c.nbytes;
   }
-  const uint64_t fair_share =
-      std::max<uint64_t>(total / static_cast<uint64_t>(std::max(world_size, 1)), kMinSplitBytes);
+  const uint64_t piece = std::max<uint64_t>(
+      total / static_cast<uint64_t>(std::max(world_size, 1)) / kPiecesPerShare, kMinSplitBytes);
   const bool split = opts.balance && opts.split_replicas;
 
   // Chunks held by one rank go to it; replicated ones wait for AssignWriters.
@@ -288,9 +291,8 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
       for (int p : c.plans) lowest = std::min(lowest, FirstRank(holders, p));
       boxes.push_back(chunk_box);
       lowest_holder.push_back(lowest);
-      const std::vector<Box> pieces =
-          split ? SplitReplicated(chunk_box, c, t.dtype, holders, fair_share)
-                : std::vector<Box>{chunk_box};
+      const std::vector<Box> pieces = split ? SplitReplicated(chunk_box, c, t.dtype, holders, piece)
+                                            : std::vector<Box>{chunk_box};
       for (const Box& box : pieces) {
         const uint64_t nbytes = *DTypeBytes(t.dtype, box.NumElements());
         int writer = -1;

@@ -71,8 +71,9 @@ struct SavePlanOptions {
   bool balance = true;
   // Require the chunks of every tensor to cover it (off when each rank plans alone).
   bool require_coverage = true;
-  // With balance: split a replicated chunk larger than a rank's fair share of the
-  // checkpoint (and 4 MiB) along dimension 0, so that several of its holders write it.
+  // With balance: split a replicated chunk larger than an eighth of a rank's fair share of
+  // the checkpoint (and 256 KiB) along dimension 0 into pieces of about that size, which its
+  // holders write, so writers end near the mean and loads get units small enough to balance.
   bool split_replicas = true;
 };
 

@@ -79,7 +79,7 @@ struct SimulateReport {
   double broadcast_plan_seconds = 0;
   uint64_t identity_exchange_bytes_per_rank = 0;  // 8 B hash x ranks + distinct identities
   uint64_t broadcast_groups = 0;
-  uint64_t shared_shards = 0;
+  uint64_t shared_shards = 0;          // broadcast units: whole shared shards and slabs of cut ones
   uint64_t shared_chunks = 0;          // stored chunks read once, whole, and broadcast
   uint64_t broadcast_ops = 0;          // job-wide: single-shard broadcasts + batches
   uint64_t broadcast_batches = 0;      // job-wide

@@ -61,12 +61,25 @@ uint64_t Checksum(std::span<const std::byte> data) { return Xxh3(data); }
 
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
                                          const std::vector<TensorToWrite>& tensors,
-                                         uint64_t block_size) {
+                                         uint64_t block_size, const std::string& recycle_from,
+                                         bool* recycled) {
   SafetensorsHeader header;
   for (const TensorToWrite& t : tensors) header.Add(t.key, t.dtype, t.shape, t.data.size());
   const std::string prefix = std::move(header).Finish();
 
-  DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(path));
+  std::unique_ptr<WritableFile> file;
+  if (!recycle_from.empty()) {
+    auto reused = fs.ReuseFile(recycle_from, path);
+    if (reused.ok()) {
+      file = std::move(reused).value();
+    } else if (reused.status().code() != StatusCode::kNotFound) {
+      return reused.status();
+    }
+  }
+  if (recycled) *recycled = file != nullptr;
+  if (!file) {
+    DCP_ASSIGN_OR_RETURN(file, fs.NewWritableFile(path));
+  }
   DCP_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(prefix.data(), prefix.size()))));
   WrittenFile out;
   uint64_t offset = prefix.size();

@@ -52,10 +52,13 @@ class SafetensorsHeader {
 
 // A valid safetensors file (`__metadata__` {"format": "pt"}) holding `tensors` in order.
 // With `block_size`, a tensor longer than one block gets one checksum per block
-// (core/checksum.h).
+// (core/checksum.h). With `recycle_from` set and present, that file becomes `path` and is
+// overwritten in place (FileSystem::ReuseFile; *recycled says so); otherwise a new file.
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
                                          const std::vector<TensorToWrite>& tensors,
-                                         uint64_t block_size = 0);
+                                         uint64_t block_size = 0,
+                                         const std::string& recycle_from = {},
+                                         bool* recycled = nullptr);
 
 // The payloads one after another.
 Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,

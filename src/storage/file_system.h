@@ -43,6 +43,12 @@ class FileSystem {
   // Creates `path` only if it does not exist (O_EXCL): kFailedPrecondition when it does.
   // The default checks then creates (not atomic); PosixFileSystem is atomic.
   virtual Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& path);
+  // File recycling: renames `old_path` (a retired file nothing else needs) to `path` and opens
+  // it to be overwritten from offset 0, so writes land in blocks already allocated; Sync()
+  // cuts the file to the bytes written. kNotFound when `old_path` does not exist. The default
+  // removes `old_path` and creates a new file.
+  virtual Result<std::unique_ptr<WritableFile>> ReuseFile(const std::string& old_path,
+                                                          const std::string& path);
   virtual Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) = 0;
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Status SyncDir(const std::string& dir) = 0;

@@ -27,7 +27,9 @@ Status NotRegular(const std::string& path, mode_t mode) {
 
 class PosixWritableFile final : public WritableFile {
  public:
-  PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  // `reused`: an existing file overwritten in place, cut to the bytes written at Sync().
+  PosixWritableFile(int fd, std::string path, bool reused = false)
+      : fd_(fd), path_(std::move(path)), reused_(reused) {}
   ~PosixWritableFile() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -43,10 +45,16 @@ class PosixWritableFile final : public WritableFile {
       }
       p += n;
       left -= static_cast<size_t>(n);
+      written_ += static_cast<uint64_t>(n);
     }
     return OkStatus();
   }
   Status Sync() override {
+    // A recycled file may be longer than what was written: its old tail goes before the sync,
+    // so the durable file holds only this save's bytes.
+    if (reused_ && ::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
+      return ErrnoStatus("truncate", path_, errno);
+    }
     if (::fdatasync(fd_) != 0) return ErrnoStatus("fdatasync", path_, errno);
     return OkStatus();
   }
@@ -61,6 +69,8 @@ class PosixWritableFile final : public WritableFile {
  private:
   int fd_;
   std::string path_;
+  bool reused_;
+  uint64_t written_ = 0;
 };
 
 class PosixReadableFile final : public ReadableFile {
@@ -103,6 +113,15 @@ class Posix final : public FileSystem {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoStatus("create", path, errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
+  }
+  Result<std::unique_ptr<WritableFile>> ReuseFile(const std::string& old_path,
+                                                  const std::string& path) override {
+    if (::rename(old_path.c_str(), path.c_str()) != 0) {
+      return ErrnoStatus("recycle " + old_path + " as", path, errno);
+    }
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus("open", path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, /*reused=*/true));
   }
   Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& path) override {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -195,6 +214,12 @@ Result<std::unique_ptr<WritableFile>> FileSystem::NewExclusiveFile(const std::st
   auto size = FileSize(path);
   if (size.ok()) return FailedPrecondition(path + " already exists");
   if (size.status().code() != StatusCode::kNotFound) return size.status();
+  return NewWritableFile(path);
+}
+
+Result<std::unique_ptr<WritableFile>> FileSystem::ReuseFile(const std::string& old_path,
+                                                            const std::string& path) {
+  DCP_RETURN_IF_ERROR(Remove(old_path));
   return NewWritableFile(path);
 }
 

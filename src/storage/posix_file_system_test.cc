@@ -72,5 +72,32 @@ TEST(PosixFileSystemTest, RemoveTakesEmptyDirectoriesAndExchangeSwaps) {
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("a")));
 }
 
+TEST(PosixFileSystemTest, ReuseFileOverwritesInPlaceAndCutsTheTail) {
+  ScratchDir dir;
+  FileSystem& fs = PosixFileSystem();
+  const std::string old_path = dir.Sub("r00000.safetensors"), path = dir.Sub("new.safetensors");
+  std::ofstream(old_path) << std::string(1000, 'o');
+  struct stat before{};
+  ASSERT_EQ(::stat(old_path.c_str(), &before), 0);
+
+  auto f = fs.ReuseFile(old_path, path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const std::string data(300, 'n');
+  ASSERT_TRUE((*f)->Append(std::as_bytes(std::span(data.data(), data.size()))).ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_TRUE((*f)->Close().ok());
+  EXPECT_FALSE(std::filesystem::exists(old_path));
+  struct stat after{};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // the same file, not a copy
+  EXPECT_EQ(*ReadWholeFile(fs, path), data);  // nothing of the old bytes past the new ones
+
+  // Nothing to recycle: kNotFound, and nothing created.
+  auto missing = fs.ReuseFile(dir.Sub("gone.safetensors"), dir.Sub("other.safetensors"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("other.safetensors")));
+}
+
 }  // namespace
 }  // namespace dcp::storage

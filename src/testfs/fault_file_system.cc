@@ -73,6 +73,20 @@ Result<std::unique_ptr<storage::WritableFile>> FaultFileSystem::NewExclusiveFile
   return std::unique_ptr<storage::WritableFile>(new FaultWritableFile(*this, std::move(base)));
 }
 
+Result<std::unique_ptr<storage::WritableFile>> FaultFileSystem::ReuseFile(
+    const std::string& old_path, const std::string& path) {
+  DCP_RETURN_IF_ERROR(Tick("recycle", old_path));
+  DCP_ASSIGN_OR_RETURN(auto base, base_.ReuseFile(old_path, path));
+  {
+    // Overwritten in place: a crash before the sync leaves old and new bytes mixed, at the
+    // old length (not cut back).
+    std::lock_guard lock(mu_);
+    synced_.erase(old_path);
+    synced_.erase(path);
+  }
+  return std::unique_ptr<storage::WritableFile>(new FaultWritableFile(*this, std::move(base)));
+}
+
 Status FaultFileSystem::Rename(const std::string& from, const std::string& to) {
   DCP_RETURN_IF_ERROR(Tick("rename", from));
   DCP_RETURN_IF_ERROR(base_.Rename(from, to));

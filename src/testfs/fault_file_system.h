@@ -1,7 +1,7 @@
 // A storage::FileSystem that fails on purpose, for crash tests.
 //
 // Counts every mutating operation (create, append, sync, close, rename, directory sync,
-// remove, mkdir). FailAt(n) makes operation n (0-based) and every later one fail with
+// remove, mkdir, recycle). FailAt(n) makes operation n (0-based) and every later one fail with
 // kUnavailable, as if the process had died there. SimulateCrash() then drops what was not
 // made durable: each file written through it is cut back to its last synced length.
 #pragma once
@@ -24,6 +24,9 @@ class FaultFileSystem final : public storage::FileSystem {
 
   Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& path) override;
   Result<std::unique_ptr<storage::WritableFile>> NewExclusiveFile(const std::string& path) override;
+  // One operation (a rename); a crash keeps what was overwritten (no cut back).
+  Result<std::unique_ptr<storage::WritableFile>> ReuseFile(const std::string& old_path,
+                                                           const std::string& path) override;
   Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& path) override {
     return base_.OpenReadable(path);
   }

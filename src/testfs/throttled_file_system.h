@@ -63,6 +63,10 @@ class ThrottledFileSystem final : public storage::FileSystem {
     return base_.NewWritableFile(path);
   }
   Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& path) override;
+  Result<std::unique_ptr<storage::WritableFile>> ReuseFile(const std::string& old_path,
+                                                           const std::string& path) override {
+    return base_.ReuseFile(old_path, path);
+  }
   Status Rename(const std::string& from, const std::string& to) override {
     return base_.Rename(from, to);
   }

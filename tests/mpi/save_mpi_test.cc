@@ -130,6 +130,11 @@ TEST(BroadcastMpi, ManyInFlight) {
   BroadcastManyInFlight(World(), d.path());
 }
 
+TEST(BroadcastMpi, LargeShardsSplitIntoSlabs) {
+  SharedDir d;
+  BroadcastSlabs(World(), d.path());
+}
+
 TEST(BroadcastMpi, CorruptShardFailsEveryRank) {
   SharedDir d;
   BroadcastReadFailure(World(), d.path());
@@ -155,6 +160,15 @@ TEST(HostsMpi, BroadcastOnlyAcrossHosts) {
   }
   SharedDir d;
   HostAwareBroadcast(World(), d.path());
+}
+
+// Ranks on real hosts (ctest mpi.hosts: tests/mpi/real_hosts.sh starts the job across network
+// namespaces, each its own host name, and names the shared checkpoint directory).
+TEST(RealHostsMpi, BroadcastAcrossHosts) {
+  const char* hosts = std::getenv("DCP_TEST_HOSTS");
+  const char* dir = std::getenv("DCP_TEST_DIR");
+  if (!hosts || !dir) FAIL() << "needs DCP_TEST_HOSTS and DCP_TEST_DIR (ctest mpi.hosts)";
+  RealHostsBroadcast(World(), dir, std::atoi(hosts));
 }
 
 }  // namespace
