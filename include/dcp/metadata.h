@@ -70,9 +70,7 @@ struct Metadata {
   const BytesMeta* FindBytes(std::string_view fqn) const;
   // Blocks a chunk of `byte_length` bytes has block checksums for (0: one checksum).
   uint64_t NumBlocks(uint64_t byte_length) const {
-    return block_size == 0 || byte_length <= block_size
-               ? 0
-               : (byte_length - 1) / block_size + 1;
+    return block_size == 0 || byte_length <= block_size ? 0 : (byte_length - 1) / block_size + 1;
   }
 };
 

@@ -138,8 +138,7 @@ Status ChunkReads::ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::by
   auto file = Open(sc.file);
   Status s = file.status();
   if (s.ok()) {
-    s = storage::ReadRangeInto(**file, RangeOf(md_, sc), verify_, dst.data(),
-                               &stats_->bytes_read);
+    s = storage::ReadRangeInto(**file, RangeOf(md_, sc), verify_, dst.data(), &stats_->bytes_read);
   }
   if (!s.ok()) {
     return s.Annotate("checkpoint " + ckpt_ + ": tensor '" + t.fqn + "' chunk " +

@@ -11,7 +11,8 @@ uint64_t Xxh3(std::span<const std::byte> data) { return XXH3_64bits(data.data(),
 uint64_t BlockDigest(std::span<const uint64_t> block_xxh3) {
   std::vector<unsigned char> le(block_xxh3.size() * 8);
   for (size_t i = 0; i < block_xxh3.size(); ++i) {
-    for (int b = 0; b < 8; ++b) le[8 * i + b] = static_cast<unsigned char>(block_xxh3[i] >> (8 * b));
+    for (int b = 0; b < 8; ++b)
+      le[8 * i + b] = static_cast<unsigned char>(block_xxh3[i] >> (8 * b));
   }
   return XXH3_64bits(le.data(), le.size());
 }

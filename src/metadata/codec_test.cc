@@ -1,7 +1,5 @@
 #include "metadata/codec.h"
 
-#include "core/checksum.h"
-
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -9,6 +7,8 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+
+#include "core/checksum.h"
 
 namespace dcp::metadata {
 namespace {
@@ -313,7 +313,7 @@ TEST(CodecTest, HeaderLayoutMatchesSpec) {
 TEST(CodecTest, BodyMatchesSpec) {
   BodyBuilder b;
   b.Fixed64(0x1122334455667788ULL).Varint(2).Varint(0);  // save_id, world_size, block_size
-  b.Varint(2)                                             // files
+  b.Varint(2)                                            // files
       .String("data-1122334455667788-r00000.safetensors")
       .Varint(64)
       .String("data-1122334455667788-r00000.bytes")

@@ -46,12 +46,10 @@ nlohmann::json ToJson(const Metadata& md) {
   for (const auto& t : md.tensors) {
     nlohmann::json chunks = nlohmann::json::array();
     for (const auto& c : t.chunks) {
-      nlohmann::json chunk = {{"offsets", ShapeToJson(c.box.offsets)},
-                              {"lengths", ShapeToJson(c.box.lengths)},
-                              {"file", FileName(md, c.file)},
-                              {"byte_offset", c.byte_offset},
-                              {"byte_length", c.byte_length},
-                              {"xxh3", Hex16(c.xxh3)}};
+      nlohmann::json chunk = {
+          {"offsets", ShapeToJson(c.box.offsets)}, {"lengths", ShapeToJson(c.box.lengths)},
+          {"file", FileName(md, c.file)},          {"byte_offset", c.byte_offset},
+          {"byte_length", c.byte_length},          {"xxh3", Hex16(c.xxh3)}};
       if (!c.block_xxh3.empty()) {
         nlohmann::json blocks = nlohmann::json::array();
         for (uint64_t h : c.block_xxh3) blocks.push_back(Hex16(h));
@@ -105,15 +103,14 @@ std::string MetadataSummary(const Metadata& md, bool list_chunks) {
   };
 
   // A HuggingFace source has no save id, format version or checksums: say what it is instead.
-  std::string out = !md.has_checksums
-                        ? std::string("HuggingFace source: no checksums, sizes checked\n")
-                        : "save " + Hex16(md.save_id) + ", format version " +
-                              std::to_string(kFormatVersion) + ", written by " +
-                              std::to_string(md.world_size) +
-                              (md.world_size == 1 ? " rank" : " ranks") +
-                              (md.block_size ? ", checksums per " + HumanBytes(md.block_size) +
-                                                   " block\n"
-                                             : std::string("\n"));
+  std::string out =
+      !md.has_checksums
+          ? std::string("HuggingFace source: no checksums, sizes checked\n")
+          : "save " + Hex16(md.save_id) + ", format version " + std::to_string(kFormatVersion) +
+                ", written by " + std::to_string(md.world_size) +
+                (md.world_size == 1 ? " rank" : " ranks") +
+                (md.block_size ? ", checksums per " + HumanBytes(md.block_size) + " block\n"
+                               : std::string("\n"));
   if (!md.tensors.empty()) out += "tensors:\n";
   for (const auto& t : md.tensors) {
     const size_t n = t.chunks.size();

@@ -101,8 +101,7 @@ Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, 
 
 Status VerifyRange(ReadableFile& file, const StoredRange& range, std::vector<std::byte>& bounce,
                    uint64_t* bytes_read) {
-  return StreamInterval(file, range, /*verify=*/true, 0, range.byte_length, {}, bounce,
-                        bytes_read);
+  return StreamInterval(file, range, /*verify=*/true, 0, range.byte_length, {}, bounce, bytes_read);
 }
 
 Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify,
@@ -123,7 +122,7 @@ Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify
 
   // The blocks any target needs, read as maximal runs of consecutive blocks.
   const bool whole = verify && range.block_xxh3.empty();
-  const uint64_t block = whole ? std::max<uint64_t>(len, 1)
+  const uint64_t block = whole                      ? std::max<uint64_t>(len, 1)
                          : range.block_xxh3.empty() ? kUnverifiedReadPiece
                                                     : range.block_size;
   std::vector<uint8_t> needed((len + block - 1) / block, 0);

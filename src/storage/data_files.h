@@ -25,7 +25,7 @@ struct TensorToWrite {
 struct WrittenRange {
   uint64_t byte_offset = 0;  // absolute, within the file
   uint64_t byte_length = 0;
-  uint64_t xxh3 = 0;                // with block checksums: their digest
+  uint64_t xxh3 = 0;                 // with block checksums: their digest
   std::vector<uint64_t> block_xxh3;  // one per block when the range spans several
 };
 
