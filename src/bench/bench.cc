@@ -601,6 +601,7 @@ std::string ReportJson(const BenchReport& r) {
                     {"resident_fraction_before_cold_read", ref.resident_fraction_before_cold_read}};
   json phases = json::object();
   for (const PhaseReport& p : r.phases) {
+    const double first_blocked = p.blocked_seconds.empty() ? 0.0 : p.blocked_seconds[0];
     phases[p.name] = {{"kind", p.kind},
                       {"layout", p.layout},
                       {"broadcast", p.broadcast},
@@ -622,7 +623,7 @@ std::string ReportJson(const BenchReport& r) {
                       {"memcpy_seconds_each", p.memcpy_seconds},
                       {"prepared", p.kind == "async" && o.async_prepare},
                       {"prepare_seconds", p.prepare_seconds},
-                      {"first_blocked_seconds", p.blocked_seconds.empty() ? 0.0 : p.blocked_seconds[0]},
+                      {"first_blocked_seconds", first_blocked},
                       {"first_blocked_ratio_to_memcpy", p.first_blocked_ratio_to_memcpy},
                       {"blocked_ratio_to_memcpy", p.blocked_ratio_to_memcpy},
                       {"resident_fraction_before", p.resident_fraction_before},
