@@ -194,6 +194,7 @@ TEST(Manager, AsyncSavesRetainAfterCommit) {
   TempDir d;
   State st(0, 1);
   CheckpointManager mgr(d.path(), RetentionPolicy{.keep_last = 2});
+  mgr.PrepareAsyncSave(st.sd);  // the staging memory ahead of the first save
   for (int64_t step = 1; step <= 5; ++step) {
     st.Fill(step);
     mgr.AsyncSave(step, st.sd);

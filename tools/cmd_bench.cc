@@ -68,6 +68,8 @@ void AddBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--pause", o.pause_seconds, "seconds to settle after delete + sync")
       ->capture_default_str();
   cmd->add_flag("!--no-verify", o.verify, "skip checking every loaded byte");
+  cmd->add_flag("!--no-async-prepare", o.async_prepare,
+                "async: no AsyncSaver::Prepare, the first save allocates its staging pool");
   cmd->add_option("--json", a->json, "write the report as JSON (schema: README.md, Benchmark)");
   cmd->callback([=] { *exit_code = RunBenchCommand(*a); });
 }

@@ -124,6 +124,20 @@ class AsyncSaver {
   AsyncSave Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts = {},
                  AsyncSaveCallback on_done = {});
 
+  // Optional, ahead of the first Save: gets the saver ready to stage `sd` (or any state dict
+  // needing no more staging memory) so that the first Save blocks only for its copy, like
+  // later ones. Allocates and pre-faults a staging buffer of the size `sd` needs, left idle in
+  // the pool for the next Save to take, and derives the saver's communicator from opts.comm.
+  // Both otherwise happen inside the first Save, which then blocks several times longer than
+  // a memcpy of its bytes. Call it once the state dict exists, before the training loop.
+  // A collective like Save (every rank of opts.comm calls it at the same point of its call
+  // sequence); an error on any rank (the memory cannot be had, sd exceeds a non-zero
+  // max_staging_bytes) is thrown as dcp::Error on every rank. Under the cap it waits, as
+  // Save does, for buffers held by pending saves. A later Save needing more memory than was
+  // prepared allocates as without Prepare; calling it again with a larger state dict grows
+  // the pool. Sizes only are read from `sd`, never its data.
+  void Prepare(const StateDict& sd, const SaveOptions& opts = {});
+
   // Blocks until every save started so far finished.
   void WaitAll();
 

@@ -132,6 +132,9 @@ class CheckpointManager {
   // Finishes the save in flight: waits for it, updates `latest`, applies retention. Throws
   // its error.
   void Wait();
+  // Optional, before the first AsyncSave: allocates and pre-faults the staging memory `sd`
+  // needs, so the first AsyncSave blocks only for its copy (AsyncSaver::Prepare). Collective.
+  void PrepareAsyncSave(const StateDict& sd);
 
   // The newest complete step (finished saves only); nullopt before the first one.
   std::optional<int64_t> latest_step() const;

@@ -9,7 +9,7 @@ job's process group (the default one unless `process_group` is given); without a
 initialised process group, a world of one. Errors are DcpError, on every rank.
 """
 
-from ._checkpoint import AsyncSaveHandle, async_save, load, save
+from ._checkpoint import AsyncSaveHandle, async_save, load, prepare_async_save, save
 from ._chunks import TensorChunk
 from ._comm import set_timeout
 from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
@@ -27,5 +27,6 @@ def from_torch_dcp(src, dst) -> SaveResult:
 
 __all__ = [
     "AsyncSaveHandle", "CheckpointManager", "DcpError", "LoadResult", "Metadata", "SaveResult", "StagingStats",
-    "TensorChunk", "TensorInfo", "async_save", "from_torch_dcp", "load", "read_metadata", "save", "set_timeout",
+    "TensorChunk", "TensorInfo", "async_save", "from_torch_dcp", "load", "prepare_async_save",
+    "read_metadata", "save", "set_timeout",
 ]

@@ -121,6 +121,21 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str", *
         _process_saver().save(p.sd, os.fspath(checkpoint_id), comm, use_collectives, step))
 
 
+def prepare_async_save(state_dict: Dict[str, Any], *, process_group: Any = None,
+                       no_dist: bool = False) -> None:
+    """Gets `async_save` ready for `state_dict` ahead of its first call; every rank calls it.
+
+    Allocates and pre-faults the host staging memory the state dict needs (kept for the
+    saves that follow) and creates the saver's own communicator, so that the first
+    `async_save` blocks only while it copies, like later ones, instead of several times
+    longer. Optional: call it once, after building the model and optimizer, before training.
+    A save needing more memory than was prepared still works (it allocates).
+    """
+    comm = comm_for(process_group, no_dist)
+    p = _prepare_on_every_rank(state_dict, comm, for_load=False, agree=True)
+    _process_saver().prepare(p.sd, comm)
+
+
 def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str", *,
          process_group: Any = None, no_dist: bool = False, broadcast: bool = True,
          allow_partial: bool = False, strip_prefix: str = "",

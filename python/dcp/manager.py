@@ -56,6 +56,12 @@ class CheckpointManager:
         p = _prepare_on_every_rank(state_dict, self._comm, for_load=False, agree=True)
         self._mgr.async_save(step, p.sd)
 
+    def prepare_async_save(self, state_dict: Dict[str, Any]) -> None:
+        """Optional, before the first async_save: allocates the staging memory ahead of time,
+        so the first async_save blocks only while it copies (see dcp.prepare_async_save)."""
+        p = _prepare_on_every_rank(state_dict, self._comm, for_load=False, agree=True)
+        self._mgr.prepare_async_save(p.sd)
+
     def wait(self) -> None:
         """Finishes the save in flight; raises its DcpError."""
         self._mgr.wait()

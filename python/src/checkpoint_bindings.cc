@@ -55,6 +55,13 @@ class Saver {
     if (!saver_) saver_ = std::make_unique<AsyncSaver>();
     return saver_->Save(sd, dir, opts);
   }
+  void Prepare(const StateDict& sd, std::shared_ptr<Comm> comm) {
+    SaveOptions opts;
+    opts.comm = std::move(comm);
+    py::gil_scoped_release release;
+    if (!saver_) saver_ = std::make_unique<AsyncSaver>();
+    saver_->Prepare(sd, opts);
+  }
   void Close() {
     py::gil_scoped_release release;
     saver_.reset();
@@ -212,6 +219,8 @@ void BindCheckpoint(py::module_& m) {
       .def(py::init<>())
       .def("save", &Saver::Save, py::arg("state_dict"), py::arg("dir"), py::arg("comm"),
            py::arg("use_collectives"), py::arg("step") = 0)
+      .def("prepare", &Saver::Prepare, py::arg("state_dict"), py::arg("comm"),
+           "Allocates and pre-faults staging memory for the state dict, ahead of the first save.")
       .def("close", &Saver::Close, "Waits for pending saves, then stops the thread.");
 }
 

@@ -76,6 +76,13 @@ void BindManager(py::module_& m) {
             self.get().AsyncSave(step, sd);
           },
           py::arg("step"), py::arg("state_dict"))
+      .def(
+          "prepare_async_save",
+          [](Manager& self, const StateDict& sd) {
+            py::gil_scoped_release release;
+            self.get().PrepareAsyncSave(sd);
+          },
+          py::arg("state_dict"))
       .def("wait",
            [](Manager& self) {
              py::gil_scoped_release release;

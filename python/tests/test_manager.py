@@ -16,6 +16,7 @@ def test_saves_retains_and_resumes(tmp_path):
     root = tmp_path / "ckpt"
     with dcp.CheckpointManager(root, keep_last=2, keep_every=4) as mgr:
         assert mgr.latest_step() is None
+        mgr.prepare_async_save(state(0))
         for step in range(1, 7):
             if step % 2:
                 mgr.save(step, state(step))

@@ -113,6 +113,26 @@ def test_async_save_stages_before_returning(tmp_path):
     assert torch.equal(dst["t"], torch.arange(1000, dtype=torch.float32)) and dst["step"] == 1
 
 
+def test_prepare_async_save_allocates_ahead_of_the_first_save(tmp_path):
+    src = {"t": torch.arange(1 << 16, dtype=torch.float32), "u": torch.ones(3, 5), "step": 1}
+    dcp.prepare_async_save(src)
+    h = dcp.async_save(src, tmp_path / "ck")
+    # The prepared buffer (or a larger idle one an earlier test left) was taken: no new memory.
+    assert h.staging.reused and h.staging.bytes_allocated == 0
+    src["t"].fill_(-1)
+    h.result(timeout=60)
+    dst = {"t": torch.zeros(1 << 16), "u": torch.zeros(3, 5), "step": 0}
+    dcp.load(dst, tmp_path / "ck")
+    assert torch.equal(dst["t"], torch.arange(1 << 16, dtype=torch.float32))
+    assert torch.equal(dst["u"], torch.ones(3, 5)) and dst["step"] == 1
+    # A larger state dict than was prepared still saves (it allocates).
+    big = {"t": torch.arange(1 << 20, dtype=torch.float32)}
+    dcp.async_save(big, tmp_path / "big").result(timeout=60)
+    back = {"t": torch.zeros(1 << 20)}
+    dcp.load(back, tmp_path / "big")
+    assert torch.equal(back["t"], big["t"])
+
+
 def test_async_save_error_is_raised_by_result(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     h = dcp.async_save({"t": torch.ones(2)}, tmp_path / "file" / "ck")

@@ -174,7 +174,8 @@ struct AsyncSaver::Impl {
     return own;
   }
 
-  Status Stage(const StateDict& sd, Job* job, StagingStats* st) {
+  // Staging memory `sd` needs: every tensor chunk, each on a cache line of its own.
+  static Result<uint64_t> StagingBytes(const StateDict& sd) {
     uint64_t need = 0;
     for (const StateEntry& e : sd.entries()) {
       for (const TensorChunk& tc : e.chunks) {
@@ -190,6 +191,35 @@ struct AsyncSaver::Impl {
         need += AlignUp(n);
       }
     }
+    return need;
+  }
+
+  void Prepare(const StateDict& sd, const SaveOptions& save_opts) {
+    if (OnPersister()) {
+      throw Error(FailedPrecondition("AsyncSaver::Prepare called from a completion callback"));
+    }
+    std::lock_guard save_lock(save_mu);
+    Status st = OwnComm(save_opts.comm).status().Annotate("deriving the saver's communicator: ");
+    if (st.ok()) {
+      // A buffer acquired and released at once stays idle in the pool, where the next
+      // Save's best-fit search finds it.
+      auto lease = [&]() -> Result<async::StagingPool::Lease> {
+        DCP_ASSIGN_OR_RETURN(uint64_t need, StagingBytes(sd));
+        return pool.Acquire(need);
+      }();
+      if (lease.ok()) {
+        pool.Release(lease->id);
+      } else {
+        st = lease.status();
+      }
+    }
+    st = st.Annotate("async saver: preparing staging memory: ");
+    if (save_opts.comm && save_opts.comm->size() > 1) st = AgreeOnStatus(*save_opts.comm, st);
+    ThrowIfError(st);
+  }
+
+  Status Stage(const StateDict& sd, Job* job, StagingStats* st) {
+    DCP_ASSIGN_OR_RETURN(uint64_t need, StagingBytes(sd));
     DCP_ASSIGN_OR_RETURN(async::StagingPool::Lease lease, pool.Acquire(need));
     job->lease_id = lease.id;
     st->wait_seconds = lease.wait_seconds;
@@ -325,6 +355,8 @@ AsyncSave AsyncSaver::Save(const StateDict& sd, const std::string& dir, const Sa
                            AsyncSaveCallback on_done) {
   return impl_->Save(sd, dir, opts, std::move(on_done), storage::PosixFileSystem());
 }
+
+void AsyncSaver::Prepare(const StateDict& sd, const SaveOptions& opts) { impl_->Prepare(sd, opts); }
 
 void AsyncSaver::WaitAll() { impl_->WaitAll(); }
 

@@ -295,6 +295,85 @@ TEST(AsyncSaver, PoolIsReusedOnTheSecondSaveOfTheSameStructure) {
   EXPECT_EQ(saver.pool_stats().bytes_in_use, 0u);
 }
 
+TEST(AsyncSaver, PreparedPoolIsUsedByTheFirstSaveWithoutAllocating) {
+  TempDir tmp;
+  Model m;
+  AsyncSaver saver;
+  saver.Prepare(m.sd);
+  auto ps = saver.pool_stats();
+  EXPECT_EQ(ps.allocations, 1u);
+  EXPECT_EQ(ps.buffers, 1u);
+  EXPECT_GE(ps.bytes_allocated, m.Bytes());
+  EXPECT_EQ(ps.bytes_in_use, 0u);
+  saver.Prepare(m.sd);  // again: the idle buffer fits, nothing new
+  EXPECT_EQ(saver.pool_stats().allocations, 1u);
+  AsyncSave h = saver.Save(m.sd, tmp.Sub("one"));
+  EXPECT_TRUE(h.staging().reused);
+  EXPECT_EQ(h.staging().allocations, 0u);
+  EXPECT_EQ(h.staging().bytes_allocated, 0u);
+  EXPECT_EQ(h.staging().pool_allocations, 1u);
+  EXPECT_EQ(h.staging().pool_bytes, ps.bytes_allocated);
+  m.Scribble();  // after Save returned: must not reach the checkpoint
+  EXPECT_NO_THROW(h.Get());
+  ExpectCheckpointEquals(tmp.Sub("one"), Model());
+  EXPECT_EQ(saver.pool_stats().allocations, 1u);
+}
+
+TEST(AsyncSaver, SaveLargerThanThePreparedPoolAllocates) {
+  TempDir tmp;
+  Model m;
+  std::vector<float> small(100);
+  StateDict tiny;
+  tiny.add("x", TensorView(small.data(), DType::kF32, {100}));
+  AsyncSaver saver;  // default cap: one state dict's worth
+  saver.Prepare(tiny);
+  const uint64_t prepared = saver.pool_stats().bytes_allocated;
+  ASSERT_LT(prepared, m.Bytes());
+  AsyncSave h = saver.Save(m.sd, tmp.Sub("one"));
+  EXPECT_FALSE(h.staging().reused);
+  EXPECT_EQ(h.staging().allocations, 1u);
+  EXPECT_GE(h.staging().bytes_allocated, m.Bytes());
+  EXPECT_NO_THROW(h.Get());
+  ExpectCheckpointEquals(tmp.Sub("one"), m);
+  // Under the default cap the prepared buffer, too small, made room for the new one.
+  EXPECT_EQ(saver.pool_stats().buffers, 1u);
+  // Preparing for the larger state dict again finds the buffer the save left.
+  saver.Prepare(m.sd);
+  EXPECT_EQ(saver.pool_stats().allocations, 2u);
+}
+
+TEST(AsyncSaver, PrepareBeyondTheCapThrowsNamingSizes) {
+  Model m;
+  AsyncSaver saver({.max_staging_bytes = m.Bytes() / 2});
+  try {
+    saver.Prepare(m.sd);
+    ADD_FAILURE() << "Prepare did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("max_staging_bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(saver.pool_stats().allocations, 0u);
+}
+
+TEST(AsyncSaver, PrepareFromACallbackIsRefused) {
+  TempDir tmp;
+  Model m;
+  AsyncSaver saver;
+  std::promise<StatusCode> code;
+  AsyncSave h = saver.Save(m.sd, tmp.Sub("one"), {}, [&](const AsyncSave&) {
+    try {
+      saver.Prepare(m.sd);
+      code.set_value(StatusCode::kOk);
+    } catch (const Error& e) {
+      code.set_value(e.code());
+    }
+  });
+  auto f = code.get_future();
+  ASSERT_EQ(f.wait_for(120s), std::future_status::ready);
+  EXPECT_EQ(f.get(), StatusCode::kFailedPrecondition);
+  EXPECT_NO_THROW(h.Get());
+}
+
 TEST(AsyncSaver, DestructionWaitsForThePendingSave) {
   TempDir tmp;
   Model m;

@@ -28,6 +28,9 @@ struct BenchOptions {
   double storage_gibps = 0;  // > 0: cap storage reads at this aggregate rate
   double pause_seconds = 2;  // after delete + sync, before each timed write
   bool verify = true;        // check every loaded byte (first repetition, untimed)
+  // async: AsyncSaver::Prepare before the first save (timed on its own, prepare_seconds), as
+  // a job would before its training loop; false: the first Save allocates the pool itself.
+  bool async_prepare = true;
 };
 
 struct PhaseReport {
@@ -52,11 +55,19 @@ struct PhaseReport {
   // async: how long Save blocked the caller (staging copy), barrier to barrier.
   std::vector<double> blocked_seconds;
   double median_blocked_seconds = 0;
-  uint64_t bytes_staged = 0;            // async: sum over ranks
-  double resident_fraction_before = 0;  // loads: page-cache residency right before (max)
-  std::string reference;                // "write", "read_cold" or "read_warm"
-  double reference_seconds = 0;         // median
-  double ratio_to_reference = 0;        // median_seconds / reference_seconds
+  uint64_t bytes_staged = 0;  // async: sum over ranks
+  // async: the staging reference, every repetition: each rank copies its own chunks with one
+  // memcpy per chunk, one thread, into pre-faulted memory, all ranks at once, barrier to
+  // barrier; and how long AsyncSaver::Prepare took (0: not called).
+  std::vector<double> memcpy_seconds;
+  double median_memcpy_seconds = 0;
+  double prepare_seconds = 0;
+  double first_blocked_ratio_to_memcpy = 0;  // blocked_seconds[0] / median_memcpy_seconds
+  double blocked_ratio_to_memcpy = 0;        // median_blocked_seconds / median_memcpy_seconds
+  double resident_fraction_before = 0;       // loads: page-cache residency right before (max)
+  std::string reference;                     // "write", "read_cold" or "read_warm"
+  double reference_seconds = 0;              // median
+  double ratio_to_reference = 0;             // median_seconds / reference_seconds
 };
 
 struct ReferenceReport {

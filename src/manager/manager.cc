@@ -482,6 +482,12 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
 
 void CheckpointManager::Wait() { impl_->Finish(); }
 
+void CheckpointManager::PrepareAsyncSave(const StateDict& sd) {
+  Impl& m = *impl_;
+  if (!m.saver) m.saver = std::make_unique<AsyncSaver>(m.opts.async);
+  m.saver->Prepare(sd, m.opts.save);
+}
+
 std::optional<int64_t> CheckpointManager::latest_step() const {
   if (impl_->steps.empty()) return std::nullopt;
   return impl_->steps.back();
