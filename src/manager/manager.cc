@@ -348,7 +348,10 @@ struct CheckpointManager::Impl {
             if (e.status.ok()) {
               complete.push_back(e.step);
             } else if (HasNoMetadata(fs, Dir(e.step))) {
-              Status rm = RemoveStepDir(fs, Dir(e.step), RetiredFilesTo());
+              // Deleted, never recycled: a straggling rank of a killed job may still be
+              // writing through an open descriptor; a recycled file would carry its writes
+              // into a later step.
+              Status rm = RemoveStepDir(fs, Dir(e.step), /*recycle_dir=*/std::string());
               if (!rm.ok()) {
                 std::fprintf(stderr, "dcp manager: could not clean up incomplete %s: %s\n",
                              Dir(e.step).c_str(), rm.message().c_str());

@@ -10,6 +10,8 @@ Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts) {
   Metadata out;
   out.save_id = parts[0].save_id;
   out.world_size = static_cast<uint32_t>(parts.size());
+  // Block checksums are counted in the set's one block size (0: none, formats 1 and 2).
+  out.block_size = parts[0].block_size;
   std::map<std::string, TensorMeta, std::less<>> tensors;
   std::map<std::string, BytesMeta, std::less<>> bytes;
   std::map<std::string, size_t, std::less<>> tensor_rank;
@@ -20,6 +22,12 @@ Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts) {
                                 " was written by a job of " + std::to_string(p.world_size) +
                                 " ranks, but " + std::to_string(parts.size()) +
                                 " rank files are present (files of different saves?)");
+    }
+    if (p.block_size != out.block_size) {
+      return FailedPrecondition("per-rank metadata of rank " + std::to_string(r) +
+                                " has checksum blocks of " + std::to_string(p.block_size) +
+                                " bytes, rank 0's of " + std::to_string(out.block_size) +
+                                " (files of different saves?)");
     }
     const auto file_base = static_cast<uint32_t>(out.files.size());
     out.files.insert(out.files.end(), p.files.begin(), p.files.end());
