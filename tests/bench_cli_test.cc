@@ -96,10 +96,11 @@ TEST(BenchCliTest, ThrottledWarmLoadOnly) {
 TEST(BenchCliTest, ManagerSequencesWithAndWithoutRecycling) {
   testing::TempDir tmp;
   const std::string out = tmp.Sub("bench.json");
-  json j = RunJson("bench --layers 1 --width-scale 0.05 --pause 0 --repeat 2 --phases manager "
-                   "--dir " +
-                       tmp.Sub("scratch") + " --json " + out,
-                   out);
+  json j = RunJson(
+      "bench --layers 1 --width-scale 0.05 --pause 0 --repeat 2 --phases manager "
+      "--dir " +
+          tmp.Sub("scratch") + " --json " + out,
+      out);
   ASSERT_TRUE(j.is_object());
   for (const char* name : {"manager.recycle", "manager.no_recycle"}) {
     ASSERT_TRUE(j["phases"].contains(name)) << name;

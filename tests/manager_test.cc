@@ -353,7 +353,7 @@ std::string DataFileOf(const std::string& step_dir) {
   return {};
 }
 ino_t Inode(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
   return st.st_ino;
 }
@@ -364,7 +364,8 @@ TEST(ManagerRecycle, RetiredFilesBecomeTheNextSavesAndHoldOnlyItsBytes) {
   std::vector<float> big(4096);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) + 0.5f;
   StateDict large;
-  large.add("big", TensorView(big.data(), DType::kF32, Shape{64, 64}), Chunk{Shape{64, 64}, {0, 0}});
+  large.add("big", TensorView(big.data(), DType::kF32, Shape{64, 64}),
+            Chunk{Shape{64, 64}, {0, 0}});
   State st(0, 1);
   CheckpointManager mgr(d.path(), RetentionPolicy{.keep_last = 1});
   SaveResult r1 = mgr.Save(1, large);
@@ -556,8 +557,7 @@ int64_t CrashAndResume(int64_t fail_at, bool async, const RetentionPolicy& polic
   int64_t last_ok = -1;  // the newest step whose save returned
   int64_t tried = 0;
   try {
-    auto mgr =
-        manager::NewManager(d.path(), {.policy = policy, .recycle_files = recycle}, fs);
+    auto mgr = manager::NewManager(d.path(), {.policy = policy, .recycle_files = recycle}, fs);
     for (int64_t step = 1; step <= n; ++step) {
       tried = step;
       st.Fill(step);
@@ -621,10 +621,11 @@ void Sweep(bool async, const RetentionPolicy& policy, bool recycle = true) {
   EXPECT_EQ(sweep.crashes, total);
   // The sweep did reach the lossy cases: renames before their directory fsync.
   EXPECT_GT(sweep.renames_undone, 0);
-  std::printf("crash sweep (%s, recycling %s): %lld operations, %d crashes, %d renames undone, "
-              "%d files recycled without a crash\n",
-              async ? "async" : "sync", recycle ? "on" : "off", static_cast<long long>(total),
-              sweep.crashes, sweep.renames_undone, sweep.files_recycled);
+  std::printf(
+      "crash sweep (%s, recycling %s): %lld operations, %d crashes, %d renames undone, "
+      "%d files recycled without a crash\n",
+      async ? "async" : "sync", recycle ? "on" : "off", static_cast<long long>(total),
+      sweep.crashes, sweep.renames_undone, sweep.files_recycled);
 }
 
 TEST(ManagerCrash, EveryOperationOfSyncSaves) { Sweep(false, {.keep_last = 2}); }

@@ -166,10 +166,9 @@ TEST(SaveIndependent, ChunksOfManyChecksumBlocksLoadAndVerify) {
     StateDict sd;
     sd.add("w", TensorView(v.data(), DType::kF32, {kRows, kCols}),
            Chunk{{2 * kRows, kCols}, {kRows * c->rank(), 0}});
-    ASSERT_TRUE(
-        checkpoint::Save(sd, tmp.path(), {.comm = c, .use_collectives = false, .step = 1},
-                         storage::PosixFileSystem())
-            .ok());
+    ASSERT_TRUE(checkpoint::Save(sd, tmp.path(), {.comm = c, .use_collectives = false, .step = 1},
+                                 storage::PosixFileSystem())
+                    .ok());
   });
   const Metadata md = read_metadata(tmp.path());
   EXPECT_GT(md.block_size, 0u);

@@ -103,8 +103,8 @@ struct ManagerOptions {
   // Only files of removed steps are recycled; kept steps are never touched. Off: retired
   // files are deleted and ROOT/.recycle/ is removed.
   bool recycle_files = true;
-  SaveOptions save;            // its comm is replaced by `comm`
-  LoadOptions load;            // its comm is replaced by `comm`
+  SaveOptions save;  // its comm is replaced by `comm`
+  LoadOptions load;  // its comm is replaced by `comm`
   AsyncSaverOptions async;
 };
 

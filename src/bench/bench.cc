@@ -355,9 +355,8 @@ Status Runner::RunManagerSequences(PhaseReport* recycled, PhaseReport* plain) {
   for (PhaseReport* p : {recycled, plain}) {
     const std::string root = ckpt_ + "-" + p->name;
     DCP_RETURN_IF_ERROR(DeleteAndSettle(root));
-    ManagerOptions mo{.policy = {.keep_last = kKeepLast},
-                      .comm = comm_ptr_,
-                      .recycle_files = p == recycled};
+    ManagerOptions mo{
+        .policy = {.keep_last = kKeepLast}, .comm = comm_ptr_, .recycle_files = p == recycled};
     std::unique_ptr<CheckpointManager> mgr;
     Status st;
     try {

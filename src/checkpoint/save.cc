@@ -297,9 +297,9 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
                  Written* out, SaveResult* result) {
   DCP_ASSIGN_OR_RETURN(MyWrites mine, CollectMyWrites(sd, plan, rank));
   if (!mine.tensors.empty()) {
-    const std::string recycle =
-        opts.recycle_dir.empty() ? std::string()
-                                 : storage::JoinPath(opts.recycle_dir, RecycledFileName(rank));
+    const std::string recycle = opts.recycle_dir.empty()
+                                    ? std::string()
+                                    : storage::JoinPath(opts.recycle_dir, RecycledFileName(rank));
     DCP_ASSIGN_OR_RETURN(out->first,
                          storage::WriteSafetensorsFile(
                              fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors,

@@ -77,7 +77,7 @@ TEST(PosixFileSystemTest, ReuseFileOverwritesInPlaceAndCutsTheTail) {
   FileSystem& fs = PosixFileSystem();
   const std::string old_path = dir.Sub("r00000.safetensors"), path = dir.Sub("new.safetensors");
   std::ofstream(old_path) << std::string(1000, 'o');
-  struct stat before{};
+  struct stat before {};
   ASSERT_EQ(::stat(old_path.c_str(), &before), 0);
 
   auto f = fs.ReuseFile(old_path, path);
@@ -87,9 +87,9 @@ TEST(PosixFileSystemTest, ReuseFileOverwritesInPlaceAndCutsTheTail) {
   ASSERT_TRUE((*f)->Sync().ok());
   ASSERT_TRUE((*f)->Close().ok());
   EXPECT_FALSE(std::filesystem::exists(old_path));
-  struct stat after{};
+  struct stat after {};
   ASSERT_EQ(::stat(path.c_str(), &after), 0);
-  EXPECT_EQ(after.st_ino, before.st_ino);  // the same file, not a copy
+  EXPECT_EQ(after.st_ino, before.st_ino);     // the same file, not a copy
   EXPECT_EQ(*ReadWholeFile(fs, path), data);  // nothing of the old bytes past the new ones
 
   // Nothing to recycle: kNotFound, and nothing created.
