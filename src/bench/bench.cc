@@ -32,6 +32,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr double kGiB = double(uint64_t{1} << 30);
 
+// The public API throws dcp::Error; the runner agrees on Status values.
+Status StatusOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return Status(e.code(), e.what());
+  }
+  return OkStatus();
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -302,14 +312,10 @@ Status Runner::RunAsyncSave(PhaseReport* p) {
   if (!saver_) {
     saver_ = std::make_unique<AsyncSaver>();
     if (o_.async_prepare) {
-      DCP_ASSIGN_OR_RETURN(p->prepare_seconds, Timed([&] {
-                             try {
-                               saver_->Prepare(source_.sd, SaveOptions{.comm = comm_ptr_});
-                             } catch (const Error& e) {
-                               return Status(e.code(), e.what());
-                             }
-                             return OkStatus();
-                           }));
+      DCP_ASSIGN_OR_RETURN(
+          p->prepare_seconds, Timed([&] {
+            return StatusOf([&] { saver_->Prepare(source_.sd, SaveOptions{.comm = comm_ptr_}); });
+          }));
     }
   }
   DCP_RETURN_IF_ERROR(DeleteAndSettle(ckpt_));
@@ -358,13 +364,8 @@ Status Runner::RunManagerSequences(PhaseReport* recycled, PhaseReport* plain) {
     ManagerOptions mo{
         .policy = {.keep_last = kKeepLast}, .comm = comm_ptr_, .recycle_files = p == recycled};
     std::unique_ptr<CheckpointManager> mgr;
-    Status st;
-    try {
-      mgr = manager::NewManager(root, std::move(mo), *fs_);
-    } catch (const Error& e) {
-      st = Status(e.code(), e.what());
-    }
-    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(
+        comm_, StatusOf([&] { mgr = manager::NewManager(root, std::move(mo), *fs_); })));
     seqs.push_back({p, root, std::move(mgr)});
   }
   for (int i = 0; i < warmup + o_.repeat; ++i) {
@@ -372,14 +373,8 @@ Status Runner::RunManagerSequences(PhaseReport* recycled, PhaseReport* plain) {
       Sequence& q = seqs[(k + static_cast<size_t>(i)) % seqs.size()];
       std::this_thread::sleep_for(std::chrono::duration<double>(o_.pause_seconds));
       SaveResult r;
-      DCP_ASSIGN_OR_RETURN(double s, Timed([&] {
-                             try {
-                               r = q.mgr->Save(i + 1, source_.sd);
-                             } catch (const Error& e) {
-                               return Status(e.code(), e.what());
-                             }
-                             return OkStatus();
-                           }));
+      DCP_ASSIGN_OR_RETURN(
+          double s, Timed([&] { return StatusOf([&] { r = q.mgr->Save(i + 1, source_.sd); }); }));
       if (i < warmup) continue;
       q.report->seconds.push_back(s);
       q.recycled_files += r.file_recycled ? 1 : 0;

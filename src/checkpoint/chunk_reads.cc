@@ -89,7 +89,7 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
     while (b < plan.reads.size() && same_chunk(plan.reads[b])) ++b;
     const bool is_private = &plan == private_plan_;
     for (size_t k = a; k < b; ++k) {
-      const bool mine = k == item || !is_private || private_items_.empty() || private_items_[k];
+      const bool mine = k == item || !is_private || FromStorage(k);
       if (!done[k] && mine) DCP_RETURN_IF_ERROR(add(plan.reads[k], &done, k));
     }
     // The private items it feeds too: adjacent in the private plan, which is sorted by
@@ -105,7 +105,7 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
                                       [&](const planner::ReadItem& r) { return key(r) < want; }) -
                  pr.begin();
       for (; k < pr.size() && same_chunk(pr[k]); ++k) {
-        if (!(*private_done)[k] && (private_items_.empty() || private_items_[k])) {
+        if (!(*private_done)[k] && FromStorage(k)) {
           DCP_RETURN_IF_ERROR(add(pr[k], private_done, k));
         }
       }

@@ -25,14 +25,14 @@ class ChunkReads {
   ChunkReads(StateDict& sd, const metadata::Metadata& md, const std::string& ckpt,
              const LoadOptions& opts, storage::FileSystem& fs, LoadResult* stats);
 
-  // The load's private plan and which of its items this rank reads from storage (all when
-  // never set). Read then reads a stored chunk once for all the items of the plan it is
-  // given and the private items that need part of it (each plan keeps one stored chunk's
-  // items adjacent), so however reads are split among calls and plans, a stored chunk is read
-  // once per rank.
-  void set_private(const planner::LocalLoadPlan* plan, std::vector<bool> items) {
+  // The load's private plan and which of its items this rank does not read from storage
+  // (filled by broadcasts; empty: it reads them all). Both must outlive this object. Read then
+  // reads a stored chunk once for all the items of the plan it is given and the private items that
+  // need part of it (each plan keeps one stored chunk's items adjacent), so however reads are split
+  // among calls and plans, a stored chunk is read once per rank.
+  void set_private(const planner::LocalLoadPlan* plan, const std::vector<bool>& not_from_storage) {
     private_plan_ = plan;
-    private_items_ = std::move(items);
+    not_from_storage_ = &not_from_storage;
   }
 
   // Reads plan.reads[i] for every i in `items` not already read, and with each the other
@@ -48,6 +48,10 @@ class ChunkReads {
 
  private:
   Result<storage::ReadableFile*> Open(uint32_t file);
+  // Whether item k of the private plan is read from storage by this rank.
+  bool FromStorage(size_t k) const {
+    return !not_from_storage_ || not_from_storage_->empty() || !(*not_from_storage_)[k];
+  }
 
   StateDict& sd_;
   const metadata::Metadata& md_;
@@ -61,7 +65,7 @@ class ChunkReads {
   std::list<std::pair<uint32_t, std::unique_ptr<storage::ReadableFile>>> open_;  // MRU first
   std::vector<std::byte> bounce_;
   const planner::LocalLoadPlan* private_plan_ = nullptr;
-  std::vector<bool> private_items_;  // per item of *private_plan_; empty: all
+  const std::vector<bool>* not_from_storage_ = nullptr;              // per item of *private_plan_
   std::map<const planner::LocalLoadPlan*, std::vector<bool>> done_;  // per plan, per item
 };
 

@@ -250,9 +250,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   if (broadcast) {
     // The private items this rank reads: a stored chunk that also feeds a slab it sends is
     // read once, in the shared phase, for both.
-    std::vector<bool> private_items(plan->reads.size());
-    for (uint32_t r = 0; r < plan->reads.size(); ++r) private_items[r] = !not_from_storage[r];
-    reads.set_private(&*plan, std::move(private_items));
+    reads.set_private(&*plan, not_from_storage);
   }
   Status read_failure;
   if (broadcast) {

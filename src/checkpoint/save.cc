@@ -220,16 +220,16 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
   return md;
 }
 
-// After a commit: data files of earlier saves are no longer referenced; remove them, tmp
-// metadata of crashed saves, and (global commits) per-rank metadata that the global file
-// now hides. With `only_rank` >= 0, only that rank's data files. Best effort: leftovers
-// waste space, nothing more.
 // Files only saves create, none a committed checkpoint needs unless its metadata names them:
 // data files, temporary metadata, stale locks.
 bool IsGarbageName(const std::string& n) {
   return IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n);
 }
 
+// After a commit: data files of earlier saves are no longer referenced; remove them, tmp
+// metadata of crashed saves, and (global commits) per-rank metadata that the global file
+// now hides. With `only_rank` >= 0, only that rank's data files. Best effort: leftovers
+// waste space, nothing more.
 void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
                     const std::unordered_set<std::string>& keep, int only_rank) {
   auto names = fs.List(dir);

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <bit>
 
 namespace dcp {
 
@@ -14,6 +15,9 @@ uint64_t Xxh3(std::span<const std::byte> data) {
 }
 
 uint64_t BlockDigest(std::span<const uint64_t> block_xxh3) {
+  if constexpr (std::endian::native == std::endian::little) {
+    return XXH3_64bits_dispatch(block_xxh3.data(), block_xxh3.size_bytes());
+  }
   std::vector<unsigned char> le(block_xxh3.size() * 8);
   for (size_t i = 0; i < block_xxh3.size(); ++i) {
     for (int b = 0; b < 8; ++b)

@@ -102,10 +102,8 @@ void MarkSourceBlocks(const CopyRuns& runs, uint64_t block, std::vector<uint8_t>
   }
 }
 
-uint64_t BytesToFetch(const CopyRuns& runs, uint64_t chunk_bytes, uint64_t block_size,
-                      bool whole_chunk) {
+uint64_t BytesToFetch(const CopyRuns& runs, uint64_t chunk_bytes, uint64_t block_size) {
   if (runs.num_runs() == 0 || runs.run_bytes() == 0) return 0;
-  if (whole_chunk) return chunk_bytes;
   const uint64_t block = block_size ? block_size : kUnverifiedReadPiece;
   std::vector<uint8_t> needed((chunk_bytes + block - 1) / block, 0);
   MarkSourceBlocks(runs, block, needed);

@@ -45,10 +45,8 @@ class CopyRuns {
 void MarkSourceBlocks(const CopyRuns& runs, uint64_t block, std::vector<uint8_t>& needed);
 
 // Bytes of a stored chunk of `chunk_bytes` a load fetches from storage to copy `runs` out of
-// it: the whole blocks of `block_size` the runs touch, or with `whole_chunk` (checksums
-// verified without block checksums) the whole chunk.
-uint64_t BytesToFetch(const CopyRuns& runs, uint64_t chunk_bytes, uint64_t block_size,
-                      bool whole_chunk);
+// it: the whole blocks of `block_size` (0: kUnverifiedReadPiece) the runs touch.
+uint64_t BytesToFetch(const CopyRuns& runs, uint64_t chunk_bytes, uint64_t block_size);
 
 // The piece size of partial reads when a chunk has no block checksums.
 inline constexpr uint64_t kUnverifiedReadPiece = uint64_t{1} << 20;

@@ -51,10 +51,14 @@ uint64_t SealHash(std::string_view header, std::string_view body, uint32_t versi
   return h;
 }
 
+namespace {
+
 bool ValidBlockSize(uint64_t block_size) {
   return block_size == 0 || (block_size >= kMinBlockSize && block_size <= kMaxBlockSize &&
                              (block_size & (block_size - 1)) == 0);
 }
+
+}  // namespace
 
 std::string Encode(const Metadata& md, uint32_t version) {
   DCP_CHECK(version >= kLegacyVersion && version <= kFormatVersion);

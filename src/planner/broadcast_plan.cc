@@ -92,7 +92,7 @@ uint64_t ReadCost(const metadata::Metadata& md, const metadata::TensorMeta& t,
   if (verified && sc.block_xxh3.empty()) return sc.byte_length;
   auto runs = CopyRuns::Make(t.dtype, sc.box, dst, region);
   if (!runs.ok() || runs->num_runs() == 0) return sc.byte_length;
-  if (verified) return BytesToFetch(*runs, sc.byte_length, md.block_size, false);
+  if (verified) return BytesToFetch(*runs, sc.byte_length, md.block_size);
   return runs->src_offset(runs->num_runs() - 1) + runs->run_bytes() - runs->src_offset(0);
 }
 

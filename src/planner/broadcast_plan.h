@@ -88,8 +88,11 @@ struct BroadcastPlanOptions {
   const std::vector<uint64_t>* host_of_rank = nullptr;
   // Shared shards larger than this are cut into dimension-0 slabs of about this size;
   // 0: a rank's fair share of all the bytes read / kSlabsPerShare, at least kMinSlabBytes.
-  // With whole_chunk_reads, slabs end only where no stored chunk crosses (a stored chunk is
-  // the finest unit a reader can fetch alone), so a shard inside one stored chunk stays whole.
+  // With whole_chunk_reads, slabs end only where no stored chunk crosses, so a shard inside
+  // one stored chunk stays whole: a chunk with one checksum (formats 1, 2) is read whole, and
+  // a cut inside one with block checksums would have both readers fetch the edge block (and
+  // ShareStoredChunks then broadcast the whole chunk instead); cutting at block boundaries
+  // there is not done yet.
   uint64_t slab_bytes = 0;
 };
 

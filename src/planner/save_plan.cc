@@ -147,7 +147,7 @@ Result<LocalSavePlan> DecodeLocalPlan(std::string_view data) {
 // A replicated chunk is cut into pieces of at most a fair share / kPiecesPerShare, so that
 // largest-first balancing ends every writer within about one piece of the mean (save), and a
 // load of the same checkpoint has stored chunks small enough to balance its readers too
-// (a checksummed stored chunk is read whole: it is the finest unit a load can give out).
+// (with checksums verified the load planner cuts slabs only between stored chunks).
 // Never below kMinSplitBytes: many tiny pieces cost more than the imbalance.
 constexpr uint64_t kPiecesPerShare = 8;
 constexpr uint64_t kMinSplitBytes = uint64_t{256} << 10;

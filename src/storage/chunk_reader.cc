@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/checksum.h"
 
@@ -70,7 +71,8 @@ class Verifier {
 Status StreamInterval(ReadableFile& file, const StoredRange& range, bool verify, uint64_t begin,
                       uint64_t end, std::span<const ChunkTarget> targets,
                       std::vector<std::byte>& bounce, uint64_t* bytes_read) {
-  Verifier verifier(range, begin);
+  std::optional<Verifier> verifier;  // no hasher state when not verifying
+  if (verify) verifier.emplace(range, begin);
   // Sized, never shrunk, without zero-filling: every byte is read before it is used.
   const size_t n_bounce = std::min<uint64_t>(verify ? kVerifiedPiece : kBouncePiece, end - begin);
   if (bounce.size() < n_bounce) bounce.resize(n_bounce);
@@ -79,11 +81,11 @@ Status StreamInterval(ReadableFile& file, const StoredRange& range, bool verify,
     std::span<std::byte> piece(bounce.data(), n);
     DCP_RETURN_IF_ERROR(file.ReadAt(range.byte_offset + pos, piece));
     *bytes_read += n;
-    if (verify) verifier.Update(piece);
+    if (verifier) verifier->Update(piece);
     for (const ChunkTarget& t : targets) Scatter(t, pos, piece);
     pos += n;
   }
-  return verify ? verifier.Check(file, end) : OkStatus();
+  return verifier ? verifier->Check(file, end) : OkStatus();
 }
 
 }  // namespace
@@ -94,15 +96,16 @@ void ScatterFromMemory(const ChunkTarget& target, std::span<const std::byte> chu
 
 Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, std::byte* dst,
                      uint64_t* bytes_read) {
-  Verifier verifier(range, 0);
+  std::optional<Verifier> verifier;
+  if (verify) verifier.emplace(range, 0);
   const size_t piece = verify ? kVerifiedPiece : kDirectPiece;
   for (uint64_t pos = 0; pos < range.byte_length; pos += piece) {
     size_t n = std::min<uint64_t>(piece, range.byte_length - pos);
     DCP_RETURN_IF_ERROR(file.ReadAt(range.byte_offset + pos, std::span(dst + pos, n)));
-    if (verify) verifier.Update(std::span(dst + pos, n));
+    if (verifier) verifier->Update(std::span(dst + pos, n));
     *bytes_read += n;
   }
-  return verify ? verifier.Check(file, range.byte_length) : OkStatus();
+  return verifier ? verifier->Check(file, range.byte_length) : OkStatus();
 }
 
 Status VerifyRange(ReadableFile& file, const StoredRange& range, std::vector<std::byte>& bounce,
