@@ -5,10 +5,10 @@
 #include <optional>
 #include <tuple>
 
-#include "core/box_index.h"
 #include "core/copy_runs.h"
 #include "core/wire.h"
 #include "planner/balancer.h"
+#include "planner/stored_chunk_finder.h"
 
 namespace dcp::planner {
 
@@ -46,33 +46,9 @@ Result<LoadIdentity> DecodeLoadIdentity(std::string_view data) {
 
 namespace {
 
-// The stored chunks of a tensor that may intersect a box: all of them when the tensor has
-// few, else through a BoxIndex, kept for one tensor at a time (queries come in tensor order).
-class StoredChunkFinder {
- public:
-  explicit StoredChunkFinder(const metadata::Metadata& md) : md_(md) {}
-  const std::vector<size_t>& Candidates(uint32_t tensor, const Box& box) {
-    const auto& chunks = md_.tensors[tensor].chunks;
-    if (chunks.size() <= kIndexMinChunks) {
-      found_.resize(chunks.size());
-      for (size_t i = 0; i < found_.size(); ++i) found_[i] = i;
-      return found_;
-    }
-    if (tensor != indexed_) {
-      index_.emplace(chunks.size(), [&](size_t i) -> const Box& { return chunks[i].box; });
-      indexed_ = tensor;
-    }
-    found_ = index_->Candidates(box);
-    return found_;
-  }
-
- private:
-  static constexpr size_t kIndexMinChunks = 32;
-  const metadata::Metadata& md_;
-  std::optional<BoxIndex> index_;
-  uint32_t indexed_ = UINT32_MAX;
-  std::vector<size_t> found_;
-};
+// Stored chunks are indexed from this many on: the broadcast planner queries each tensor
+// once per shared shard and per slab cut.
+constexpr size_t kIndexMinChunks = 32;
 
 // Whether `ranks` live on more than one host (always, without host information).
 bool SpansHosts(const std::vector<int>& ranks, const std::vector<uint64_t>* host_of_rank) {
@@ -105,7 +81,7 @@ void ShareStoredChunks(
   const metadata::Metadata& md = *sharing.md;
   // (tensor, stored chunk) -> rank -> bytes that rank would fetch from it.
   std::map<std::pair<uint32_t, uint32_t>, std::map<int, uint64_t>> uses;
-  StoredChunkFinder finder(md);
+  StoredChunkFinder finder(md, kIndexMinChunks);
   for (const auto& [key, ranks] : performed) {
     const metadata::TensorMeta& t = md.tensors[key.first];
     for (const size_t s : finder.Candidates(key.first, key.second)) {
@@ -277,7 +253,7 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
                                   ? sharing.slab_bytes
                                   : std::max<uint64_t>(fair_share / kSlabsPerShare, kMinSlabBytes);
   std::optional<StoredChunkFinder> finder;
-  if (sharing.md) finder.emplace(*sharing.md);
+  if (sharing.md) finder.emplace(*sharing.md, kIndexMinChunks);
   struct Pending {
     uint64_t nbytes;
     std::pair<uint32_t, Box> key;

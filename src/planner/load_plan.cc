@@ -1,17 +1,15 @@
 #include "planner/load_plan.h"
 
 #include <algorithm>
-#include <numeric>
-#include <optional>
 
-#include "core/box_index.h"
 #include "core/copy_runs.h"
+#include "planner/stored_chunk_finder.h"
 
 namespace dcp::planner {
 namespace {
 
 // Tensors with more stored chunks than this, loaded into several destination chunks, are
-// searched through a BoxIndex (one destination chunk: one scan is cheaper than the index).
+// searched through a BoxIndex (StoredChunkFinder).
 constexpr size_t kIndexMinChunks = 256;
 
 Status CheckDestination(const StateEntry& e, const metadata::TensorMeta& t,
@@ -51,6 +49,7 @@ Status CheckDestination(const StateEntry& e, const metadata::TensorMeta& t,
 Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md,
                                bool allow_partial, const std::string& ckpt) {
   LocalLoadPlan plan;
+  StoredChunkFinder finder(md, kIndexMinChunks);
   const auto& entries = sd.entries();
   for (uint32_t ei = 0; ei < entries.size(); ++ei) {
     const StateEntry& e = entries[ei];
@@ -74,17 +73,6 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
       return InvalidArgument(where + " is bytes in the checkpoint, a tensor in the destination");
     DCP_RETURN_IF_ERROR(CheckDestination(e, *t, where));
     const auto ti = static_cast<uint32_t>(t - md.tensors.data());
-    // With many stored chunks, only those near each destination chunk are intersected
-    // (core/box_index.h); with few, testing each is cheaper than building the index.
-    std::optional<BoxIndex> index;
-    if (t->chunks.size() > kIndexMinChunks && e.chunks.size() > 1) {
-      index.emplace(t->chunks.size(), [&](size_t i) -> const Box& { return t->chunks[i].box; });
-    }
-    std::vector<size_t> all;
-    if (!index) {
-      all.resize(t->chunks.size());
-      std::iota(all.begin(), all.end(), size_t{0});
-    }
     for (uint32_t ci = 0; ci < e.chunks.size(); ++ci) {
       const Box& dst = e.chunks[ci].box;
       for (uint32_t cj = 0; cj < ci && !dst.Empty(); ++cj) {
@@ -94,7 +82,9 @@ Result<LocalLoadPlan> PlanLoad(const StateDict& sd, const metadata::Metadata& md
         }
       }
       uint64_t covered = 0;
-      for (const size_t s : index ? index->Candidates(dst) : all) {
+      // With many stored chunks, only those near the destination chunk are intersected; one
+      // destination chunk: one scan is cheaper than the index.
+      for (const size_t s : finder.Candidates(ti, dst, /*single_query=*/e.chunks.size() == 1)) {
         const auto si = static_cast<uint32_t>(s);
         auto region = Intersect(dst, t->chunks[si].box);
         if (!region) continue;
