@@ -1,4 +1,4 @@
-// The parts of the extension module dcp._dcp, one function per file, called by module.cc.
+// The parts of the extension module hyperdcp._dcp, one function per file, called by module.cc.
 #pragma once
 
 #include <pybind11/pybind11.h>

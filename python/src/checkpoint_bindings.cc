@@ -45,6 +45,7 @@ void AddTensor(StateDict& sd, const std::string& fqn, uintptr_t data, const std:
 // thread (which takes the GIL to communicate).
 class Saver {
  public:
+  explicit Saver(AsyncSaverOptions opts = {}) : opts_(opts) {}
   AsyncSave Save(const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,
                  bool use_collectives, uint64_t step) {
     SaveOptions opts;
@@ -52,14 +53,14 @@ class Saver {
     opts.use_collectives = use_collectives;
     opts.step = step;
     py::gil_scoped_release release;
-    if (!saver_) saver_ = std::make_unique<AsyncSaver>();
+    if (!saver_) saver_ = std::make_unique<AsyncSaver>(opts_);
     return saver_->Save(sd, dir, opts);
   }
   void Prepare(const StateDict& sd, std::shared_ptr<Comm> comm) {
     SaveOptions opts;
     opts.comm = std::move(comm);
     py::gil_scoped_release release;
-    if (!saver_) saver_ = std::make_unique<AsyncSaver>();
+    if (!saver_) saver_ = std::make_unique<AsyncSaver>(opts_);
     saver_->Prepare(sd, opts);
   }
   void Close() {
@@ -69,6 +70,7 @@ class Saver {
   ~Saver() { Close(); }
 
  private:
+  AsyncSaverOptions opts_;
   std::unique_ptr<AsyncSaver> saver_;
 };
 
@@ -107,7 +109,7 @@ void BindCheckpoint(py::module_& m) {
           py::arg("fqn"), "A bytes entry's payload (after load: the saved one), or None.")
       .def("__len__", &StateDict::size);
 
-  py::class_<SaveResult>(m, "SaveResult", "What a save did on this rank.")
+  py::class_<SaveResult>(m, "SaveResult", py::dynamic_attr(), "What a save did on this rank.")
       .def_readonly("bytes_written", &SaveResult::bytes_written)
       .def_readonly("items_written", &SaveResult::items_written)
       .def_readonly("files_written", &SaveResult::files_written)
@@ -125,7 +127,7 @@ void BindCheckpoint(py::module_& m) {
                                              "total_seconds=" + std::to_string(r.total_seconds)});
       });
 
-  py::class_<LoadResult>(m, "LoadResult", "What a load did on this rank.")
+  py::class_<LoadResult>(m, "LoadResult", py::dynamic_attr(), "What a load did on this rank.")
       .def_readonly("bytes_read", &LoadResult::bytes_read)
       .def_readonly("files_opened", &LoadResult::files_opened)
       .def_readonly("chunks_read", &LoadResult::chunks_read)
@@ -171,8 +173,11 @@ void BindCheckpoint(py::module_& m) {
   m.def(
       "load",
       [](StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm, bool broadcast,
-         bool allow_partial, std::string strip_prefix, std::string add_prefix) {
+         bool allow_partial, std::string strip_prefix, std::string add_prefix,
+         bool verify_checksums, int max_open_files) {
         LoadOptions opts;
+        opts.verify_checksums = verify_checksums;
+        opts.max_open_files = max_open_files;
         opts.comm = std::move(comm);
         opts.broadcast = broadcast;
         opts.allow_partial = allow_partial;
@@ -182,7 +187,8 @@ void BindCheckpoint(py::module_& m) {
         return load(sd, dir, opts);
       },
       py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("broadcast"),
-      py::arg("allow_partial"), py::arg("strip_prefix"), py::arg("add_prefix"));
+      py::arg("allow_partial"), py::arg("strip_prefix"), py::arg("add_prefix"),
+      py::arg("verify_checksums") = true, py::arg("max_open_files") = 8);
 
   py::class_<StagingStats>(m, "StagingStats")
       .def_readonly("bytes_staged", &StagingStats::bytes_staged)
@@ -216,7 +222,14 @@ void BindCheckpoint(py::module_& m) {
       .def_property_readonly("dir", &AsyncSave::dir);
 
   py::class_<Saver>(m, "AsyncSaver", "Owns the staging pool and the persisting thread.")
-      .def(py::init<>())
+      .def(
+          py::init([](uint64_t max_staging_bytes, int staging_threads, int persist_nice) {
+            return std::make_unique<Saver>(AsyncSaverOptions{.max_staging_bytes = max_staging_bytes,
+                                                             .staging_threads = staging_threads,
+                                                             .persist_nice = persist_nice});
+          }),
+          py::arg("max_staging_bytes") = 0, py::arg("staging_threads") = 0,
+          py::arg("persist_nice") = 10)
       .def("save", &Saver::Save, py::arg("state_dict"), py::arg("dir"), py::arg("comm"),
            py::arg("use_collectives"), py::arg("step") = 0)
       .def("prepare", &Saver::Prepare, py::arg("state_dict"), py::arg("comm"),

@@ -19,10 +19,36 @@ namespace {
 class Manager {
  public:
   Manager(const std::string& root, std::optional<int64_t> keep_last,
-          std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm, bool recycle_files) {
+          std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm, bool recycle_files,
+          const py::dict& load, const py::dict& async) {
     ManagerOptions o{.policy = {.keep_last = keep_last, .keep_every = keep_every},
                      .comm = std::move(comm),
                      .recycle_files = recycle_files};
+    // Options of the manager's loads and async saves, as the functions of the same names take.
+    for (auto [key, value] : load) {
+      const std::string k = key.cast<std::string>();
+      if (k == "allow_partial")
+        o.load.allow_partial = value.cast<bool>();
+      else if (k == "verify_checksums")
+        o.load.verify_checksums = value.cast<bool>();
+      else if (k == "max_open_files")
+        o.load.max_open_files = value.cast<int>();
+      else if (k == "broadcast")
+        o.load.broadcast = value.cast<bool>();
+      else
+        throw Error(InvalidArgument("unknown load option " + k));
+    }
+    for (auto [key, value] : async) {
+      const std::string k = key.cast<std::string>();
+      if (k == "max_staging_bytes")
+        o.async.max_staging_bytes = value.cast<uint64_t>();
+      else if (k == "staging_threads")
+        o.async.staging_threads = value.cast<int>();
+      else if (k == "persist_nice")
+        o.async.persist_nice = value.cast<int>();
+      else
+        throw Error(InvalidArgument("unknown async option " + k));
+    }
     py::gil_scoped_release release;
     mgr_ = std::make_unique<CheckpointManager>(root, std::move(o));
   }
@@ -59,9 +85,10 @@ class Manager {
 void BindManager(py::module_& m) {
   py::class_<Manager>(m, "CheckpointManager")
       .def(py::init<const std::string&, std::optional<int64_t>, std::optional<int64_t>,
-                    std::shared_ptr<Comm>, bool>(),
+                    std::shared_ptr<Comm>, bool, const py::dict&, const py::dict&>(),
            py::arg("root"), py::arg("keep_last"), py::arg("keep_every"), py::arg("comm"),
-           py::arg("recycle_files") = true)
+           py::arg("recycle_files") = true, py::arg("load") = py::dict(),
+           py::arg("async_options") = py::dict())
       .def(
           "save",
           [](Manager& self, int64_t step, const StateDict& sd) {

@@ -11,6 +11,14 @@ namespace py = pybind11;
 namespace dcp::python {
 namespace {
 
+bool IsFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 class CompletedRequest final : public CommRequest {
  public:
   Status Wait() override { return OkStatus(); }
@@ -18,8 +26,15 @@ class CompletedRequest final : public CommRequest {
 };
 
 // Runs `f` (which uses Python) under the GIL; a Python exception becomes a Status naming `op`.
+// Never once the interpreter is finalising: a thread taking the GIL then is ended by Python
+// (pthread_exit through C++ frames: std::terminate). The save fails instead, and its
+// checkpoint stays uncommitted; hyperdcp's atexit hook finishes saves before that point.
 template <typename F>
 auto WithGil(std::string_view op, F&& f) -> Result<decltype(f())> {
+  if (!Py_IsInitialized() || IsFinalizing()) {
+    return Unavailable("torch.distributed " + std::string(op) +
+                       ": the Python interpreter is exiting");
+  }
   py::gil_scoped_acquire gil;
   try {
     return f();
@@ -28,6 +43,8 @@ auto WithGil(std::string_view op, F&& f) -> Result<decltype(f())> {
     const bool timed_out = e.matches(PyExc_TimeoutError) ||
                            what.find("imed out") != std::string::npos ||
                            what.find("imeout") != std::string::npos;
+    // The exception itself is kept by the Python side (hyperdcp/_gloo.py) and re-raised
+    // to the caller; the Status carries its text for the engine's own error.
     std::string msg = "torch.distributed " + std::string(op) + ": " + what;
     return timed_out ? DeadlineExceeded(std::move(msg)) : Unavailable(std::move(msg));
   } catch (const std::exception& e) {  // a failed conversion (py::cast_error)

@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-import dcp
+import hyperdcp as dcp
 
 
 def state(step: int) -> dict:

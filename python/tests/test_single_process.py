@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import dcp
+import hyperdcp as dcp
 
 
 def nested_state(salt: float = 0.0) -> dict:
@@ -49,7 +49,7 @@ def test_round_trip_fills_in_place_and_replaces_values(tmp_path):
     got["meta"] = {"epoch": 0, "name": "", "betas": (0, 0), "none": 1, "ok": False}
     w_before = got["model"]["w"]
     r = dcp.load(got, tmp_path / "ck")
-    assert r.entries_loaded == 12
+    assert r.entries_loaded == 11  # a tuple of values is one value, as torch stores it
     assert got["model"]["w"] is w_before  # filled in place
     assert_state_equal(got, want)
 
@@ -84,8 +84,8 @@ def test_read_metadata(tmp_path):
     assert (w.dtype, w.shape, w.torch_dtype) == ("BF16", (3, 4), torch.bfloat16)
     assert w.chunks == (((0, 0), (3, 4)),)
     assert md.tensors["model.step"].shape == ()
-    assert set(md.bytes) == {"layers.1.scale", "meta.epoch", "meta.name", "meta.betas.0",
-                             "meta.betas.1", "meta.none", "meta.ok"}
+    assert set(md.bytes) == {"layers.1.scale", "meta.epoch", "meta.name", "meta.betas",
+                             "meta.none", "meta.ok"}
 
 
 def test_partial_load_and_prefixes(tmp_path):
@@ -142,8 +142,8 @@ def test_async_save_error_is_raised_by_result(tmp_path):
 
 @pytest.mark.parametrize("bad, needle", [
     ({"a.b": torch.ones(1), "a": {"b": torch.ones(1)}}, "both named 'a.b'"),
-    ({"x": object()}, "'x' is a builtins.object"),
-    ({"x": {1.5: 2}}, "keys must be str or int"),
+    ({"x": object()}, "'x' holds a value of type object"),
+    ({"x": {1: torch.ones(1), "1": torch.ones(1)}}, "both named 'x.1'"),
     ({"x": torch.ones(2, dtype=torch.complex128)}, "complex128"),
 ])
 def test_bad_state_dicts_raise_before_io(tmp_path, bad, needle):

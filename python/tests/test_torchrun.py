@@ -32,7 +32,7 @@ def test_fsdp2_adamw_to_one_process(torchrun, tmp_path, nproc, worker, steps):
     sys.path.insert(0, str(Path(__file__).parent / "workers"))
     import model as m
 
-    import dcp
+    import hyperdcp as dcp
 
     net = m.make_model()
     optim = m.make_optimizer(net)
@@ -52,13 +52,13 @@ def test_read_once_broadcast_and_subgroups(torchrun, tmp_path):
 
 
 def test_bench_against_torch_dcp_runs(torchrun, tmp_path):
-    """`python -m dcp.bench` at a tiny size (so it cannot rot): both libraries' loads are
+    """`python -m hyperdcp.bench` at a tiny size (so it cannot rot): both libraries' loads are
     checked against the saved values inside the bench (a mismatch fails the job), and the
     table and the JSON name every phase with a time for each repetition."""
     import json
 
     out_json = tmp_path / "bench.json"
-    out = torchrun(2, "-m dcp.bench", "--size-mb", "1", "--hidden", "32", "--repeat", "2",
+    out = torchrun(2, "-m hyperdcp.bench", "--size-mb", "1", "--hidden", "32", "--repeat", "2",
                    "--pause", "0", "--dir", tmp_path / "scratch", "--json", out_json)
     doc = json.loads(out_json.read_text())
     assert doc["ranks"] == 2 and doc["repeat"] == 2, doc
@@ -69,3 +69,28 @@ def test_bench_against_torch_dcp_runs(torchrun, tmp_path):
         assert len(p["dcp_seconds_each"]) == 2 and len(p["torch_seconds_each"]) == 2, p
         assert p["dcp_seconds"] > 0 and p["torch_seconds"] > 0, p
     assert not (tmp_path / "scratch" / "ckpt").exists()  # the bench cleans up after itself
+
+
+def test_torch_dcp_training_script_runs_unchanged(torchrun, tmp_path):
+    """workers/train_dropin.py, a torch.distributed.checkpoint script (FSDP2, AdamW, LR
+    scheduler, dataloader position, RNG states; save, async_save + add_done_callback, load),
+    with `import hyperdcp as dcp`: resuming from step 3 gives steps 4-6 and the final
+    parameters bit for bit, and the same as the script on torch DCP itself."""
+    import json
+
+    def report(d: Path, mode: str, rank: int) -> dict:
+        r = json.loads((d / f"{mode}.rank{rank}.json").read_text())
+        return {k: v for k, v in r.items() if k in ("step 4", "step 5", "step 6", "digest",
+                                                     "loader")}
+
+    runs = {}
+    for lib in ("hyperdcp", "torch"):
+        fresh = torchrun(2, "train_dropin.py", lib, "fresh", tmp_path / lib)
+        resumed = torchrun(2, "train_dropin.py", lib, "resume", tmp_path / lib)
+        assert fresh.count(": ok") == 2 and resumed.count(": ok") == 2, fresh + resumed
+        for rank in range(2):
+            want = report(tmp_path / lib, "fresh", rank)
+            assert len(want) == 5, want
+            assert report(tmp_path / lib, "resume", rank) == want, lib
+        runs[lib] = [report(tmp_path / lib, "fresh", r) for r in range(2)]
+    assert runs["hyperdcp"] == runs["torch"]

@@ -9,7 +9,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-import dcp
+import hyperdcp as dcp
 
 
 def expect_error(what: str, fn, needle: str) -> None:

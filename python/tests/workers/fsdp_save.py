@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-import dcp
+import hyperdcp as dcp
 import model as m
 
 

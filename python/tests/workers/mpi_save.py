@@ -6,8 +6,8 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-import dcp
-from dcp._comm import comm_for
+import hyperdcp as dcp
+from hyperdcp._comm import comm_for
 
 G = (8, 6)
 

@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-import dcp
+import hyperdcp as dcp
 import layouts
 
 

@@ -1,4 +1,4 @@
-"""Type stub of the extension module dcp._dcp (python/src/*.cc)."""
+"""Type stub of the extension module hyperdcp._dcp (python/src/*.cc)."""
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 

@@ -1,4 +1,4 @@
-"""dcp.CheckpointManager: steps, `latest`, retention and resume over the C++ manager.
+"""hyperdcp.CheckpointManager: steps, `latest`, retention and resume over the C++ manager.
 
     mgr = dcp.CheckpointManager("/ckpt", keep_last=3, keep_every=1000)
     start = 0
@@ -16,15 +16,16 @@ Same semantics as dcp::CheckpointManager (include/dcp/manager.h): one directory 
 newest complete step, resume from the newest complete step whatever `latest` says, one
 manager per root, retired steps' data files recycled by the next save (`recycle_files`,
 on by default; see the README). Under torchrun every rank creates it (with the default process group unless
-`process_group` is given) and calls its methods in the same order.
+`process_group` is given) and calls its methods in the same order. Calls from several Python
+threads take turns; the manager is closed at exit (a save in flight finishes first).
 """
 
 import os
 from typing import Any, Dict, List, Optional
 
-from . import _dcp
-from ._checkpoint import _prepare_on_every_rank, finish_load
+from . import _boundary, _dcp
 from ._comm import comm_for
+from ._prepare import finish_load, prepare_on_every_rank
 
 
 class CheckpointManager:
@@ -32,11 +33,31 @@ class CheckpointManager:
 
     def __init__(self, root: "os.PathLike | str", *, keep_last: Optional[int] = None,
                  keep_every: Optional[int] = None, process_group: Any = None,
-                 no_dist: bool = False, recycle_files: bool = True) -> None:
+                 no_dist: bool = False, recycle_files: bool = True,
+                 allow_partial: bool = False, verify_checksums: bool = True,
+                 max_open_files: int = 8, max_staging_bytes: int = 0,
+                 staging_threads: int = 0, persist_nice: int = 10,
+                 allow_pickle: bool = False) -> None:
+        """`allow_partial`, `verify_checksums`, `max_open_files`: as load's, for every load of
+        the manager; `max_staging_bytes`, `staging_threads`, `persist_nice`: its async
+        saver's (see the README); `allow_pickle`: as save's and load's."""
         self._comm = comm_for(process_group, no_dist)
         self._root = os.fspath(root)
-        self._mgr = _dcp.CheckpointManager(self._root, keep_last, keep_every, self._comm,
-                                           recycle_files)
+        self._allow_pickle = allow_pickle
+        load = dict(allow_partial=allow_partial, verify_checksums=verify_checksums,
+                    max_open_files=max_open_files)
+        saver = dict(max_staging_bytes=max_staging_bytes, staging_threads=staging_threads,
+                     persist_nice=persist_nice)
+        self._mgr = _boundary.call(self._comm, _dcp.CheckpointManager, self._root, keep_last,
+                                   keep_every, self._comm, recycle_files, load, saver)
+        _boundary.register_closable(self)
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        return _boundary.call(self._comm, fn, *args)
+
+    def _prepare(self, state_dict: Dict[str, Any], for_load: bool = False) -> Any:
+        return prepare_on_every_rank(state_dict, self._comm, for_load=for_load, agree=True,
+                                     allow_pickle=self._allow_pickle)
 
     @property
     def root(self) -> str:
@@ -44,8 +65,8 @@ class CheckpointManager:
 
     def save(self, step: int, state_dict: Dict[str, Any]) -> _dcp.SaveResult:
         """Saves `state_dict` as `step`, then moves `latest` and applies retention."""
-        p = _prepare_on_every_rank(state_dict, self._comm, for_load=False, agree=True)
-        return self._mgr.save(step, p.sd)
+        p = self._prepare(state_dict)  # alive until the engine returns: it owns host copies
+        return self._call(self._mgr.save, step, p.sd)
 
     def async_save(self, step: int, state_dict: Dict[str, Any]) -> None:
         """Finishes the save in flight, then returns once `state_dict` is staged.
@@ -53,18 +74,18 @@ class CheckpointManager:
         The tensors may change as soon as it returns. The save is finished (latest moved,
         retention applied, its error raised) by the next save, async_save, wait or load.
         """
-        p = _prepare_on_every_rank(state_dict, self._comm, for_load=False, agree=True)
-        self._mgr.async_save(step, p.sd)
+        p = self._prepare(state_dict)
+        self._call(self._mgr.async_save, step, p.sd)
 
     def prepare_async_save(self, state_dict: Dict[str, Any]) -> None:
         """Optional, before the first async_save: allocates the staging memory ahead of time,
         so the first async_save blocks only while it copies (see dcp.prepare_async_save)."""
-        p = _prepare_on_every_rank(state_dict, self._comm, for_load=False, agree=True)
-        self._mgr.prepare_async_save(p.sd)
+        p = self._prepare(state_dict)
+        self._call(self._mgr.prepare_async_save, p.sd)
 
     def wait(self) -> None:
         """Finishes the save in flight; raises its DcpError."""
-        self._mgr.wait()
+        self._call(self._mgr.wait)
 
     def latest_step(self) -> Optional[int]:
         """The newest complete step, or None before the first one."""
@@ -76,9 +97,9 @@ class CheckpointManager:
 
     def load(self, state_dict: Dict[str, Any], step: Optional[int] = None) -> _dcp.LoadResult:
         """Loads `step` (default: the newest complete one) into `state_dict`, in place."""
-        p = _prepare_on_every_rank(state_dict, self._comm, for_load=True, agree=True)
-        result = self._mgr.load(p.sd, step)
-        finish_load(p, state_dict)
+        p = self._prepare(state_dict, for_load=True)
+        result = self._call(self._mgr.load, p.sd, step)
+        finish_load(p, self._allow_pickle)
         return result
 
     def keep(self, step: int) -> None:
@@ -87,14 +108,14 @@ class CheckpointManager:
 
     def prune(self, dry_run: bool = False) -> List[int]:
         """Applies the retention policy now; the steps removed (or that would be)."""
-        return self._mgr.prune(dry_run)
+        return self._call(self._mgr.prune, dry_run)
 
     def step_dir(self, step: int) -> str:
         return self._mgr.step_dir(step)
 
     def close(self) -> None:
         """Finishes the save in flight and releases the root's lock."""
-        self._mgr.close()
+        self._call(self._mgr.close)
 
     def __enter__(self) -> "CheckpointManager":
         return self

@@ -64,15 +64,40 @@ def dtensor_box(fqn: str, dt: Any) -> Optional[Tuple[torch.Tensor, List[int], Li
     return local, list(dt.shape), list(offsets)
 
 
-def torch_chunk(fqn: str, value: torch.Tensor, for_load: bool) -> Optional[HostChunk]:
+def _sharded_tensor_class():
+    try:
+        from torch.distributed._shard.sharded_tensor import ShardedTensor
+    except ImportError:
+        return None
+    return ShardedTensor
+
+
+def torch_chunks(fqn: str, value: torch.Tensor, for_load: bool) -> List[HostChunk]:
+    """The chunks this rank holds: a ShardedTensor's local shards (FSDP1's
+    SHARDED_STATE_DICT), a DTensor's box, a plain tensor whole."""
+    ShardedTensor = _sharded_tensor_class()
+    if ShardedTensor is not None and isinstance(value, ShardedTensor):
+        global_shape = list(value.size())
+        return [_chunk(fqn, s.tensor, global_shape, list(s.metadata.shard_offsets), for_load)
+                for s in value.local_shards()]
     DTensor = _dtensor_class()
     if DTensor is not None and isinstance(value, DTensor):
         box = dtensor_box(fqn, value)
         if box is None:
-            return None
-        local, global_shape, offsets = box
-    else:
-        local, global_shape, offsets = value, list(value.shape), [0] * value.dim()
+            return []
+        return [_chunk(fqn, *box, for_load)]
+    return [_chunk(fqn, value, list(value.shape), [0] * value.dim(), for_load)]
+
+
+def torch_chunk(fqn: str, value: torch.Tensor, for_load: bool) -> Optional[HostChunk]:
+    chunks = torch_chunks(fqn, value, for_load)
+    if len(chunks) > 1:
+        raise invalid_argument(f"'{fqn}': several local shards where one chunk was expected")
+    return chunks[0] if chunks else None
+
+
+def _chunk(fqn: str, local: torch.Tensor, global_shape: List[int], offsets: List[int],
+           for_load: bool) -> HostChunk:
     local = local.detach()
     if local.layout != torch.strided or local.is_quantized:
         raise invalid_argument(f"'{fqn}': {local.layout} tensors are not supported")
@@ -93,7 +118,8 @@ def torch_chunk(fqn: str, value: torch.Tensor, for_load: bool) -> Optional[HostC
                      write_back=write_back)
 
 
-def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str") -> Any:
+def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str",
+                   allow_pickle: bool = False) -> Any:
     """Converts a torch.distributed.checkpoint directory (saved by any number of ranks) into
     a dcp checkpoint at `dst`, in this process; returns the SaveResult.
 
@@ -104,7 +130,7 @@ def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str") -> Any:
     import torch.distributed.checkpoint as torch_dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from ._checkpoint import save
+    from ._api import save
 
     reader = torch_dcp.FileSystemReader(os.fspath(src))
     state: Dict[str, Any] = {}
@@ -112,4 +138,27 @@ def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str") -> Any:
         is_tensor = isinstance(md, TensorStorageMetadata)
         state[fqn] = torch.empty(md.size, dtype=md.properties.dtype) if is_tensor else None
     torch_dcp.load(state, storage_reader=reader, no_dist=True)
-    return save(state, dst, no_dist=True)
+    return save(state, dst, no_dist=True, allow_pickle=allow_pickle)
+
+
+def to_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str",
+                 allow_pickle: bool = False) -> None:
+    """Writes the hyperdcp checkpoint `src` as a torch.distributed.checkpoint directory `dst`
+    (values included), in this process, so that adopting hyperdcp is reversible.
+
+    Entries keep their names; torch.distributed.checkpoint.load then fills any template
+    whose flattened names match (the same state dict that was saved). Every tensor is read
+    whole into memory. torch pickles the non-tensor values it writes.
+    """
+    import torch.distributed.checkpoint as torch_dcp
+
+    from ._api import load
+    from ._metadata import read_metadata
+
+    md = read_metadata(src)
+    state: Dict[str, Any] = {fqn: torch.empty(info.shape, dtype=FROM_DCP[info.dtype])
+                             for fqn, info in md.tensors.items()}
+    state.update({fqn: None for fqn in md.bytes})
+    load(state, src, no_dist=True, allow_pickle=allow_pickle)
+    torch_dcp.save(state, storage_writer=torch_dcp.FileSystemWriter(os.fspath(dst)),
+                   no_dist=True)

@@ -2,7 +2,7 @@
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from ._errors import invalid_argument
 
@@ -44,6 +44,27 @@ def is_tensor(obj: Any) -> bool:
         return True
     np = sys.modules.get("numpy")
     return np is not None and isinstance(obj, np.ndarray)
+
+
+def is_torch_tensor(obj: Any) -> bool:
+    """A torch tensor (DTensor, ShardedTensor included) or a TensorChunk: what makes torch
+    walk a list."""
+    if isinstance(obj, TensorChunk):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def host_chunks(fqn: str, value: Any, for_load: bool) -> List[HostChunk]:
+    """The chunks this rank holds of a tensor leaf: one, several (a ShardedTensor), or none
+    (a DTensor whose mesh excludes this rank)."""
+    if not isinstance(value, TensorChunk):
+        np = sys.modules.get("numpy")
+        if np is None or not isinstance(value, np.ndarray):
+            from .torch import torch_chunks
+            return torch_chunks(fqn, value, for_load)
+    chunk = host_chunk(fqn, value, for_load)
+    return [] if chunk is None else [chunk]
 
 
 def host_chunk(fqn: str, value: Any, for_load: bool) -> Optional[HostChunk]:

@@ -1,6 +1,6 @@
 """dcp against torch.distributed.checkpoint, on the same DTensor state dict, in one run.
 
-    torchrun --nproc_per_node 4 -m dcp.bench [--size-mb 256] [--repeat 3] [--dir DIR]
+    torchrun --nproc_per_node 4 -m hyperdcp.bench [--size-mb 256] [--repeat 3] [--dir DIR]
         [--hidden 1024] [--pause 1] [--json OUT] [--no-verify]
 
 The state dict is model-shaped (bf16 embedding and per-layer attention/MLP matrices, fp32
@@ -40,7 +40,7 @@ import torch.distributed.checkpoint as torch_dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-import dcp
+import hyperdcp as dcp
 
 PHASES = ["save", "load.cold", "load.warm", "reshard", "async.blocked", "async.total"]
 _CHUNK = 16 << 20
@@ -312,7 +312,7 @@ def run_lib(lib, states, shapes, d: str, args, verify: bool, out: Dict[str, List
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dcp.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m hyperdcp.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--size-mb", type=float, default=256, help="unique bytes of the state (MiB)")
     ap.add_argument("--hidden", type=int, default=1024, help="hidden size (a multiple of 4)")
     ap.add_argument("--repeat", type=int, default=3)

@@ -1,0 +1,187 @@
+"""save / async_save / load with torch.distributed.checkpoint's signatures, on the engine."""
+
+import concurrent.futures
+import math
+import os
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from . import _boundary, _dcp
+from ._comm import comm_for
+from ._errors import error
+from ._prepare import Prepared, finish_load, prepare_on_every_rank
+from ._torch_args import load_source, save_target
+
+_COMMITTED = "dcp.metadata"  # a directory holding it holds a committed checkpoint
+
+
+def _refuse_overwrite(directory: str, overwrite: bool) -> None:
+    if not overwrite and os.path.exists(os.path.join(directory, _COMMITTED)):
+        raise error("FAILED_PRECONDITION",
+                    f"{directory} holds a checkpoint already and overwrite=False: choose "
+                    "another directory, or pass overwrite=True")
+
+
+def _prepare_save(state_dict: Any, comm: Any, directory: str, overwrite: bool,
+                  use_collectives: bool, allow_pickle: bool) -> Prepared:
+    return prepare_on_every_rank(state_dict, comm, for_load=False, agree=use_collectives,
+                                 allow_pickle=allow_pickle,
+                                 precheck=lambda: _refuse_overwrite(directory, overwrite))
+
+
+def _timed(result: Any, p: Prepared, started: float) -> Any:
+    """The engine's result with the Python side's share of the call added."""
+    result.python_seconds = p.python_seconds() - (result.total_seconds
+                                                  if hasattr(result, "total_seconds") else 0)
+    result.call_seconds = time.perf_counter() - started
+    return result
+
+
+def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" = None, *,
+         storage_writer: Any = None, planner: Any = None, process_group: Any = None,
+         no_dist: bool = False, use_collectives: bool = True, step: int = 0,
+         overwrite: Optional[bool] = None, allow_pickle: bool = False) -> _dcp.SaveResult:
+    """Saves `state_dict` into the directory `checkpoint_id`; every rank of the group calls it.
+
+    torch.distributed.checkpoint.save's signature and meaning (Stateful objects saved through
+    state_dict(), lists and values as torch flattens them). Tensors are written from their
+    own memory (CPU) or one host copy (device memory); non-tensor values are stored typed,
+    never pickled unless `allow_pickle`. `overwrite=False` (or FileSystemWriter(...,
+    overwrite=False)) refuses a directory holding a committed checkpoint, before any write.
+    `step`: without collectives, the save's identity (see the README). Returns this rank's
+    SaveResult (`call_seconds`: the whole call as the caller waited; `python_seconds`: the
+    Python side's share).
+    """
+    started = time.perf_counter()
+    directory, writer_overwrite = save_target(checkpoint_id, storage_writer, planner)
+    overwrite = writer_overwrite if overwrite is None else overwrite
+    comm = comm_for(process_group, no_dist)
+    p = _prepare_save(state_dict, comm, directory, overwrite, use_collectives, allow_pickle)
+    result = _boundary.call(comm, _dcp.save, p.sd, directory, comm, use_collectives, step)
+    return _timed(result, p, started)
+
+
+def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" = None, *,
+         storage_reader: Any = None, planner: Any = None, process_group: Any = None,
+         no_dist: bool = False, broadcast: bool = True, allow_partial: bool = False,
+         strip_prefix: str = "", add_prefix: str = "", verify_checksums: bool = True,
+         max_open_files: int = 8, allow_pickle: bool = False) -> _dcp.LoadResult:
+    """Loads the checkpoint into `state_dict`, resharding as needed; every rank calls it.
+
+    torch.distributed.checkpoint.load's signature and meaning: tensors are filled in place;
+    non-tensor values replace the template's (whatever the template's list or dict held);
+    Stateful objects get load_state_dict() with their loaded state dict. The checkpoint may
+    come from any number of ranks and any layout. `broadcast`: a shard several ranks need is
+    read once and broadcast. `allow_partial` (or DefaultLoadPlanner(allow_partial_load=True)):
+    entries the checkpoint lacks keep their values. `strip_prefix`/`add_prefix` rename the
+    checkpoint's entries before matching. `verify_checksums`: every byte read is checked.
+    """
+    started = time.perf_counter()
+    directory, allow_partial = load_source(checkpoint_id, storage_reader, planner, allow_partial)
+    comm = comm_for(process_group, no_dist)
+    p = prepare_on_every_rank(state_dict, comm, for_load=True, agree=True)
+    result = _boundary.call(comm, _dcp.load, p.sd, directory, comm, broadcast, allow_partial,
+                            strip_prefix, add_prefix, verify_checksums, max_open_files)
+    finish_load(p, allow_pickle)
+    return _timed(result, p, started)
+
+
+class SaveFuture(concurrent.futures.Future):
+    """An asynchronous save in progress: a concurrent.futures.Future of its SaveResult.
+
+    result(), done(), exception() and add_done_callback() as any Future (callbacks run on a
+    thread of hyperdcp's once the save is durable and committed on every rank), plus
+    `staging` (what staging copied) and `blocked_seconds` (how long async_save blocked the
+    caller, Python side included).
+    """
+
+    def __init__(self, handle: Any, blocked_seconds: float) -> None:
+        super().__init__()
+        self._handle = handle
+        self.staging: _dcp.StagingStats = handle.staging
+        self.blocked_seconds = blocked_seconds
+        self.set_running_or_notify_cancel()
+        # Not a daemon: the interpreter waits for the save before it exits.
+        threading.Thread(target=self._finish, name="hyperdcp-save-waiter").start()
+
+    def _finish(self) -> None:
+        try:
+            r = self._handle.get()  # releases the GIL while it waits
+        except BaseException as e:
+            self.set_exception(e)
+        else:
+            self.set_result(r)
+
+    def result(self, timeout: Optional[float] = None) -> _dcp.SaveResult:
+        if timeout is not None and math.isinf(timeout) and timeout > 0:
+            timeout = None
+        try:
+            return super().result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"save to {self._handle.dir} still running after {timeout} s") \
+                from None
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        if timeout is not None and math.isinf(timeout) and timeout > 0:
+            timeout = None
+        return super().exception(timeout)
+
+    def cancel(self) -> bool:
+        return False  # a save that started staging runs to its end
+
+
+AsyncSaveHandle = SaveFuture  # the name of earlier versions
+
+_saver: Optional[Any] = None
+_saver_lock = threading.Lock()
+
+
+def process_saver() -> Any:
+    """The process's async saver (staging pool and persisting thread), closed at exit."""
+    global _saver
+    with _saver_lock:
+        if _saver is None:
+            _saver = _dcp.AsyncSaver()
+            _boundary.register_closable(_saver, process_wide=True)
+        return _saver
+
+
+def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" = None,
+               *, storage_writer: Any = None, planner: Any = None, process_group: Any = None,
+               async_checkpointer_type: Any = None, async_stager: Any = None,
+               no_dist: bool = False, use_collectives: bool = True, step: int = 0,
+               overwrite: Optional[bool] = None, allow_pickle: bool = False) -> SaveFuture:
+    """Like `save`, but returns once the state is copied to host staging memory.
+
+    The tensors may be changed as soon as it returns. Planning, writing and the commit run
+    on a background thread with a communicator of its own (never the caller's group). Saves
+    persist one at a time, in call order. `async_checkpointer_type` is accepted for torch's
+    signature (hyperdcp always persists on a thread of its own, outside the GIL);
+    `async_stager` must be None (hyperdcp stages into its own reused, pre-faulted pool).
+    """
+    started = time.perf_counter()
+    if async_stager is not None:
+        raise error("INVALID_ARGUMENT", "async_stager is not supported: hyperdcp stages into a "
+                    "reused host pool of its own (see prepare_async_save); drop the argument")
+    directory, writer_overwrite = save_target(checkpoint_id, storage_writer, planner)
+    overwrite = writer_overwrite if overwrite is None else overwrite
+    comm = comm_for(process_group, no_dist)
+    p = _prepare_save(state_dict, comm, directory, overwrite, use_collectives, allow_pickle)
+    handle = _boundary.call(comm, process_saver().save, p.sd, directory, comm,
+                            use_collectives, step)
+    return SaveFuture(handle, time.perf_counter() - started)
+
+
+def prepare_async_save(state_dict: Dict[str, Any], *, process_group: Any = None,
+                       no_dist: bool = False) -> None:
+    """Gets `async_save` ready for `state_dict` ahead of its first call; every rank calls it.
+
+    Allocates and pre-faults the host staging memory the state dict needs (kept for the
+    saves that follow) and creates the saver's own communicator, so that the first
+    `async_save` blocks only while it copies. Optional: call it once, after building the
+    model and optimizer, before training.
+    """
+    comm = comm_for(process_group, no_dist)
+    p = prepare_on_every_rank(state_dict, comm, for_load=False, agree=True)
+    _boundary.call(comm, process_saver().prepare, p.sd, comm)

@@ -1,0 +1,119 @@
+"""The one place where Python hands control to the engine, and takes it back.
+
+- Interruptible: an engine call made from the main thread runs on a helper thread while the
+  main thread waits in short, signal-aware waits. Ctrl-C (or any exception a signal handler
+  raises, SystemExit from a SIGTERM handler included) reaches the caller: the call's job is
+  marked failed, which ends its collectives here at once and, through the store, on the other
+  ranks (they raise an error naming this rank). The caller gets the original exception once
+  the engine stopped touching its memory: at the next collective, or when the I/O in flight
+  ends.
+- Exceptions kept: an exception raised inside a collective (gloo's own error, a peer's abort)
+  is re-raised as it was, not folded into the engine's text.
+- Serialised: engine calls from several Python threads take one lock, in turn.
+- Closed at exit: every async saver and manager is closed by one atexit hook, so that a save in
+  flight finishes (or fails, leaving the previous checkpoint) while the interpreter is whole,
+  and the process exits with the script's own status.
+"""
+
+import atexit
+import threading
+import weakref
+from typing import Any, Callable, Optional, TypeVar
+
+from . import _comm
+from ._errors import DcpError
+
+T = TypeVar("T")
+
+_lock = threading.RLock()
+_closables: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_process_closables: list = []  # closed last (the process-wide saver)
+_POLL_S = 0.05
+
+
+def register_closable(obj: Any, process_wide: bool = False) -> None:
+    """`obj.close()` runs at exit (objects kept alive only by the caller; process-wide ones
+    are closed after them)."""
+    (_process_closables.append if process_wide else _closables.add)(obj)
+
+
+@atexit.register
+def _close_all() -> None:
+    for obj in list(_closables) + _process_closables:
+        try:
+            obj.close()
+        except BaseException as e:  # exit goes on; say why a save was lost
+            import sys
+
+            print(f"hyperdcp: closing {type(obj).__name__} at exit: {e}", file=sys.stderr)
+
+
+def _raise_kept(job: Optional[_comm.Job], first: int, engine_error: BaseException) -> None:
+    """Re-raises the exception a collective raised during this call, if one did."""
+    if job is None or len(job.errors) <= first:
+        raise engine_error
+    kept = job.errors[first]
+    del job.errors[first:]
+    if kept is engine_error:
+        raise engine_error
+    raise kept.with_traceback(kept.__traceback__) from engine_error
+
+
+def call(comm: Any, fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args), an engine call over `comm` that releases the GIL (see the module doc)."""
+    with _lock:
+        job = _comm.job_of(comm)
+        if job is not None:
+            job.check()
+        first = len(job.errors) if job is not None else 0
+        # MPI may be initialised for calls from the main thread only (MPI_THREAD_FUNNELED):
+        # its calls run there, and only its own timeout ends them.
+        on_main = threading.current_thread() is threading.main_thread()
+        if not on_main or getattr(comm, "backend", "") == "mpi":
+            try:
+                return fn(*args)
+            except DcpError as e:
+                _raise_kept(job, first, e)
+        return _call_on_helper(job, first, fn, args)
+
+
+def _call_on_helper(job: Optional[_comm.Job], first: int, fn: Callable[..., T],
+                    args: tuple) -> T:
+    box: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["result"] = fn(*args)
+        except BaseException as e:
+            box["error"] = e
+        finally:
+            done.set()
+
+    helper = threading.Thread(target=run, name="hyperdcp-engine", daemon=True)
+    helper.start()
+    interrupt: Optional[BaseException] = None
+    while not done.is_set():
+        try:
+            done.wait(_POLL_S)
+        except BaseException as e:  # KeyboardInterrupt, a signal handler's exception
+            if interrupt is None:
+                interrupt = e
+                if job is not None:
+                    job.fail(_interrupted(job, e), tell_others=True)
+            # Keep waiting: the engine may be using the caller's memory until it returns.
+    if interrupt is not None:
+        raise interrupt
+    if "error" in box:
+        err = box.pop("error")
+        if isinstance(err, DcpError):
+            _raise_kept(job, first, err)
+        raise err
+    return box["result"]
+
+
+def _interrupted(job: _comm.Job, e: BaseException) -> DcpError:
+    from ._errors import error
+
+    return error("UNAVAILABLE", f"rank {job.rank} of the process group left the collective: "
+                 f"{type(e).__name__} raised there ({e or 'interrupted'})")

@@ -1,0 +1,111 @@
+"""Nested state dicts <-> flat `fqn -> leaf` maps, with torch.distributed.checkpoint's meaning.
+
+As torch's flatten_state_dict: dicts are walked (keys turned into names with str()); a list
+is walked only when it holds a tensor, a dict or a walked list, otherwise it is ONE value,
+stored whole and replaced whole on load whatever the template's list holds; tuples and every
+other non-tensor are one value. Where torch would pickle tensors (a tuple holding tensors),
+the tuple is walked like a list instead. Only torch tensors decide that a list or tuple is
+walked (numpy arrays inside one are part of the value, as in numpy's RNG state), while a
+numpy array reached by the walk (a dict's entry) is stored as a tensor. Names join the path's
+keys with '.', as torch does.
+
+Each leaf keeps its path (the real keys: a dict's own key objects, list indices), so that a
+load writes a value back under the template's key, whatever its type.
+"""
+
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, NamedTuple, Set, Tuple
+
+from ._errors import invalid_argument
+
+Path = Tuple[Any, ...]
+
+
+class Flat(NamedTuple):
+    leaves: Dict[str, Any]  # fqn -> tensor or value, in traversal order
+    paths: Dict[str, Path]  # fqn -> the keys that lead to it
+    aliased: Set[int]  # ids of containers reached by more than one path
+
+
+def _holds_tensor(obj: Any, walks: Callable[[Any], bool]) -> bool:
+    if walks(obj):
+        return True
+    if isinstance(obj, Mapping):
+        return any(_holds_tensor(v, walks) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_tensor(v, walks) for v in obj)
+    return False
+
+
+def is_walked(obj: Any, walks: Callable[[Any], bool]) -> bool:
+    """Whether a container is walked entry by entry (else it is one value); `walks` tells
+    the tensors whose presence makes a list or tuple walked."""
+    if isinstance(obj, Mapping):
+        return True
+    if isinstance(obj, list):  # torch's _is_terminal, negated
+        return any(walks(v) or isinstance(v, Mapping) or
+                   (isinstance(v, (list, tuple)) and is_walked(v, walks)) for v in obj)
+    if isinstance(obj, tuple):  # torch pickles these whole; we never pickle tensors
+        return _holds_tensor(obj, walks)
+    return False
+
+
+def flatten(state_dict: Mapping, is_tensor: Callable[[Any], bool],
+            walks: Callable[[Any], bool]) -> Flat:
+    """Every leaf of `state_dict` by its dotted name. Two paths with one name are an error."""
+    if not isinstance(state_dict, Mapping):
+        raise invalid_argument(f"state_dict must be a dict, not {type(state_dict).__name__}")
+    leaves: Dict[str, Any] = {}
+    paths: Dict[str, Path] = {}
+    seen: Set[int] = set()
+    aliased: Set[int] = set()
+
+    def walk(obj: Any, path: Path, name: str) -> None:
+        if path and not is_tensor(obj) and is_walked(obj, walks):
+            if id(obj) in seen:
+                aliased.add(id(obj))
+            seen.add(id(obj))
+            items = obj.items() if isinstance(obj, Mapping) else enumerate(obj)
+            for k, v in items:
+                walk(v, path + (k,), f"{name}.{k}")
+            return
+        if name in leaves:
+            raise invalid_argument(
+                f"two state dict entries are both named '{name}' (paths {paths[name]!r} and "
+                f"{path!r})")
+        leaves[name] = obj
+        paths[name] = path
+
+    for k, v in state_dict.items():
+        walk(v, (k,), str(k))
+    return Flat(leaves, paths, aliased)
+
+
+def _set(obj: Any, path: Path, value: Any, aliased: Set[int]) -> Any:
+    """`obj` with the entry at `path` set to `value`: in place, except that a tuple is
+    rebuilt and a container the template shares between entries is copied first (the load
+    of one entry must not show through another)."""
+    if not path:
+        return value
+    key, rest = path[0], path[1:]
+    if isinstance(obj, tuple):
+        items = list(obj)
+        items[key] = _set(items[key], rest, value, aliased)
+        return type(obj)(items) if type(obj) is tuple else obj._make(items)
+    if id(obj) in aliased:
+        obj = dict(obj) if isinstance(obj, dict) else list(obj) if isinstance(obj, list) \
+            else obj.copy()
+    child = obj[key]
+    new = _set(child, rest, value, aliased)
+    if new is not child or not rest:
+        obj[key] = new
+    return obj
+
+
+def set_leaves(state_dict: dict, flat: Flat, new_values: Dict[str, Any]) -> None:
+    """Replaces the leaves named in `new_values` inside `state_dict` (see _set)."""
+    for fqn, value in new_values.items():
+        path = flat.paths[fqn]
+        top = path[0]
+        state_dict[top] = _set(state_dict[top], path[1:], value, flat.aliased)
+

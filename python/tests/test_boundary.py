@@ -1,0 +1,85 @@
+"""The Python boundary with real torchrun jobs: Ctrl-C on one rank, a timeout set on one rank,
+a first call made by one rank, values that differ, and exits with saves in flight; and the
+package on a machine where Open MPI cannot be loaded."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import hyperdcp as dcp
+from conftest import WORKERS, free_port
+
+
+@pytest.mark.parametrize("what", ["save", "load", "result"])
+def test_sigint_on_one_rank(torchrun, tmp_path, what):
+    out = torchrun(2, "boundary.py", f"sigint-{what}", tmp_path, timeout=200)
+    assert out.count(": ok") == 2, out
+    assert "rank 1: interrupted after" in out, out
+
+
+@pytest.mark.parametrize("case", ["timeout-one-rank", "first-call-on-one-rank",
+                                  "values-differ"])
+def test_failures_name_the_rank(torchrun, tmp_path, case):
+    out = torchrun(2, "boundary.py", case, tmp_path, timeout=200)
+    assert out.count(": ok") == 2, out
+
+
+def run_job(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           str(WORKERS / "boundary.py"), *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+               PYTHONPATH=str(WORKERS))
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("how, status", [("end", 0), ("raise", 1), ("destroy", 0)])
+def test_exit_with_saves_in_flight(tmp_path, how, status):
+    p = run_job(2, f"exit-{how}", str(tmp_path))
+    text = p.stdout + p.stderr
+    assert p.returncode == status, text
+    assert "terminate called" not in text and "SIGABRT" not in text, text
+    assert text.count(": ok") == 2, text
+    # The in-flight manager save finished at exit: step 2 is the newest complete step.
+    mgr = dcp.CheckpointManager(tmp_path / "mgr", no_dist=True)
+    assert mgr.latest_step() == 2, mgr.steps()
+    got = {"w": torch.zeros(1 << 21), "step": 0}
+    mgr.load(got)
+    assert got["step"] == 2 and torch.equal(got["w"], torch.full((1 << 21,), 2.0))
+    mgr.close()
+    plain = {"w": torch.zeros(1 << 21), "step": 0}
+    dcp.load(plain, tmp_path / "plain")
+    assert plain["step"] == 2
+
+
+def test_import_and_save_without_open_mpi(tmp_path):
+    """The core extension links no MPI library, and works where libmpi cannot be loaded."""
+    import hyperdcp._dcp as core
+
+    ldd = subprocess.run(["ldd", core.__file__], capture_output=True, text=True, check=True)
+    assert "libmpi" not in ldd.stdout, ldd.stdout
+    # A libmpi that cannot be loaded shadows the real one.
+    broken = tmp_path / "broken-lib"
+    broken.mkdir()
+    for name in ("libmpi.so.40", "libmpi.so", "libopen-pal.so.40", "libopen-rte.so.40"):
+        (broken / name).write_bytes(b"not a library")
+    code = (
+        "import ctypes, torch, hyperdcp as dcp\n"
+        "try:\n"
+        "    ctypes.CDLL('libmpi.so.40')\n"
+        "    raise SystemExit('libmpi loaded')\n"
+        "except OSError:\n"
+        "    pass\n"
+        f"dcp.save({{'t': torch.arange(4.0), 'step': 3}}, {str(tmp_path / 'ck')!r})\n"
+        "sd = {'t': torch.zeros(4), 'step': 0}\n"
+        f"dcp.load(sd, {str(tmp_path / 'ck')!r})\n"
+        "assert sd['step'] == 3 and sd['t'].tolist() == [0, 1, 2, 3]\n"
+        "print('ok')\n")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(broken))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -1,0 +1,333 @@
+"""torch.distributed.checkpoint's meaning, in one process, checked side by side with torch.
+
+Each case that torch DCP handles is run through both libraries with the same state dict and
+template; the loaded results must agree (except where hyperdcp does better by design: typed
+values and dict keys).
+"""
+
+import io
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed.checkpoint as torch_dcp
+
+import hyperdcp as dcp
+
+
+def both(tmp_path, state, template_fn):
+    """(hyperdcp's loaded template, torch DCP's loaded template) for one saved state."""
+    dcp.save(state, tmp_path / "ours")
+    torch_dcp.save(state, checkpoint_id=tmp_path / "theirs", no_dist=True)
+    ours, theirs = template_fn(), template_fn()
+    dcp.load(ours, tmp_path / "ours")
+    torch_dcp.load(theirs, checkpoint_id=tmp_path / "theirs", no_dist=True)
+    return ours, theirs
+
+
+def test_lists_of_values_replace_shorter_and_empty_templates(tmp_path):
+    state = {"betas": [0.9, 0.999], "pos": [3, [4, 5]], "groups": [{"lr": 0.1}],
+             "mixed": [torch.ones(2), 7], "empty": []}
+
+    def template():
+        return {"betas": [], "pos": [0], "groups": [{"lr": 0.0}], "mixed": [torch.zeros(2), 0],
+                "empty": [1, 2]}
+
+    ours, theirs = both(tmp_path, state, template)
+    for got in (ours, theirs):
+        assert got["betas"] == [0.9, 0.999] and got["pos"] == [3, [4, 5]]
+        assert got["groups"] == [{"lr": 0.1}] and got["empty"] == []
+        assert torch.equal(got["mixed"][0], torch.ones(2)) and got["mixed"][1] == 7
+
+
+VALUES = {
+    "int": 2**70, "float": 0.1, "nan": float("nan"), "inf": float("inf"), "ninf": -float("inf"),
+    "bool": True, "str": "é\x00", "none": None, "bytes": b"\x00\xff", "barr": bytearray(b"ab"),
+    "tuple": (1, (2.5, "x"), None), "list_of_tuples": [(1, 2), (3,)], "set": {3, 1, 2},
+    "frozenset": frozenset({"a"}), "complex": 1 + 2j, "size": torch.Size([2, 3]),
+    "dtype": torch.bfloat16, "device": torch.device("cpu"),
+    "bytesio": io.BytesIO(b"loss history"), "np_scalar": np.float32(1.5),
+    "np_int": np.int64(-3), "np_array_in_tuple": (np.arange(4, dtype=np.uint32), 5),
+    "random_state": random.Random(1).getstate(), "np_rng": np.random.RandomState(2).get_state(),
+    # A dict is walked (as torch does); inside a tuple it is part of one value, keys and all.
+    "nested": ({"a": [1, {"b": (2, b"c")}], 5: "int key", (1, 2): "tuple key"},),
+}
+
+
+def same(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and a != a:
+        return b != b
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, io.BytesIO):
+        return a.getvalue() == b.getvalue() and a.tell() == b.tell()
+    return a == b
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_values_come_back_with_their_types(tmp_path, name):
+    value = VALUES[name]
+    dcp.save({"v": value}, tmp_path / "ck")
+    got = {"v": None}
+    dcp.load(got, tmp_path / "ck")
+    assert same(got["v"], value), (got["v"], value)
+
+
+def test_generator_and_rng_states_restore_the_same_streams(tmp_path):
+    g = torch.Generator().manual_seed(5)
+    gen = np.random.default_rng(3)
+    state = {"torch_rng": g.get_state(), "py_rng": random.getstate(),
+             "np_rng": np.random.get_state(), "np_gen": gen.bit_generator.state}
+    dcp.save(state, tmp_path / "ck")
+    want = (torch.rand(3, generator=g), random.random(), np.random.rand(), gen.random())
+    # numpy's Generator state is a dict (walked, as torch does): a fresh one is the template.
+    got = {"torch_rng": torch.zeros_like(state["torch_rng"]), "py_rng": None, "np_rng": None,
+           "np_gen": np.random.default_rng(0).bit_generator.state}
+    dcp.load(got, tmp_path / "ck")
+    gen2 = np.random.default_rng(0)
+    gen2.bit_generator.state = got["np_gen"]
+    assert gen2.random() == want[3]
+    g2 = torch.Generator()
+    g2.set_state(got["torch_rng"])
+    random.setstate(got["py_rng"])
+    np.random.set_state(got["np_rng"])
+    assert torch.equal(torch.rand(3, generator=g2), want[0])
+    assert random.random() == want[1] and np.random.rand() == want[2]
+
+
+def test_dict_keys_keep_their_types_where_torch_turns_them_into_str(tmp_path):
+    state = {"counts": {1: torch.ones(1), 2: 5}}
+    ours, theirs = both(tmp_path, state, lambda: {"counts": {1: torch.zeros(1), 2: 0}})
+    assert list(ours["counts"]) == [1, 2] and ours["counts"][2] == 5
+    assert torch.equal(ours["counts"][1], torch.ones(1))
+    assert theirs["counts"][2] == 5 or theirs["counts"].get("2") == 5  # torch's, either way
+
+
+def test_sets_are_stored_the_same_whatever_the_hash_seed(tmp_path):
+    code = ("import hyperdcp._values as v, sys; "
+            "sys.stdout.buffer.write(v.encode('s', {'alpha', 'beta', 'gamma', 'delta'}))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout
+            for seed in (1, 2, 3)}
+    assert len(outs) == 1
+
+
+def test_unknown_objects_are_refused_unless_pickling_is_allowed(tmp_path):
+    class Custom:
+        def __eq__(self, other):
+            return isinstance(other, Custom)
+
+    with pytest.raises(dcp.DcpError, match=r"'run\.obj' holds a value of type .*Custom"):
+        dcp.save({"run": {"obj": Custom()}}, tmp_path / "no")
+    assert not (tmp_path / "no").exists()
+    # Module-level class so pickle can find it.
+    dcp.save({"obj": Fraction(1, 3)}, tmp_path / "ck", allow_pickle=True)
+    with pytest.raises(dcp.DcpError, match="allow_pickle=True"):
+        dcp.load({"obj": None}, tmp_path / "ck")
+    got = {"obj": None}
+    dcp.load(got, tmp_path / "ck", allow_pickle=True)
+    assert got["obj"] == Fraction(1, 3)
+
+
+from fractions import Fraction  # noqa: E402  (used above, pickled by reference)
+
+
+def test_values_written_before_typed_values_still_load(tmp_path):
+    sd = dcp._dcp.StateDict()
+    sd.add_bytes("step", b"7")
+    sd.add_bytes("betas", b"[0.9, 0.99]")
+    dcp._dcp.save(sd, str(tmp_path / "ck"), dcp._dcp.local_comm(), True, 0)
+    got = {"step": 0, "betas": None}
+    dcp.load(got, tmp_path / "ck")
+    assert got == {"step": 7, "betas": [0.9, 0.99]}
+
+
+class Wrapper:
+    """torchtitan's style: a Stateful around get_state_dict / set_state_dict."""
+
+    def __init__(self, model, optim):
+        self.model, self.optim = model, optim
+
+    def state_dict(self):
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        m, o = get_state_dict(self.model, self.optim)
+        return {"model": m, "optim": o}
+
+    def load_state_dict(self, sd):
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.model, self.optim, model_state_dict=sd["model"],
+                       optim_state_dict=sd["optim"])
+
+
+def make_training(seed: int):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optim = torch.optim.AdamW(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.SequentialLR(
+        optim, [torch.optim.lr_scheduler.LinearLR(optim, 0.5, total_iters=2),
+                torch.optim.lr_scheduler.ExponentialLR(optim, 0.9)], milestones=[2])
+    return model, optim, sched
+
+
+def train(model, optim, sched, steps):
+    for i in range(steps):
+        loss = model(torch.full((3, 4), float(i))).square().mean()
+        loss.backward()
+        optim.step()
+        sched.step()
+        optim.zero_grad()
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_stateful_module_optimizer_scheduler_resume_bit_exactly(tmp_path, wrapped):
+    model, optim, sched = make_training(0)
+    train(model, optim, sched, 3)
+    state = ({"app": Wrapper(model, optim)} if wrapped else {"model": model, "optim": optim})
+    state["sched"] = sched
+    state["step"] = 3
+    dcp.save(state, checkpoint_id=tmp_path / "ck")
+    train(model, optim, sched, 2)  # the reference continues
+    want = [p.detach().clone() for p in model.parameters()]
+    want_lr = sched.get_last_lr()
+
+    m2, o2, s2 = make_training(1)  # different weights, fresh optimizer and scheduler
+    train(m2, o2, s2, 1)  # optimizer state exists, so the template has its tensors
+    state2 = ({"app": Wrapper(m2, o2)} if wrapped else {"model": m2, "optim": o2})
+    state2["sched"] = s2
+    state2["step"] = 0
+    dcp.load(state2, checkpoint_id=tmp_path / "ck")
+    assert state2["step"] == 3 and state2["sched"] is s2  # Stateful objects stay in place
+    train(m2, o2, s2, 2)
+    for a, b in zip(m2.parameters(), want):
+        assert torch.equal(a, b)
+    assert s2.get_last_lr() == want_lr
+
+
+def test_shared_template_containers_are_not_written_through(tmp_path):
+    shared = {"x": 0}
+    dcp.save({"a": {"x": 1, "t": torch.ones(1)}, "b": {"x": 2, "t": torch.ones(1)}},
+             tmp_path / "ck")
+    template = {"a": shared, "b": shared}
+    shared["t"] = torch.zeros(1)
+    dcp.load(template, tmp_path / "ck")
+    assert template["a"]["x"] == 1 and template["b"]["x"] == 2 and shared["x"] == 0
+
+
+def test_in_place_loads_bump_autograd_version(tmp_path):
+    w = torch.nn.Parameter(torch.ones(3))
+    dcp.save({"w": w}, tmp_path / "ck")
+    y = (w * w).sum()  # saves w for backward
+    before = w._version
+    dcp.load({"w": w.detach()}, tmp_path / "ck")  # as module.state_dict() gives it
+    assert w._version > before
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_torch_keywords_and_positional_checkpoint_id(tmp_path):
+    state = {"t": torch.arange(3.0), "step": 1}
+    dcp.save(state, tmp_path / "a")
+    dcp.save(state, checkpoint_id=tmp_path / "b")
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(tmp_path / "c"),
+             planner=dcp.DefaultSavePlanner())
+    for d in "abc":
+        got = {"t": torch.zeros(3), "step": 0}
+        dcp.load(got, storage_reader=dcp.FileSystemReader(tmp_path / d),
+                 planner=dcp.DefaultLoadPlanner())
+        assert torch.equal(got["t"], state["t"]) and got["step"] == 1
+    partial = {"t": torch.zeros(3), "missing": 5}
+    dcp.load(partial, checkpoint_id=tmp_path / "a",
+             planner=dcp.DefaultLoadPlanner(allow_partial_load=True))
+    assert partial["missing"] == 5
+    with pytest.raises(dcp.DcpError, match="FsspecWriter"):
+        dcp.save(state, storage_writer=torch_dcp.FsspecWriter(str(tmp_path / "d")))
+
+    class MyPlanner(torch_dcp.DefaultLoadPlanner):
+        pass
+
+    with pytest.raises(dcp.DcpError, match="MyPlanner"):
+        dcp.load(state, tmp_path / "a", planner=MyPlanner())
+    with pytest.raises(dcp.DcpError, match="checkpoint_id"):
+        dcp.save(state)
+
+
+def test_overwrite_false_refuses_a_committed_checkpoint(tmp_path):
+    dcp.save({"t": torch.ones(2)}, tmp_path / "ck")
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ck").iterdir()}
+    for kwargs in ({"overwrite": False},
+                   {"storage_writer": dcp.FileSystemWriter(tmp_path / "ck", overwrite=False)}):
+        args = (tmp_path / "ck",) if "overwrite" in kwargs else ()
+        with pytest.raises(dcp.DcpError, match="overwrite=False") as e:
+            dcp.save({"t": torch.zeros(2)}, *args, **kwargs)
+        assert e.value.code == "FAILED_PRECONDITION"
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ck").iterdir()} == before
+    # An incomplete one (no committed metadata) is no checkpoint: the save goes ahead.
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "r0.safetensors").write_bytes(b"junk")
+    dcp.save({"t": torch.ones(2)}, tmp_path / "partial", overwrite=False)
+
+
+def test_async_save_returns_a_future(tmp_path):
+    import concurrent.futures
+
+    seen = []
+    f = dcp.async_save({"t": torch.ones(4)}, checkpoint_id=tmp_path / "ck")
+    assert isinstance(f, concurrent.futures.Future)
+    f.add_done_callback(lambda fut: seen.append(fut.result().bytes_written))
+    r = f.result(timeout=float("inf"))
+    assert f.done() and f.exception() is None and r.bytes_written > 0
+    assert f.blocked_seconds > 0 and f.staging.bytes_staged >= 16
+    concurrent.futures.wait([f])
+    assert seen == [r.bytes_written]
+    (tmp_path / "file").write_text("x")
+    bad = dcp.async_save({"t": torch.ones(1)}, tmp_path / "file" / "ck")
+    assert isinstance(bad.exception(timeout=None), dcp.DcpError)
+
+
+def test_round_trip_back_to_torch_dcp(tmp_path):
+    model, optim, sched = make_training(0)
+    train(model, optim, sched, 2)
+    state = {"model": model.state_dict(), "optim": optim.state_dict(), "step": 2,
+             "extra": {"betas": (0.9, 0.99), "hist": io.BytesIO(b"h")}}
+    dcp.save(state, tmp_path / "ours")
+    dcp.to_torch_dcp(tmp_path / "ours", tmp_path / "torch")
+    m2, o2, s2 = make_training(1)
+    train(m2, o2, s2, 1)
+    got = {"model": m2.state_dict(), "optim": o2.state_dict(), "step": 0,
+           "extra": {"betas": None, "hist": None}}
+    torch_dcp.load(got, checkpoint_id=tmp_path / "torch", no_dist=True)
+    for k, v in state["model"].items():
+        assert torch.equal(got["model"][k], v)
+    assert got["step"] == 2 and got["extra"]["betas"] == (0.9, 0.99)
+    assert got["extra"]["hist"].getvalue() == b"h"
+    o2.load_state_dict(got["optim"])
+    assert o2.state_dict()["state"][0]["step"] == optim.state_dict()["state"][0]["step"]
+
+
+def test_set_timeout_takes_none_and_inf_and_is_local():
+    dcp.set_timeout(None)
+    dcp.set_timeout(float("inf"))
+    dcp.set_timeout(600)
+    with pytest.raises(dcp.DcpError, match="positive"):
+        dcp.set_timeout(0)
+
+
+def test_version_and_package_metadata():
+    from importlib.metadata import metadata, version
+
+    assert dcp.__version__ == version("hyperdcp")
+    md = metadata("hyperdcp")
+    assert "Apache" in (md.get("License") or "") + " ".join(md.get_all("Classifier") or [])
+    assert "import hyperdcp as dcp" in md.get_payload() or "import hyperdcp as dcp" in str(md)

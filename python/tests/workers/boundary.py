@@ -1,0 +1,166 @@
+"""The Python boundary under torchrun: interrupts, timeouts, values that differ, exits.
+
+Args: CASE DIR. Each case prints "rank R: ok" when every assertion held on that rank.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+import hyperdcp as dcp
+
+
+def state(rank: int, n: int = 1 << 16) -> dict:
+    return {"w": torch.full((n,), 1.0), "step": 1}  # the same on every rank (replicated)
+
+
+def warm_up(root: str) -> None:
+    """One save, so the derived communicator exists and the next call waits in a collective."""
+    dcp.save({"w": torch.ones(4), "step": 0}, os.path.join(root, "warm"))
+
+
+def interrupt_after(seconds: float) -> None:
+    threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+
+
+def case_sigint(root: str, rank: int, what: str) -> None:
+    """Rank 1 gets SIGINT while it waits for rank 0 inside save/load: KeyboardInterrupt there,
+    soon; rank 0 then fails with an error naming rank 1, not after the timeout."""
+    warm_up(root)
+    if what == "result":
+        # An async save that cannot finish while rank 0 is stopped (SIGSTOP, right after its
+        # async_save returns): rank 1's result() waits, and is interrupted.
+        pids = [None, None]
+        dist.all_gather_object(pids, os.getpid())
+        f = dcp.async_save(state(rank, 1 << 23), os.path.join(root, "ck"))
+        if rank == 0:
+            os.kill(os.getpid(), signal.SIGSTOP)
+            f.result()
+        else:
+            interrupt_after(1.0)
+            start = time.monotonic()
+            try:
+                f.result()
+            except KeyboardInterrupt:
+                print(f"rank 1: interrupted after {time.monotonic() - start - 1.0:.2f} s")
+            else:
+                raise AssertionError("no KeyboardInterrupt")
+            finally:
+                os.kill(pids[0], signal.SIGCONT)
+            f.result()  # the save itself goes on
+        return
+    if rank == 0:
+        time.sleep(4)  # rank 1 is waiting in the collective when its SIGINT comes
+    fn = (lambda: dcp.save(state(rank), os.path.join(root, "ck"))) if what == "save" else \
+        (lambda: dcp.load(state(rank), os.path.join(root, "warm"), allow_partial=True))
+    if rank == 1:
+        interrupt_after(1.0)
+    start = time.monotonic()
+    try:
+        fn()
+    except KeyboardInterrupt:
+        assert rank == 1
+        print(f"rank 1: interrupted after {time.monotonic() - start - 1.0:.2f} s")
+    except dcp.DcpError as e:
+        assert rank == 0 and "rank 1" in str(e) and "KeyboardInterrupt" in str(e), str(e)
+        print(f"rank 0: failed naming rank 1 after {time.monotonic() - start:.2f} s: {e}")
+        # The communicator is unusable afterwards, with a clear error.
+        try:
+            dcp.save(state(rank), os.path.join(root, "again"))
+        except dcp.DcpError as again:
+            assert "failed earlier" in str(again), str(again)
+        else:
+            raise AssertionError("a failed communicator was used again")
+    else:
+        raise AssertionError(f"rank {rank}: no error")
+
+
+def case_timeout_one_rank(root: str, rank: int) -> None:
+    """set_timeout on rank 0 only (no hidden collective); rank 1 arrives late: rank 0 times
+    out naming it."""
+    warm_up(root)
+    if rank == 0:
+        dcp.set_timeout(3)
+    else:
+        time.sleep(12)
+    try:
+        dcp.save(state(rank), os.path.join(root, "late"))
+    except dcp.DcpError as e:
+        if rank == 0:
+            assert e.code == "DEADLINE_EXCEEDED" and "[1]" in str(e), (e.code, str(e))
+        else:
+            assert "rank 0" in str(e) or "failed earlier" in str(e), str(e)
+    else:
+        raise AssertionError("no timeout")
+
+
+def case_first_call_on_one_rank(root: str, rank: int) -> None:
+    """`if rank == 0: dcp.save(...)` as the first call: rank 0 fails naming rank 1 (it never
+    joined) within the timeout it set, instead of torch's store error after 10 minutes."""
+    if rank == 0:
+        dcp.set_timeout(3)
+        try:
+            dcp.save(state(rank), os.path.join(root, "solo"))
+        except dcp.DcpError as e:
+            assert e.code == "DEADLINE_EXCEEDED" and "ranks [1]" in str(e), str(e)
+        else:
+            raise AssertionError("no error")
+
+
+def case_values_differ(root: str, rank: int) -> None:
+    sd = {"w": torch.ones(2), "seed": 1234 + rank, "same": "x"}
+    try:
+        dcp.save(sd, os.path.join(root, "differ"))
+    except dcp.DcpError as e:
+        assert "'seed'" in str(e) and "differs between ranks" in str(e), str(e)
+    else:
+        raise AssertionError("values that differ were saved")
+    assert not os.path.exists(os.path.join(root, "differ", "dcp.metadata"))
+
+
+MGR = None  # module level: finalised with the interpreter
+
+
+def case_exit_in_flight(root: str, rank: int, how: str) -> None:
+    """A manager's async save (and a plain async save) in flight when the script ends."""
+    global MGR
+    MGR = dcp.CheckpointManager(os.path.join(root, "mgr"), keep_last=2)
+    big = {"w": torch.full((1 << 21,), 1.0), "step": 1}  # the same on every rank
+    MGR.save(1, big)
+    big["w"].fill_(2.0)
+    big["step"] = 2
+    MGR.async_save(2, big)
+    dcp.async_save(big, os.path.join(root, "plain"))
+    print(f"rank {rank}: ok", flush=True)
+    if how == "raise":
+        raise RuntimeError("the script fails with saves in flight")
+    if how == "destroy":
+        dist.destroy_process_group()
+    # "end": falls off the end
+
+
+def main() -> None:
+    case, root = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    if case.startswith("sigint-"):
+        case_sigint(root, rank, case.split("-", 1)[1])
+    elif case == "timeout-one-rank":
+        case_timeout_one_rank(root, rank)
+    elif case == "first-call-on-one-rank":
+        case_first_call_on_one_rank(root, rank)
+    elif case == "values-differ":
+        case_values_differ(root, rank)
+    elif case.startswith("exit-"):
+        case_exit_in_flight(root, rank, case.split("-", 1)[1])
+        return
+    print(f"rank {rank}: ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
