@@ -12,7 +12,8 @@ DcpError, on every rank. torch DCP's other names (FileSystemWriter, DefaultLoadP
 state_dict, stateful, ...) are torch's own, reached through this module.
 """
 
-from ._api import AsyncSaveHandle, SaveFuture, async_save, load, prepare_async_save, save
+from ._api import (AsyncSaveHandle, SaveFuture, async_save, load, prepare_async_save, save,
+                   set_async_options)
 from ._chunks import TensorChunk
 from ._comm import set_timeout
 from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
@@ -63,6 +64,7 @@ def __getattr__(name: str):
 __all__ = [
     "AsyncSaveHandle", "CheckpointManager", "DcpError", "LoadResult", "Metadata", "SaveFuture",
     "SaveResult", "StagingStats", "TensorChunk", "TensorInfo", "__version__", "async_save",
-    "from_torch_dcp", "load", "prepare_async_save", "read_metadata", "save", "set_timeout",
+    "from_torch_dcp", "load", "prepare_async_save", "read_metadata", "save",
+    "set_async_options", "set_timeout",
     "to_torch_dcp",
 ]

@@ -3,14 +3,15 @@
 import concurrent.futures
 import math
 import os
+import sys
 import threading
 import time
 from typing import Any, Dict, Optional
 
 from . import _boundary, _dcp
 from ._comm import comm_for
-from ._errors import error
-from ._prepare import Prepared, finish_load, prepare_on_every_rank
+from ._errors import DcpError, error
+from ._prepare import Prepared, finish_load, prepare_on_every_rank, release
 from ._torch_args import load_source, save_target
 
 _COMMITTED = "dcp.metadata"  # a directory holding it holds a committed checkpoint
@@ -58,7 +59,10 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     overwrite = writer_overwrite if overwrite is None else overwrite
     comm = comm_for(process_group, no_dist)
     p = _prepare_save(state_dict, comm, directory, overwrite, use_collectives, allow_pickle)
-    result = _boundary.call(comm, _dcp.save, p.sd, directory, comm, use_collectives, step)
+    try:
+        result = _boundary.call(comm, _dcp.save, p.sd, directory, comm, use_collectives, step)
+    finally:
+        release(p)
     return _timed(result, p, started)
 
 
@@ -80,11 +84,51 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     started = time.perf_counter()
     directory, allow_partial = load_source(checkpoint_id, storage_reader, planner, allow_partial)
     comm = comm_for(process_group, no_dist)
+    args = (directory, comm, broadcast, allow_partial, strip_prefix, add_prefix,
+            verify_checksums, max_open_files)
     p = prepare_on_every_rank(state_dict, comm, for_load=True, agree=True)
-    result = _boundary.call(comm, _dcp.load, p.sd, directory, comm, broadcast, allow_partial,
-                            strip_prefix, add_prefix, verify_checksums, max_open_files)
-    finish_load(p, allow_pickle)
+    try:
+        try:
+            result = _boundary.call(comm, _dcp.load, p.sd, *args)
+        except DcpError as e:
+            # Stored in another dtype than the template's: torch DCP casts, and so do we.
+            # The engine refuses before reading anything, with the same error on every rank,
+            # so every rank retries, loading those entries through staged copies.
+            load_as = _stored_dtypes_differing(e, directory, p, strip_prefix, add_prefix)
+            if not load_as:
+                raise
+            release(p)
+            p = prepare_on_every_rank(state_dict, comm, for_load=True, agree=True,
+                                      load_as=load_as)
+            result = _boundary.call(comm, _dcp.load, p.sd, *args)
+        finish_load(p, allow_pickle)
+    finally:
+        release(p)
     return _timed(result, p, started)
+
+
+def _stored_dtypes_differing(e: DcpError, directory: str, p: Prepared, strip_prefix: str,
+                             add_prefix: str) -> Dict[str, Any]:
+    """fqn -> the stored torch dtype, for the tensors of `p` stored in another dtype."""
+    if "dtype mismatch" not in str(e) or "torch" not in sys.modules:
+        return {}
+    from ._metadata import read_metadata
+    from .torch import FROM_DCP
+
+    out: Dict[str, Any] = {}
+    stored = read_metadata(directory).tensors
+    for fqn, leaf in p.flat.leaves.items():
+        name = fqn
+        if add_prefix and name.startswith(add_prefix):  # template name -> stored name
+            name = strip_prefix + name[len(add_prefix):]
+        elif strip_prefix:
+            name = strip_prefix + name
+        info = stored.get(name) or stored.get(fqn)
+        dtype = getattr(leaf, "dtype", None)
+        if info is not None and dtype is not None and FROM_DCP.get(info.dtype) not in (None,
+                                                                                    dtype):
+            out[fqn] = FROM_DCP[info.dtype]
+    return out
 
 
 class SaveFuture(concurrent.futures.Future):
@@ -134,6 +178,7 @@ class SaveFuture(concurrent.futures.Future):
 AsyncSaveHandle = SaveFuture  # the name of earlier versions
 
 _saver: Optional[Any] = None
+_saver_options: Dict[str, int] = {}
 _saver_lock = threading.Lock()
 
 
@@ -142,9 +187,28 @@ def process_saver() -> Any:
     global _saver
     with _saver_lock:
         if _saver is None:
-            _saver = _dcp.AsyncSaver()
+            _saver = _dcp.AsyncSaver(**_saver_options)
             _boundary.register_closable(_saver, process_wide=True)
         return _saver
+
+
+def set_async_options(*, max_staging_bytes: int = 0, staging_threads: int = 0,
+                      persist_nice: int = 10) -> None:
+    """Options of the saver behind async_save (local to this process; call it before the
+    first async_save, or it first finishes the saves in flight and frees the staging pool).
+
+    `max_staging_bytes`: staging memory the saver may hold (0: one state dict's worth, so a
+    save waits for the previous one's buffers); `staging_threads`: threads copying into
+    staging (0: this node's CPUs divided by its ranks, 1 to 8); `persist_nice`: the nice
+    value of the persisting thread (0: the caller's priority).
+    """
+    global _saver
+    with _saver_lock:
+        old, _saver = _saver, None
+        _saver_options.update(max_staging_bytes=max_staging_bytes,
+                              staging_threads=staging_threads, persist_nice=persist_nice)
+    if old is not None:
+        old.close()
 
 
 def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" = None,
@@ -168,8 +232,11 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
     overwrite = writer_overwrite if overwrite is None else overwrite
     comm = comm_for(process_group, no_dist)
     p = _prepare_save(state_dict, comm, directory, overwrite, use_collectives, allow_pickle)
-    handle = _boundary.call(comm, process_saver().save, p.sd, directory, comm,
-                            use_collectives, step)
+    try:  # staged before it returns: the state dict is not used afterwards
+        handle = _boundary.call(comm, process_saver().save, p.sd, directory, comm,
+                                use_collectives, step)
+    finally:
+        release(p)
     return SaveFuture(handle, time.perf_counter() - started)
 
 
@@ -184,4 +251,7 @@ def prepare_async_save(state_dict: Dict[str, Any], *, process_group: Any = None,
     """
     comm = comm_for(process_group, no_dist)
     p = prepare_on_every_rank(state_dict, comm, for_load=False, agree=True)
-    _boundary.call(comm, process_saver().prepare, p.sd, comm)
+    try:
+        _boundary.call(comm, process_saver().prepare, p.sd, comm)
+    finally:
+        release(p)

@@ -36,14 +36,30 @@ class HostChunk:
     write_back: Optional[Callable[[], None]] = None
 
 
-def is_tensor(obj: Any) -> bool:
-    if isinstance(obj, TensorChunk):
+def _is_tensor_type(t: type) -> bool:
+    if issubclass(t, TensorChunk):
         return True
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
+    if torch is not None and issubclass(t, torch.Tensor):
         return True
     np = sys.modules.get("numpy")
-    return np is not None and isinstance(obj, np.ndarray)
+    return np is not None and issubclass(t, np.ndarray)
+
+
+# By type: state dicts hold few types and many leaves (a type's answer cannot change, except
+# that torch or numpy may be imported later: only True answers and builtins are kept).
+_TENSOR_TYPES = {t: False for t in (int, float, str, bool, type(None), dict, list, tuple)}
+
+
+def is_tensor(obj: Any) -> bool:
+    t = type(obj)
+    known = _TENSOR_TYPES.get(t)
+    if known is not None:
+        return known
+    answer = _is_tensor_type(t)
+    if answer:
+        _TENSOR_TYPES[t] = True
+    return answer
 
 
 def is_torch_tensor(obj: Any) -> bool:
@@ -55,14 +71,16 @@ def is_torch_tensor(obj: Any) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def host_chunks(fqn: str, value: Any, for_load: bool) -> List[HostChunk]:
+def host_chunks(fqn: str, value: Any, for_load: bool,
+                load_as: Any = None) -> List[HostChunk]:
     """The chunks this rank holds of a tensor leaf: one, several (a ShardedTensor), or none
-    (a DTensor whose mesh excludes this rank)."""
+    (a DTensor whose mesh excludes this rank). `load_as`: a torch dtype to load through (a
+    staged copy cast into the tensor afterwards, as torch DCP casts)."""
     if not isinstance(value, TensorChunk):
         np = sys.modules.get("numpy")
         if np is None or not isinstance(value, np.ndarray):
             from .torch import torch_chunks
-            return torch_chunks(fqn, value, for_load)
+            return torch_chunks(fqn, value, for_load, load_as)
     chunk = host_chunk(fqn, value, for_load)
     return [] if chunk is None else [chunk]
 

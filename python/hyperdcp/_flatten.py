@@ -14,7 +14,7 @@ load writes a value back under the template's key, whatever its type.
 """
 
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, NamedTuple, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Set, Tuple
 
 from ._errors import invalid_argument
 
@@ -25,6 +25,8 @@ class Flat(NamedTuple):
     leaves: Dict[str, Any]  # fqn -> tensor or value, in traversal order
     paths: Dict[str, Path]  # fqn -> the keys that lead to it
     aliased: Set[int]  # ids of containers reached by more than one path
+    tensors: List[Any]  # the tensor leaves, in order (the others are values)
+    values: List[str]  # fqns of the non-tensor leaves, in order
 
 
 def _holds_tensor(obj: Any, walks: Callable[[Any], bool]) -> bool:
@@ -59,9 +61,12 @@ def flatten(state_dict: Mapping, is_tensor: Callable[[Any], bool],
     paths: Dict[str, Path] = {}
     seen: Set[int] = set()
     aliased: Set[int] = set()
+    tensors: List[Any] = []
+    values: List[str] = []
 
     def walk(obj: Any, path: Path, name: str) -> None:
-        if path and not is_tensor(obj) and is_walked(obj, walks):
+        tensor = is_tensor(obj)
+        if not tensor and is_walked(obj, walks):
             if id(obj) in seen:
                 aliased.add(id(obj))
             seen.add(id(obj))
@@ -75,10 +80,14 @@ def flatten(state_dict: Mapping, is_tensor: Callable[[Any], bool],
                 f"{path!r})")
         leaves[name] = obj
         paths[name] = path
+        if tensor:
+            tensors.append(obj)
+        else:
+            values.append(name)
 
     for k, v in state_dict.items():
         walk(v, (k,), str(k))
-    return Flat(leaves, paths, aliased)
+    return Flat(leaves, paths, aliased, tensors, values)
 
 
 def _set(obj: Any, path: Path, value: Any, aliased: Set[int]) -> Any:

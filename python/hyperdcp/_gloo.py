@@ -152,7 +152,9 @@ class GlooGroup:
         call = self._calls
         start = time.monotonic()
         deadline, next_poll, posted = start + timeout_s, start + _STORE_POLL_S, False
-        delay = 0.0001
+        # Short sleeps first (most operations end within a millisecond or two, and every
+        # poll past the end is latency added to the call), longer ones for a long wait.
+        delay = 0.00005
         while not work.is_completed():
             now = time.monotonic()
             if job.failure is None and now >= next_poll:
@@ -173,7 +175,7 @@ class GlooGroup:
                 self._settle(work)
                 job.check()
             time.sleep(delay)
-            delay = min(delay * 2, 0.01)
+            delay = min(delay * 1.5, 0.001 if now - start < 0.2 else 0.01)
         try:
             work.wait()  # raises gloo's error of a completed, failed operation
         except Exception:

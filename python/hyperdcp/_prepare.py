@@ -5,15 +5,18 @@ the top level are saved through state_dict(); on load their state_dict() is the 
 loaded in place, then handed to load_state_dict(): torch.distributed.checkpoint's meaning.
 """
 
+import gc
 import hashlib
 import json
 import sys
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _boundary, _dcp, _values
-from ._chunks import HostChunk, host_chunks, is_tensor, is_torch_tensor
+from ._chunks import host_chunks, is_tensor, is_torch_tensor
 from ._errors import DcpError, error
 from ._flatten import Flat, flatten, set_leaves
 
@@ -35,32 +38,149 @@ class Prepared:
         # A shallow copy with every Stateful replaced by its state_dict().
         self.state = {k: (v.state_dict() if is_stateful(v) else v) for k, v in state_dict.items()}
         self.flat: Flat = flatten(self.state, is_tensor, is_torch_tensor)
-        self.sd = _dcp.StateDict()
-        self.chunks: List[HostChunk] = []
+        self.sd: Any = None
+        self.owners: List[Any] = []  # the memory the engine reads or fills: kept alive
+        self.write_backs: List[Callable[[], None]] = []  # load: staged copies -> tensors
         self.values: List[str] = []  # fqns of non-tensor entries
         self.digests: Dict[str, str] = {}  # fqn -> digest of the stored value (save)
+        self.cache_key: Optional[tuple] = None
+        self.signatures: Optional[list] = None  # per tensor leaf, when cacheable
 
     def python_seconds(self) -> float:
         return time.perf_counter() - self.started
 
 
-def prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool = False) -> Prepared:
-    p = Prepared(state_dict)
+# Preparation reused across calls on the same state (the same names, and tensors with the
+# same memory, dtype, shape and layout): a training job saves the same few thousand tensors
+# again and again, and building the engine's StateDict costs microseconds per tensor. An
+# entry holds no tensor (signatures only), and is taken out while a call uses it.
+_CACHE: "OrderedDict[tuple, Prepared]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 4
+
+
+def _signature(leaf: Any) -> Optional[tuple]:
+    """(local tensor, (data_ptr, dtype, shape, spec)) of a CPU tensor that the engine uses in
+    place; None for anything else (it is prepared anew each time)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(leaf, torch.Tensor):
+        return None
+    spec = getattr(leaf, "_spec", None)
+    if spec is None and type(leaf) not in (torch.Tensor, torch.nn.Parameter):
+        return None  # a ShardedTensor or another subclass: prepared anew each time
+    local = getattr(leaf, "_local_tensor", None) if spec is not None else leaf
+    if local is None or not local.is_cpu or not local.is_contiguous():
+        return None
+    return local, (local.data_ptr(), local.dtype, local.shape, spec)
+
+
+def _reuse(p: Prepared, cached: Prepared) -> bool:
+    """Takes `cached`'s engine StateDict into `p` when every tensor leaf matches (the loop
+    every repeated call runs: kept to the few checks that make reuse safe)."""
+    sigs = cached.signatures
+    if len(sigs) != len(p.flat.tensors):
+        return False
+    tensor_type = sys.modules["torch"].Tensor
+    owners = []
+    for leaf, (ptr, dtype, shape, spec) in zip(p.flat.tensors, sigs):
+        if not isinstance(leaf, tensor_type):
+            return False
+        if spec is not None:
+            if getattr(leaf, "_spec", None) is not spec and getattr(leaf, "_spec", None) != spec:
+                return False
+            local = leaf._local_tensor
+        else:
+            local = leaf
+        if (local.data_ptr() != ptr or local.dtype != dtype or local.shape != shape or
+                not local.is_cpu or not local.is_contiguous()):
+            return False
+        owners.append(local)
+    p.sd, p.owners, p.signatures = cached.sd, owners, sigs
+    return True
+
+
+def _build(p: Prepared, for_load: bool, load_as: Optional[Dict[str, Any]] = None) -> None:
+    p.sd = _dcp.StateDict()
+    sigs: Optional[list] = []
     for fqn, leaf in p.flat.leaves.items():
-        if is_tensor(leaf):
-            for chunk in host_chunks(fqn, leaf, for_load):
-                p.sd.add_tensor(fqn, chunk.data_ptr, chunk.dtype, chunk.shape,
-                                chunk.global_shape, chunk.offsets)
-                p.chunks.append(chunk)
-        elif for_load:
-            p.sd.add_bytes(fqn, b"")
-            p.values.append(fqn)
+        if not is_tensor(leaf):
+            continue
+        chunks = host_chunks(fqn, leaf, for_load, load_as.get(fqn) if load_as else None)
+        for chunk in chunks:
+            p.sd.add_tensor(fqn, chunk.data_ptr, chunk.dtype, chunk.shape,
+                            chunk.global_shape, chunk.offsets)
+            p.owners.append(chunk.owner)
+            if chunk.write_back is not None:
+                p.write_backs.append(chunk.write_back)
+        if sigs is not None:
+            got = _signature(leaf)
+            if got is None or len(chunks) != 1 or chunks[0].owner is not got[0]:
+                sigs = None  # a staged copy, several chunks or none: not reusable
+            else:
+                sigs.append(got[1])
+    p.signatures = sigs
+
+
+def prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool = False,
+            load_as: Optional[Dict[str, Any]] = None) -> Prepared:
+    """The engine StateDict of `state_dict`; pass it to release() after the engine call.
+    `load_as`: fqn -> torch dtype to load through (the stored one, where it differs)."""
+    # Thousands of small objects (paths, names) and no cycles: a collection of the whole
+    # heap in the middle (it holds the model) would cost more than the preparation.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _prepare(state_dict, for_load, allow_pickle, load_as)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool,
+             load_as: Optional[Dict[str, Any]]) -> Prepared:
+    p = Prepared(state_dict)
+    names = tuple(p.flat.leaves)
+    if load_as:
+        _build(p, for_load, load_as)
+        _add_values(p, for_load, allow_pickle)
+        return p
+    with _CACHE_LOCK:  # several state dicts may share names (a model and its reshard copy)
+        candidates = [k for k in _CACHE if k[0] == for_load and k[1] == names]
+        cached = [_CACHE.pop(k) for k in candidates]
+    if not any(_reuse(p, c) for c in cached):
+        _build(p, for_load)
+    with _CACHE_LOCK:  # the ones not taken go back
+        for c in cached:
+            if c.sd is not p.sd:
+                _CACHE[c.cache_key] = c
+    p.cache_key = (for_load, names, id(p.sd))
+    _add_values(p, for_load, allow_pickle)
+    return p
+
+
+def _add_values(p: Prepared, for_load: bool, allow_pickle: bool) -> None:
+    for fqn in p.flat.values:
+        leaf = p.flat.leaves[fqn]
+        p.values.append(fqn)
+        if for_load:
+            p.sd.add_bytes(fqn, b"")  # also clears what a previous load left in a reused one
         else:
             data = _values.encode(fqn, leaf, allow_pickle)
             p.sd.add_bytes(fqn, data)
-            p.values.append(fqn)
             p.digests[fqn] = hashlib.blake2b(data, digest_size=12).hexdigest()
-    return p
+
+
+def release(p: Optional[Prepared]) -> None:
+    """After the engine call: a reusable preparation goes back to the cache, without the
+    tensors it referenced."""
+    if p is None or p.signatures is None or p.cache_key is None:
+        return
+    kept = Prepared.__new__(Prepared)
+    kept.sd, kept.signatures, kept.cache_key = p.sd, p.signatures, p.cache_key
+    with _CACHE_LOCK:
+        _CACHE[p.cache_key] = kept
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
 
 
 def _agree(comm: Any, failure: Optional[BaseException], digests: Dict[str, str]) -> None:
@@ -94,7 +214,8 @@ def _agree(comm: Any, failure: Optional[BaseException], digests: Dict[str, str])
 
 def prepare_on_every_rank(state_dict: Mapping, comm: Any, for_load: bool, agree: bool,
                           allow_pickle: bool = False,
-                          precheck: Optional[Callable[[], None]] = None) -> Prepared:
+                          precheck: Optional[Callable[[], None]] = None,
+                          load_as: Optional[Dict[str, Any]] = None) -> Prepared:
     """prepare() (after `precheck`), with a failure on any rank raised on every rank (none
     then enters the engine), and the non-tensor values checked across ranks."""
     failure: Optional[BaseException] = None
@@ -102,7 +223,7 @@ def prepare_on_every_rank(state_dict: Mapping, comm: Any, for_load: bool, agree:
     try:
         if precheck is not None:
             precheck()
-        p = prepare(state_dict, for_load, allow_pickle)
+        p = prepare(state_dict, for_load, allow_pickle, load_as)
     except Exception as e:  # any rank's failure must reach every rank, not hang them
         failure = e
     if agree and comm.size > 1:
@@ -116,13 +237,14 @@ def finish_load(p: Prepared, allow_pickle: bool = False) -> None:
     """After the engine filled `p.sd`: staged chunks copied back into their tensors, autograd
     told of the in-place writes, non-tensor values replaced, Stateful objects loaded."""
     torch = sys.modules.get("torch")
+    for write_back in p.write_backs:
+        write_back()  # a copy_: autograd sees it
     bump = getattr(getattr(getattr(torch, "autograd", None), "graph", None),
                    "increment_version", None)
-    for chunk in p.chunks:
-        if chunk.write_back is not None:
-            chunk.write_back()  # a copy_: autograd sees it
-        elif bump is not None and torch is not None and isinstance(chunk.owner, torch.Tensor):
-            bump(chunk.owner)  # as copy_ would: a saved-for-backward use of it now fails
+    if bump is not None:
+        # As copy_ would: a saved-for-backward use of a loaded tensor now fails.
+        bump([t for t in p.owners if isinstance(t, torch.Tensor)] +
+             [t for t in p.flat.leaves.values() if isinstance(t, torch.Tensor)])
     loaded: Dict[str, Any] = {}
     for fqn in p.values:
         data = p.sd.bytes_of(fqn)

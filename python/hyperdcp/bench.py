@@ -32,7 +32,7 @@ import shutil
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -47,12 +47,14 @@ _CHUNK = 16 << 20
 
 
 # -- the state dict --------------------------------------------------------------------------
-def model_shapes(size_mb: float, hidden: int) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype, bool]]:
-    """name -> (global shape, dtype, replicated). About size_mb MiB of unique bytes."""
+def model_shapes(size_mb: float, hidden: int,
+                 layers: Optional[int] = None) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype, bool]]:
+    """name -> (global shape, dtype, replicated). About size_mb MiB of unique bytes (the
+    layers' share set by `layers` when given: 6 tensors a layer)."""
     total = size_mb * (1 << 20)
     h = hidden
     vocab = max(64, int(total * 0.25 / (2 * h)) // 64 * 64)
-    layers = max(1, round(total * 0.75 / (24 * h * h)))
+    layers = layers or max(1, round(total * 0.75 / (24 * h * h)))
     shapes = {"model.embed.weight": ((vocab, h), torch.bfloat16, True)}
     for i in range(layers):
         p = f"model.layers.{i}."
@@ -204,14 +206,17 @@ def in_memory_fs(path: str) -> bool:
 class Dcp:
     name = "dcp"
 
+    def __init__(self) -> None:
+        self.last: Any = None  # the last call's result (its python_seconds)
+
     def save(self, sd, d):
-        dcp.save(sd, d)
+        self.last = dcp.save(sd, d)
 
     def load(self, sd, d):
-        dcp.load(sd, d)
+        self.last = dcp.load(sd, d)
 
     def async_save(self, sd, d):
-        h = dcp.async_save(sd, d)
+        self.last = h = dcp.async_save(sd, d)
         return lambda: h.result(timeout=600)
 
 
@@ -234,6 +239,30 @@ class TorchDcp:
 
 
 # -- the run -----------------------------------------------------------------------------------
+def fault_seconds(nbytes: int) -> float:
+    """Allocating `nbytes` and touching every page once: what preparing staging must cost."""
+    t0 = time.perf_counter()
+    buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+    buf.fill_(1)
+    seconds = time.perf_counter() - t0
+    del buf
+    return seconds
+
+
+def memcpy_seconds(nbytes: int, repeat: int = 5) -> float:
+    """The physical reference of async.blocked: one copy of the staged bytes into memory
+    already faulted in (median of `repeat`)."""
+    src = torch.ones(max(nbytes, 1), dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def timed(fn: Callable[[], Any]) -> float:
     dist.barrier()
     t0 = time.perf_counter()
@@ -270,14 +299,27 @@ def cold(d: str) -> float:
 
 
 def run_lib(lib, states, shapes, d: str, args, verify: bool, out: Dict[str, List[float]],
-            resident: List[float]) -> None:
+            resident: List[float], python: Dict[str, List[float]]) -> None:
+    """One repetition of every phase; `python` gets dcp's Python-side seconds per phase."""
     src, same, other = states
+
+    def py(phase: str) -> None:
+        if isinstance(lib, Dcp):
+            last = lib.last
+            s = (last.blocked_seconds - last.staging.blocked_seconds
+                 if phase == "async.blocked" else last.python_seconds)
+            python[phase].append(max_over_ranks(s))
+            if phase == "async.blocked":
+                python["staged_bytes"].append(float(last.staging.bytes_staged))
+
     fresh_dir(d, args.pause)
     out["save"].append(timed(lambda: lib.save(src, d)))
+    py("save")
 
     zero(same)
     resident.append(cold(d))
     out["load.cold"].append(timed(lambda: lib.load(same, d)))
+    py("load.cold")
     if verify:
         check(same, shapes, "save", f"{lib.name} cold load")
 
@@ -286,12 +328,14 @@ def run_lib(lib, states, shapes, d: str, args, verify: bool, out: Dict[str, List
     if dist.get_rank() == 0:
         read_all(d)
     out["load.warm"].append(timed(lambda: lib.load(same, d)))
+    py("load.warm")
     if verify:
         check(same, shapes, "save", f"{lib.name} warm load")
 
     zero(other)
     resident.append(cold(d))
     out["reshard"].append(timed(lambda: lib.load(other, d)))
+    py("reshard")
     if verify:
         check(other, shapes, "reshard", f"{lib.name} reshard")
 
@@ -305,6 +349,7 @@ def run_lib(lib, states, shapes, d: str, args, verify: bool, out: Dict[str, List
     total = time.perf_counter() - t0
     out["async.blocked"].append(max_over_ranks(blocked))
     out["async.total"].append(total)
+    py("async.blocked")
     if verify:
         zero(same)
         lib.load(same, d)
@@ -315,6 +360,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hyperdcp.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--size-mb", type=float, default=256, help="unique bytes of the state (MiB)")
     ap.add_argument("--hidden", type=int, default=1024, help="hidden size (a multiple of 4)")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="layers (6 tensors each; default: from --size-mb and --hidden)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=None, help="scratch directory (default: ./dcp-bench-scratch)")
     ap.add_argument("--pause", type=float, default=1.0, help="seconds after delete + sync")
@@ -332,7 +379,7 @@ def main(argv=None) -> int:
     if rank == 0:
         os.makedirs(scratch, exist_ok=True)
     mesh = init_device_mesh("cpu", (world,))
-    shapes = model_shapes(args.size_mb, args.hidden)
+    shapes = model_shapes(args.size_mb, args.hidden, args.layers)
     nbytes = unique_bytes(shapes)
     repl = sum(torch.Size(s).numel() * torch.empty((), dtype=t).element_size()
                for s, t, r in shapes.values() if r)
@@ -341,18 +388,28 @@ def main(argv=None) -> int:
     libs = [Dcp(), TorchDcp()]
     results = {lib.name: {p: [] for p in PHASES} for lib in libs}
     resident: Dict[str, List[float]] = {lib.name: [] for lib in libs}
+    python: Dict[str, List[float]] = {p: [] for p in PHASES[:-1] + ["staged_bytes"]}
     if rank == 0:
         print(f"dcp.bench: {world} ranks (gloo), {len(shapes)} tensors, "
               f"{nbytes / 2**20:.0f} MiB unique ({repl / 2**20:.0f} MiB replicated on every "
               f"rank), {args.repeat} repetitions, in {d}", flush=True)
+    # The one-time cost of getting async_save ready (staging pool allocated and faulted in,
+    # the saver's group connected), as a training script pays it before its first save.
+    dist.barrier()
+    t0 = time.perf_counter()
+    dcp.prepare_async_save(states[0])
+    prepare_s = max_over_ranks(time.perf_counter() - t0)
     for rep in range(args.repeat):
         order = libs if rep % 2 == 0 else libs[::-1]
         for lib in order:
             run_lib(lib, states, shapes, d, args, verify=rep == 0 and not args.no_verify,
-                    out=results[lib.name], resident=resident[lib.name])
+                    out=results[lib.name], resident=resident[lib.name], python=python)
         if rank == 0:
             print(f"  repetition {rep + 1}/{args.repeat} done", flush=True)
     fresh_dir(d, 0)
+    staged = int(statistics.median(python["staged_bytes"]))
+    memcpy = memcpy_seconds(staged)
+    fault = fault_seconds(staged)
 
     if rank == 0:
         notes = []
@@ -371,6 +428,18 @@ def main(argv=None) -> int:
               f"{worst:.3f})")
         for n in notes:
             print("note:", n)
+        tensors = len(shapes)
+        print(f"\ndcp's Python side (max over ranks, median): preparing {tensors} tensors, "
+              "agreeing, finishing")
+        py_med = {p: statistics.median(v) for p, v in python.items() if v}
+        for p in PHASES[:-1]:
+            print(f"  {p:<15}{py_med[p] * 1e3:>9.2f} ms{py_med[p] / tensors * 1e6:>9.2f} "
+                  f"us/tensor  ({py_med[p] / med['dcp'][p] * 100:.0f}% of the call)")
+        print(f"  async.blocked is {med['dcp']['async.blocked'] / memcpy:.2f}x one memcpy of "
+              f"the {py_med['staged_bytes'] / 2**20:.0f} MiB staged per rank "
+              f"({memcpy * 1e3:.1f} ms)")
+        print(f"  prepare_async_save (once, before the first async_save): {prepare_s:.3f} s; "
+              f"allocating and faulting in the staged bytes once: {fault:.3f} s")
         if args.json:
             doc = {"ranks": world, "backend": "gloo", "unique_bytes": nbytes,
                    "replicated_bytes": repl, "tensors": len(shapes), "hidden": args.hidden,
@@ -380,7 +449,13 @@ def main(argv=None) -> int:
                                   "ratio_torch_over_dcp": med["torch"][p] / med["dcp"][p],
                                   "dcp_seconds_each": results["dcp"][p],
                                   "torch_seconds_each": results["torch"][p]}
-                              for p in PHASES}}
+                              for p in PHASES},
+                   "dcp_python_seconds": {p: py_med[p] for p in PHASES[:-1]},
+                   "dcp_python_us_per_tensor": {p: py_med[p] / tensors * 1e6
+                                                for p in PHASES[:-1]},
+                   "staged_bytes": py_med["staged_bytes"], "memcpy_seconds": memcpy,
+                   "async_blocked_over_memcpy": med["dcp"]["async.blocked"] / memcpy,
+                   "prepare_async_save_seconds": prepare_s, "fault_seconds": fault}
             with open(args.json, "w") as fh:
                 json.dump(doc, fh, indent=1)
     dist.barrier()

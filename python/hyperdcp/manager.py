@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 
 from . import _boundary, _dcp
 from ._comm import comm_for
-from ._prepare import finish_load, prepare_on_every_rank
+from ._prepare import finish_load, prepare_on_every_rank, release
 
 
 class CheckpointManager:
@@ -66,7 +66,10 @@ class CheckpointManager:
     def save(self, step: int, state_dict: Dict[str, Any]) -> _dcp.SaveResult:
         """Saves `state_dict` as `step`, then moves `latest` and applies retention."""
         p = self._prepare(state_dict)  # alive until the engine returns: it owns host copies
-        return self._call(self._mgr.save, step, p.sd)
+        try:
+            return self._call(self._mgr.save, step, p.sd)
+        finally:
+            release(p)
 
     def async_save(self, step: int, state_dict: Dict[str, Any]) -> None:
         """Finishes the save in flight, then returns once `state_dict` is staged.
@@ -75,13 +78,19 @@ class CheckpointManager:
         retention applied, its error raised) by the next save, async_save, wait or load.
         """
         p = self._prepare(state_dict)
-        self._call(self._mgr.async_save, step, p.sd)
+        try:
+            self._call(self._mgr.async_save, step, p.sd)
+        finally:
+            release(p)
 
     def prepare_async_save(self, state_dict: Dict[str, Any]) -> None:
         """Optional, before the first async_save: allocates the staging memory ahead of time,
         so the first async_save blocks only while it copies (see dcp.prepare_async_save)."""
         p = self._prepare(state_dict)
-        self._call(self._mgr.prepare_async_save, p.sd)
+        try:
+            self._call(self._mgr.prepare_async_save, p.sd)
+        finally:
+            release(p)
 
     def wait(self) -> None:
         """Finishes the save in flight; raises its DcpError."""
@@ -98,8 +107,11 @@ class CheckpointManager:
     def load(self, state_dict: Dict[str, Any], step: Optional[int] = None) -> _dcp.LoadResult:
         """Loads `step` (default: the newest complete one) into `state_dict`, in place."""
         p = self._prepare(state_dict, for_load=True)
-        result = self._call(self._mgr.load, p.sd, step)
-        finish_load(p, self._allow_pickle)
+        try:
+            result = self._call(self._mgr.load, p.sd, step)
+            finish_load(p, self._allow_pickle)
+        finally:
+            release(p)
         return result
 
     def keep(self, step: int) -> None:

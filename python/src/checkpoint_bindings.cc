@@ -194,6 +194,10 @@ void BindCheckpoint(py::module_& m) {
       .def_readonly("bytes_staged", &StagingStats::bytes_staged)
       .def_readonly("bytes_allocated", &StagingStats::bytes_allocated)
       .def_readonly("reused", &StagingStats::reused)
+      .def_readonly("allocations", &StagingStats::allocations)
+      .def_readonly("pool_bytes", &StagingStats::pool_bytes)
+      .def_readonly("pool_allocations", &StagingStats::pool_allocations)
+      .def_readonly("threads", &StagingStats::threads)
       .def_readonly("wait_seconds", &StagingStats::wait_seconds)
       .def_readonly("copy_seconds", &StagingStats::copy_seconds)
       .def_readonly("blocked_seconds", &StagingStats::blocked_seconds);

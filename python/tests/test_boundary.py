@@ -14,7 +14,7 @@ import hyperdcp as dcp
 from conftest import WORKERS, free_port
 
 
-@pytest.mark.parametrize("what", ["save", "load", "result"])
+@pytest.mark.parametrize("what", ["save", "load", "manager", "result"])
 def test_sigint_on_one_rank(torchrun, tmp_path, what):
     out = torchrun(2, "boundary.py", f"sigint-{what}", tmp_path, timeout=200)
     assert out.count(": ok") == 2, out

@@ -314,6 +314,14 @@ def test_round_trip_back_to_torch_dcp(tmp_path):
     assert got["extra"]["hist"].getvalue() == b"h"
     o2.load_state_dict(got["optim"])
     assert o2.state_dict()["state"][0]["step"] == optim.state_dict()["state"][0]["step"]
+    # The same through the command line.
+    out = subprocess.run([sys.executable, "-m", "hyperdcp.convert", "to-torch",
+                          str(tmp_path / "ours"), str(tmp_path / "torch2")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    again = {"step": 0}
+    torch_dcp.load(again, checkpoint_id=tmp_path / "torch2", no_dist=True)
+    assert again["step"] == 2
 
 
 def test_set_timeout_takes_none_and_inf_and_is_local():
@@ -331,3 +339,55 @@ def test_version_and_package_metadata():
     md = metadata("hyperdcp")
     assert "Apache" in (md.get("License") or "") + " ".join(md.get_all("Classifier") or [])
     assert "import hyperdcp as dcp" in md.get_payload() or "import hyperdcp as dcp" in str(md)
+
+
+def test_loads_cast_to_the_template_dtype_as_torch_does(tmp_path):
+    state = {"w": torch.arange(4.0) / 3, "b": torch.ones(2, dtype=torch.bfloat16) * 1.5,
+             "i": torch.arange(3), "same": torch.ones(2)}
+
+    def template():
+        return {"w": torch.zeros(4, dtype=torch.bfloat16), "b": torch.zeros(2),
+                "i": torch.zeros(3, dtype=torch.float32), "same": torch.zeros(2)}
+
+    ours, theirs = both(tmp_path, state, template)
+    for k in state:
+        assert ours[k].dtype == theirs[k].dtype and torch.equal(ours[k], theirs[k]), k
+
+
+def test_repeated_calls_reuse_preparation_without_keeping_tensors(tmp_path):
+    import gc
+    import weakref
+
+    from hyperdcp import _prepare
+
+    model = torch.nn.Linear(8, 4)
+    for step in range(3):  # the same tensors, changed in place: the preparation is reused
+        with torch.no_grad():
+            model.weight.fill_(float(step))
+        dcp.save({"model": model.state_dict(), "step": step}, tmp_path / f"s{step}")
+    assert any(k[0] is False for k in _prepare._CACHE)
+    got = {"model": torch.nn.Linear(8, 4).state_dict(), "step": -1}
+    dcp.load(got, tmp_path / "s2")
+    assert torch.equal(got["model"]["weight"], torch.full((4, 8), 2.0)) and got["step"] == 2
+    # New tensors (other memory) under the same names: prepared anew, saved right.
+    model.weight = torch.nn.Parameter(torch.full((4, 8), 7.0))
+    dcp.save({"model": model.state_dict(), "step": 3}, tmp_path / "s3")
+    dcp.load(got, tmp_path / "s3")
+    assert torch.equal(got["model"]["weight"], torch.full((4, 8), 7.0))
+    # The cache holds no tensor: a model that is gone is freed.
+    ref = weakref.ref(model.weight)
+    del model
+    gc.collect()
+    assert ref() is None
+
+
+def test_async_saver_options_reach_the_engine(tmp_path):
+    try:
+        dcp.set_async_options(max_staging_bytes=1 << 20, staging_threads=1, persist_nice=0)
+        with pytest.raises(dcp.DcpError) as e:
+            dcp.async_save({"t": torch.ones(1 << 20)}, tmp_path / "big").result()
+        assert e.value.code == "INVALID_ARGUMENT" and "1048576" in str(e.value), str(e.value)
+        f = dcp.async_save({"t": torch.ones(16)}, tmp_path / "small")
+        assert f.result().bytes_written > 0 and f.staging.threads == 1
+    finally:
+        dcp.set_async_options()

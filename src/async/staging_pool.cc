@@ -15,13 +15,17 @@ class HostAllocator final : public StagingAllocator {
   Result<std::span<std::byte>> Allocate(uint64_t bytes) override {
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return Unavailable(Describe("mmap", bytes, errno));
-    // Huge pages mean fewer TLB misses while copying; a hint, so failure is fine.
-    (void)madvise(p, bytes, MADV_HUGEPAGE);
     if (!Prefault(p, bytes)) {
       int err = errno;
       munmap(p, bytes);
       return Unavailable(Describe("pre-faulting", bytes, err));
     }
+    // Huge pages mean fewer TLB misses while copying; a hint, so failure is fine. Given
+    // after faulting in: asked for before, each fault may compact memory for a huge page
+    // (THP defrag "madvise", Debian's default), which made pre-faulting 3-8x slower than
+    // touching the pages (prepare_async_save: 0.86 s instead of 0.1 s for 161 MiB); given
+    // now, khugepaged collapses the buffer later, in the background.
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
     return std::span<std::byte>(static_cast<std::byte*>(p), bytes);
   }
   void Free(std::span<std::byte> block) override { munmap(block.data(), block.size()); }

@@ -54,10 +54,12 @@ def case_sigint(root: str, rank: int, what: str) -> None:
                 os.kill(pids[0], signal.SIGCONT)
             f.result()  # the save itself goes on
         return
+    mgr = dcp.CheckpointManager(os.path.join(root, "mgr")) if what == "manager" else None
     if rank == 0:
         time.sleep(4)  # rank 1 is waiting in the collective when its SIGINT comes
-    fn = (lambda: dcp.save(state(rank), os.path.join(root, "ck"))) if what == "save" else \
-        (lambda: dcp.load(state(rank), os.path.join(root, "warm"), allow_partial=True))
+    fn = {"save": lambda: dcp.save(state(rank), os.path.join(root, "ck")),
+          "load": lambda: dcp.load(state(rank), os.path.join(root, "warm"), allow_partial=True),
+          "manager": lambda: mgr.save(1, state(rank))}[what]
     if rank == 1:
         interrupt_after(1.0)
     start = time.monotonic()
