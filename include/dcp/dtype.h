@@ -1,4 +1,5 @@
-// Element types: every dtype of the safetensors format, with its width in bits.
+// Element types: every dtype of the safetensors format, and the complex ones torch has, with
+// their width in bits.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +31,13 @@ enum class DType : uint8_t {
   kF4,       // 4 bits: two elements per byte
   kF6_E2M3,  // 6 bits: four elements per three bytes
   kF6_E3M2,
+  // After the safetensors dtypes (codes are stored in the metadata: new ones go last, and a
+  // reader that predates them refuses the checkpoint as having an unknown dtype code).
+  kC128,  // complex128: two F64
+  kC32,   // complex32 (torch.chalf): two F16
 };
 
-inline constexpr int kNumDTypes = static_cast<int>(DType::kF6_E3M2) + 1;
+inline constexpr int kNumDTypes = static_cast<int>(DType::kC32) + 1;
 
 // Width of one element in bits (1 byte for BOOL, as in safetensors).
 int DTypeBits(DType t);

@@ -70,7 +70,8 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
          storage_reader: Any = None, planner: Any = None, process_group: Any = None,
          no_dist: bool = False, broadcast: bool = True, allow_partial: bool = False,
          strip_prefix: str = "", add_prefix: str = "", verify_checksums: bool = True,
-         max_open_files: int = 8, allow_pickle: bool = False) -> _dcp.LoadResult:
+         max_open_files: int = 8, allow_pickle: bool = False,
+         device: Any = None) -> _dcp.LoadResult:
     """Loads the checkpoint into `state_dict`, resharding as needed; every rank calls it.
 
     torch.distributed.checkpoint.load's signature and meaning: tensors are filled in place;
@@ -80,6 +81,9 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     read once and broadcast. `allow_partial` (or DefaultLoadPlanner(allow_partial_load=True)):
     entries the checkpoint lacks keep their values. `strip_prefix`/`add_prefix` rename the
     checkpoint's entries before matching. `verify_checksums`: every byte read is checked.
+    A tensor of the template on the meta device (a model built on meta) is allocated (on the
+    CPU, or on `device`), loaded, and put in the state dict in its place, as torch does: then
+    `model.load_state_dict(state_dict, assign=True)`.
     """
     started = time.perf_counter()
     directory, allow_partial = load_source(checkpoint_id, storage_reader, planner, allow_partial)
@@ -101,7 +105,7 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
             p = prepare_on_every_rank(state_dict, comm, for_load=True, agree=True,
                                       load_as=load_as)
             result = _boundary.call(comm, _dcp.load, p.sd, *args)
-        finish_load(p, allow_pickle)
+        finish_load(p, allow_pickle, device)
     finally:
         release(p)
     return _timed(result, p, started)

@@ -31,6 +31,11 @@ _process_closables: list = []  # closed last (the process-wide saver)
 _POLL_S = 0.05
 
 
+def serial() -> "threading.RLock":
+    """The lock engine calls take (for quick calls that need no interrupt handling)."""
+    return _lock
+
+
 def register_closable(obj: Any, process_wide: bool = False) -> None:
     """`obj.close()` runs at exit (objects kept alive only by the caller; process-wide ones
     are closed after them)."""

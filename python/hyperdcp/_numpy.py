@@ -12,7 +12,7 @@ _DTYPES = {
     np.dtype(np.uint16): "U16", np.dtype(np.int16): "I16", np.dtype(np.uint32): "U32",
     np.dtype(np.int32): "I32", np.dtype(np.uint64): "U64", np.dtype(np.int64): "I64",
     np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.float64): "F64",
-    np.dtype(np.complex64): "C64",
+    np.dtype(np.complex64): "C64", np.dtype(np.complex128): "C128",
 }
 
 

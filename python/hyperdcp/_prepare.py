@@ -43,6 +43,7 @@ class Prepared:
         self.write_backs: List[Callable[[], None]] = []  # load: staged copies -> tensors
         self.values: List[str] = []  # fqns of non-tensor entries
         self.digests: Dict[str, str] = {}  # fqn -> digest of the stored value (save)
+        self.replacements: Dict[str, Any] = {}  # load: meta tensors -> the allocated ones
         self.cache_key: Optional[tuple] = None
         self.signatures: Optional[list] = None  # per tensor leaf, when cacheable
 
@@ -102,9 +103,16 @@ def _reuse(p: Prepared, cached: Prepared) -> bool:
 def _build(p: Prepared, for_load: bool, load_as: Optional[Dict[str, Any]] = None) -> None:
     p.sd = _dcp.StateDict()
     sigs: Optional[list] = []
+    torch = sys.modules.get("torch")
     for fqn, leaf in p.flat.leaves.items():
         if not is_tensor(leaf):
             continue
+        if for_load and torch is not None and isinstance(leaf, torch.Tensor):
+            from .torch import is_meta, materialize
+
+            if is_meta(leaf):  # a model built on meta: the load allocates the entry
+                leaf = p.replacements[fqn] = materialize(leaf)
+                sigs = None
         chunks = host_chunks(fqn, leaf, for_load, load_as.get(fqn) if load_as else None)
         for chunk in chunks:
             p.sd.add_tensor(fqn, chunk.data_ptr, chunk.dtype, chunk.shape,
@@ -233,9 +241,10 @@ def prepare_on_every_rank(state_dict: Mapping, comm: Any, for_load: bool, agree:
     return p
 
 
-def finish_load(p: Prepared, allow_pickle: bool = False) -> None:
+def finish_load(p: Prepared, allow_pickle: bool = False, device: Any = None) -> None:
     """After the engine filled `p.sd`: staged chunks copied back into their tensors, autograd
-    told of the in-place writes, non-tensor values replaced, Stateful objects loaded."""
+    told of the in-place writes, non-tensor values replaced, tensors allocated for meta
+    templates put in their place (moved to `device` if given), Stateful objects loaded."""
     torch = sys.modules.get("torch")
     for write_back in p.write_backs:
         write_back()  # a copy_: autograd sees it
@@ -250,6 +259,8 @@ def finish_load(p: Prepared, allow_pickle: bool = False) -> None:
         data = p.sd.bytes_of(fqn)
         if data:  # empty: skipped by a partial load (a stored value is never empty)
             loaded[fqn] = _values.decode(fqn, data, allow_pickle)
+    for fqn, tensor in p.replacements.items():
+        loaded[fqn] = tensor if device is None else tensor.to(device)
     set_leaves(p.state, p.flat, loaded)
     for key, elem in p.original.items():
         if is_stateful(elem):

@@ -98,11 +98,13 @@ class CheckpointManager:
 
     def latest_step(self) -> Optional[int]:
         """The newest complete step, or None before the first one."""
-        return self._mgr.latest_step()
+        with _boundary.serial():
+            return self._mgr.latest_step()
 
     def steps(self) -> List[int]:
         """The complete steps on disk, ascending."""
-        return self._mgr.steps()
+        with _boundary.serial():
+            return self._mgr.steps()
 
     def load(self, state_dict: Dict[str, Any], step: Optional[int] = None) -> _dcp.LoadResult:
         """Loads `step` (default: the newest complete one) into `state_dict`, in place."""
@@ -116,14 +118,16 @@ class CheckpointManager:
 
     def keep(self, step: int) -> None:
         """Never remove `step` while this manager lives ("keep this one")."""
-        self._mgr.keep(step)
+        with _boundary.serial():
+            self._mgr.keep(step)
 
     def prune(self, dry_run: bool = False) -> List[int]:
         """Applies the retention policy now; the steps removed (or that would be)."""
         return self._call(self._mgr.prune, dry_run)
 
     def step_dir(self, step: int) -> str:
-        return self._mgr.step_dir(step)
+        with _boundary.serial():
+            return self._mgr.step_dir(step)
 
     def close(self) -> None:
         """Finishes the save in flight and releases the root's lock."""

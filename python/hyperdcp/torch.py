@@ -18,6 +18,7 @@ _NAMES = {
     "bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16",
     "uint32": "U32", "int32": "I32", "uint64": "U64", "int64": "I64", "float16": "F16",
     "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
+    "complex128": "C128", "complex32": "C32",
     "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0",
     "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
 }
@@ -156,6 +157,23 @@ def _chunk(fqn: str, local: torch.Tensor, global_shape: List[int], offsets: List
                          write_back)
     host = local.to("cpu").resolve_conj().resolve_neg().contiguous()
     return HostChunk(host, host.data_ptr(), dtype, host.shape, global_shape, offsets)
+
+
+def is_meta(value: Any) -> bool:
+    """A tensor without data (built on the meta device), DTensor included."""
+    local = getattr(value, "_local_tensor", None)
+    return (local if local is not None else value).is_meta
+
+
+def materialize(value: Any) -> Any:
+    """An uninitialised CPU tensor like the meta tensor `value` (a DTensor: the same mesh,
+    placements and global shape, over a local tensor of this rank's shape)."""
+    local = getattr(value, "_local_tensor", None)
+    if local is None:
+        return torch.empty(value.shape, dtype=value.dtype, device="cpu")
+    new_local = torch.empty(local.shape, dtype=local.dtype, device="cpu")
+    return _DTENSOR.from_local(new_local, value.device_mesh, value.placements, run_check=False,
+                               shape=value.shape, stride=value.stride())
 
 
 def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str",

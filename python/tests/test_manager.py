@@ -71,3 +71,42 @@ def test_prune_and_keep(tmp_path):
         assert mgr.steps() == [1, 2, 3, 4, 5]
         assert mgr.prune() == [1, 3, 4]
         assert mgr.steps() == [2, 5]
+
+
+def test_calls_from_several_threads_take_turns(tmp_path):
+    """One thread saves (steps must grow) while another loads the newest step: the engine
+    calls take turns instead of racing over the manager's state."""
+    import threading
+
+    mgr = dcp.CheckpointManager(tmp_path, keep_last=3)
+    mgr.save(0, {"w": torch.zeros(1024), "step": 0})
+    errors = []
+    done = threading.Event()
+
+    def saver() -> None:
+        try:
+            for step in range(1, 9):
+                mgr.async_save(step, {"w": torch.full((1024,), float(step)), "step": step})
+            mgr.wait()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+        finally:
+            done.set()
+
+    def loader() -> None:
+        try:
+            while not done.is_set():
+                got = {"w": torch.zeros(1024), "step": -1}
+                mgr.load(got)
+                assert torch.equal(got["w"], torch.full((1024,), float(got["step"])))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=saver), threading.Thread(target=loader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert mgr.latest_step() == 8 and mgr.steps() == [6, 7, 8]
+    mgr.close()
