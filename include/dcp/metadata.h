@@ -40,6 +40,7 @@ struct TensorMeta {
   DType dtype = DType::kF32;
   Shape global_shape;
   std::vector<StoredChunk> chunks;  // disjoint; sorted by box
+  std::string path;                 // the saver's nesting path (StateEntry::path); may be empty
 };
 
 struct BytesMeta {
@@ -48,6 +49,7 @@ struct BytesMeta {
   uint64_t byte_offset = 0;
   uint64_t byte_length = 0;
   uint64_t xxh3 = 0;
+  std::string path;  // as TensorMeta::path
 };
 
 struct Metadata {

@@ -37,6 +37,10 @@ struct StateEntry {
   std::vector<TensorChunk> chunks;
   // Bytes entries: the payload, owned here; load replaces it.
   std::vector<std::byte> bytes;
+  // Where the entry sits in the caller's nested state dict, opaque to dcp (the Python package
+  // writes its keys as typed JSON); empty: none. Saved into the metadata, so a checkpoint can
+  // be opened with its nesting (TensorMeta::path).
+  std::string path;
 };
 
 // Not thread-safe. Views must outlive the save/load call that uses them. Entries are added,
@@ -56,6 +60,10 @@ class StateDict {
   // load fills it.
   void add_bytes(std::string_view fqn, std::span<const std::byte> bytes = {});
   void add_bytes(std::string_view fqn, std::string_view text);
+
+  // Records the nesting path of entry `fqn` (see StateEntry::path). Throws dcp::Error
+  // (kInvalidArgument) when there is no such entry.
+  void set_path(std::string_view fqn, std::string_view path);
 
   // The entry named `fqn`, or null.
   const StateEntry* find(std::string_view fqn) const;

@@ -19,6 +19,7 @@ from ._comm import set_timeout
 from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
 from ._dcp import __version__
 from ._metadata import Metadata, TensorInfo, read_metadata
+from ._open import load_all
 from .manager import CheckpointManager
 
 
@@ -64,7 +65,7 @@ def __getattr__(name: str):
 __all__ = [
     "AsyncSaveHandle", "CheckpointManager", "DcpError", "LoadResult", "Metadata", "SaveFuture",
     "SaveResult", "StagingStats", "TensorChunk", "TensorInfo", "__version__", "async_save",
-    "from_torch_dcp", "load", "prepare_async_save", "read_metadata", "save",
+    "from_torch_dcp", "load", "load_all", "prepare_async_save", "read_metadata", "save",
     "set_async_options", "set_timeout",
     "to_torch_dcp",
 ]

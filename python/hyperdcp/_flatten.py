@@ -27,6 +27,7 @@ class Flat(NamedTuple):
     aliased: Set[int]  # ids of containers reached by more than one path
     tensors: List[Any]  # the tensor leaves, in order (the others are values)
     values: List[str]  # fqns of the non-tensor leaves, in order
+    kinds: Dict[str, str]  # fqn -> the container of each key of its path: d(ict), l(ist), t(uple)
 
 
 def _holds_tensor(obj: Any, walks: Callable[[Any], bool]) -> bool:
@@ -63,16 +64,20 @@ def flatten(state_dict: Mapping, is_tensor: Callable[[Any], bool],
     aliased: Set[int] = set()
     tensors: List[Any] = []
     values: List[str] = []
+    kinds: Dict[str, str] = {}
 
-    def walk(obj: Any, path: Path, name: str) -> None:
+    def walk(obj: Any, path: Path, name: str, kind: str) -> None:
         tensor = is_tensor(obj)
         if not tensor and is_walked(obj, walks):
             if id(obj) in seen:
                 aliased.add(id(obj))
             seen.add(id(obj))
-            items = obj.items() if isinstance(obj, Mapping) else enumerate(obj)
-            for k, v in items:
-                walk(v, path + (k,), f"{name}.{k}")
+            if isinstance(obj, Mapping):
+                items, k = obj.items(), "d"
+            else:
+                items, k = enumerate(obj), "t" if isinstance(obj, tuple) else "l"
+            for key, v in items:
+                walk(v, path + (key,), f"{name}.{key}", kind + k)
             return
         if name in leaves:
             raise invalid_argument(
@@ -80,14 +85,15 @@ def flatten(state_dict: Mapping, is_tensor: Callable[[Any], bool],
                 f"{path!r})")
         leaves[name] = obj
         paths[name] = path
+        kinds[name] = kind
         if tensor:
             tensors.append(obj)
         else:
             values.append(name)
 
     for k, v in state_dict.items():
-        walk(v, (k,), str(k))
-    return Flat(leaves, paths, aliased, tensors, values)
+        walk(v, (k,), str(k), "d")
+    return Flat(leaves, paths, aliased, tensors, values, kinds)
 
 
 def _set(obj: Any, path: Path, value: Any, aliased: Set[int]) -> Any:

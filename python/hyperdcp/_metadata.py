@@ -1,7 +1,7 @@
 """read_metadata: what a checkpoint holds, without loading it."""
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Tuple
 
 from . import _dcp
@@ -29,6 +29,10 @@ class Metadata:
     world_size: int  # ranks that saved it
     files: Dict[str, int]  # data file -> size
     save_id: int
+    # fqn -> the path it had in the saved state dict (its keys, typed), for entries saved
+    # with one (hyperdcp's Python package records them; see load_all).
+    paths: Dict[str, Tuple[Any, ...]] = field(default_factory=dict)
+    raw_paths: Dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
 def read_metadata(checkpoint_id: "os.PathLike | str") -> Metadata:
@@ -39,5 +43,9 @@ def read_metadata(checkpoint_id: "os.PathLike | str") -> Metadata:
                         tuple((tuple(o), tuple(n)) for o, n in chunks))
         for fqn, dtype, shape, chunks in md["tensors"]
     }
+    from . import _paths
+
+    raw = dict(md["paths"])
+    paths = {fqn: tuple(key for _, key in _paths.decode(fqn, data)) for fqn, data in raw.items()}
     return Metadata(tensors=tensors, bytes=dict(md["bytes"]), world_size=md["world_size"],
-                    files=dict(md["files"]), save_id=md["save_id"])
+                    files=dict(md["files"]), save_id=md["save_id"], paths=paths, raw_paths=raw)

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _boundary, _dcp, _values
+from . import _boundary, _dcp, _paths, _values
 from ._chunks import host_chunks, is_tensor, is_torch_tensor
 from ._errors import DcpError, error
 from ._flatten import Flat, flatten, set_leaves
@@ -44,6 +44,7 @@ class Prepared:
         self.values: List[str] = []  # fqns of non-tensor entries
         self.digests: Dict[str, str] = {}  # fqn -> digest of the stored value (save)
         self.replacements: Dict[str, Any] = {}  # load: meta tensors -> the allocated ones
+        self.layout: Optional[tuple] = None  # save: the paths and container kinds
         self.cache_key: Optional[tuple] = None
         self.signatures: Optional[list] = None  # per tensor leaf, when cacheable
 
@@ -152,10 +153,13 @@ def _prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool,
         _build(p, for_load, load_as)
         _add_values(p, for_load, allow_pickle)
         return p
+    # The nesting a save records (metadata paths): part of what a reused preparation matches.
+    p.layout = None if for_load else (tuple(p.flat.paths.values()), tuple(p.flat.kinds.values()))
     with _CACHE_LOCK:  # several state dicts may share names (a model and its reshard copy)
         candidates = [k for k in _CACHE if k[0] == for_load and k[1] == names]
         cached = [_CACHE.pop(k) for k in candidates]
-    if not any(_reuse(p, c) for c in cached):
+    reused = any(c.layout == p.layout and _reuse(p, c) for c in cached)
+    if not reused:
         _build(p, for_load)
     with _CACHE_LOCK:  # the ones not taken go back
         for c in cached:
@@ -163,6 +167,8 @@ def _prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool,
                 _CACHE[c.cache_key] = c
     p.cache_key = (for_load, names, id(p.sd))
     _add_values(p, for_load, allow_pickle)
+    if not reused and not for_load:
+        p.sd.set_paths(*_paths.encode_all(p.flat))
     return p
 
 
@@ -184,7 +190,8 @@ def release(p: Optional[Prepared]) -> None:
     if p is None or p.signatures is None or p.cache_key is None:
         return
     kept = Prepared.__new__(Prepared)
-    kept.sd, kept.signatures, kept.cache_key = p.sd, p.signatures, p.cache_key
+    kept.sd, kept.signatures, kept.cache_key, kept.layout = (p.sd, p.signatures, p.cache_key,
+                                                             p.layout)
     with _CACHE_LOCK:
         _CACHE[p.cache_key] = kept
         while len(_CACHE) > _CACHE_SIZE:

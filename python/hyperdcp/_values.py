@@ -22,7 +22,7 @@ import pickle
 import sys
 from typing import Any, Callable
 
-from ._errors import invalid_argument
+from ._errors import invalid_argument  # noqa: F401 (also used by _paths)
 
 _MAGIC = b"hyperdcp-value/1\n"
 
@@ -109,6 +109,15 @@ def _encode_node(obj: Any, pickle_ok: bool) -> Any:
     if pickle_ok:
         return {"$": "pickle", "v": _b64(pickle.dumps(obj, protocol=4))}
     raise _Refused(f"a value of type {_type_name(obj)}")
+
+
+def encode_node(value: Any) -> Any:
+    """The JSON node of a value the encoding takes without pickling (a dict key of a path)."""
+    return _encode_node(value, False)
+
+
+def decode_node(fqn: str, node: Any) -> Any:
+    return _decoder(fqn, False)(node)
 
 
 def encode(fqn: str, value: Any, allow_pickle: bool = False) -> bytes:

@@ -107,6 +107,17 @@ void BindCheckpoint(py::module_& m) {
             return py::bytes(reinterpret_cast<const char*>(e->bytes.data()), e->bytes.size());
           },
           py::arg("fqn"), "A bytes entry's payload (after load: the saved one), or None.")
+      .def(
+          "set_paths",
+          [](StateDict& sd, const std::vector<std::string>& fqns,
+             const std::vector<py::bytes>& paths) {
+            if (fqns.size() != paths.size()) {
+              throw Error(InvalidArgument("set_paths: as many paths as names are needed"));
+            }
+            for (size_t i = 0; i < fqns.size(); ++i) sd.set_path(fqns[i], std::string(paths[i]));
+          },
+          py::arg("fqns"), py::arg("paths"),
+          "Records each entry's nesting path (opaque bytes) for the metadata.")
       .def("__len__", &StateDict::size);
 
   py::class_<SaveResult>(m, "SaveResult", py::dynamic_attr(), "What a save did on this rank.")

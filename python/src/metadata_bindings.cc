@@ -29,6 +29,13 @@ py::dict ToPython(const Metadata& md) {
         py::make_tuple(t.fqn, std::string(DTypeName(t.dtype)), ToList(t.global_shape), chunks));
   }
   for (const auto& b : md.bytes) bytes.append(py::make_tuple(b.fqn, b.byte_length));
+  py::dict paths;  // fqn -> path, for the entries that have one
+  for (const auto& t : md.tensors) {
+    if (!t.path.empty()) paths[py::str(t.fqn)] = py::bytes(t.path);
+  }
+  for (const auto& b : md.bytes) {
+    if (!b.path.empty()) paths[py::str(b.fqn)] = py::bytes(b.path);
+  }
   py::dict d;
   d["save_id"] = md.save_id;
   d["world_size"] = md.world_size;
@@ -36,6 +43,7 @@ py::dict ToPython(const Metadata& md) {
   d["files"] = files;
   d["tensors"] = tensors;
   d["bytes"] = bytes;
+  d["paths"] = paths;
   return d;
 }
 
@@ -54,7 +62,7 @@ void BindMetadata(py::module_& m) {
       },
       py::arg("dir"),
       "{save_id, world_size, has_checksums, files: [(name, size)], tensors: [(fqn, dtype, "
-      "global_shape, [(offsets, lengths)])], bytes: [(fqn, byte_length)]}");
+      "global_shape, [(offsets, lengths)])], bytes: [(fqn, byte_length)], paths: {fqn: bytes}}");
 }
 
 }  // namespace dcp::python

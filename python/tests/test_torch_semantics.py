@@ -444,3 +444,57 @@ def test_complex_tensors_across_a_reshard(tmp_path, dtype):
     if dtype != torch.complex32:  # torch DCP side by side (its own complex32 support aside)
         ours, theirs = both(tmp_path / "side", {"z": full}, lambda: {"z": torch.zeros_like(full)})
         assert torch.equal(ours["z"], theirs["z"])
+
+
+def test_load_all_opens_a_checkpoint_with_its_exact_nesting(tmp_path):
+    a = {"model": {"net1.weight": torch.ones(2)}, "step": 3}
+    b = {"model": {"net1": {"weight": torch.full((2,), 2.0)}}, "step": 4}
+    dcp.save(a, tmp_path / "a")
+    dcp.save(b, tmp_path / "b")  # the same names as a, other nesting
+    got_a, got_b = dcp.load_all(tmp_path / "a"), dcp.load_all(tmp_path / "b")
+    assert list(got_a["model"]) == ["net1.weight"] and torch.equal(got_a["model"]["net1.weight"],
+                                                                   torch.ones(2))
+    assert torch.equal(got_b["model"]["net1"]["weight"], torch.full((2,), 2.0))
+    assert got_a["step"] == 3 and got_b["step"] == 4
+
+    rich = {"x": (torch.zeros(1), torch.ones(1)), "groups": [{"lr": 0.1}, torch.arange(3)],
+            "counts": {1: torch.ones(1), (2, "b"): 5}, "betas": [0.9, 0.99],
+            "rng": random.Random(0).getstate(), "w": torch.arange(6.0).reshape(2, 3)}
+    dcp.save(rich, tmp_path / "rich")
+    got = dcp.load_all(tmp_path / "rich")
+    assert type(got["x"]) is tuple and torch.equal(got["x"][1], torch.ones(1))
+    assert got["groups"][0] == {"lr": 0.1} and torch.equal(got["groups"][1], torch.arange(3))
+    assert list(got["counts"]) == [1, (2, "b")] and got["counts"][(2, "b")] == 5
+    assert got["betas"] == [0.9, 0.99] and got["rng"] == rich["rng"]
+    assert torch.equal(got["w"], rich["w"])
+    md = dcp.read_metadata(tmp_path / "rich")
+    assert md.paths["counts.1"] == ("counts", 1) and md.paths["x.0"] == ("x", 0)
+    # Only some entries: by top-level key, by name, by name prefix.
+    assert set(dcp.load_all(tmp_path / "rich", keys=["w", "betas"])) == {"w", "betas"}
+    assert list(dcp.load_all(tmp_path / "rich", keys=["groups.0.lr"])["groups"]) == [{"lr": 0.1}]
+    with pytest.raises(dcp.DcpError, match="no entry matches"):
+        dcp.load_all(tmp_path / "rich", keys=["nothing"])
+
+
+def test_load_all_of_a_checkpoint_without_paths(tmp_path):
+    sd = dcp._dcp.StateDict()  # the engine's own save records no paths (as C++ callers)
+    t = torch.arange(4.0)
+    sd.add_tensor("model.w", t.data_ptr(), "F32", [4], [4], [0])
+    sd.add_bytes("step", b"7")
+    dcp._dcp.save(sd, str(tmp_path / "ck"), dcp._dcp.local_comm(), True, 0)
+    got = dcp.load_all(tmp_path / "ck")
+    assert set(got) == {"model.w", "step"} and got["step"] == 7
+    assert torch.equal(got["model.w"], t)
+
+
+def test_load_all_matches_torch_load_state_dict_from_keys(tmp_path):
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    state = {"model": {"layer": {"w": torch.arange(4.0), "b": torch.ones(2)}}, "step": 5}
+    dcp.save(state, tmp_path / "ours")
+    torch_dcp.save(state, checkpoint_id=tmp_path / "theirs", no_dist=True)
+    ours = dcp.load_all(tmp_path / "ours")
+    theirs = _load_state_dict_from_keys(checkpoint_id=tmp_path / "theirs")
+    assert ours.keys() == theirs.keys() and ours["step"] == theirs["step"]
+    for k in ("w", "b"):
+        assert torch.equal(ours["model"]["layer"][k], theirs["model"]["layer"][k])

@@ -191,7 +191,7 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
   }
   std::vector<size_t> next_tensor(n, 0), next_bytes(n, 0);
   for (const auto& t : plan.tensors) {
-    metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}};
+    metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}, t.path};
     for (const auto& c : t.chunks) {
       const auto& ranges = written[c.writer].first.ranges;
       if (next_tensor[c.writer] >= ranges.size()) {
@@ -215,7 +215,7 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
     }
     const auto& wr = ranges[next_bytes[b.writer]++];
     md.bytes.push_back({b.fqn, static_cast<uint32_t>(bytes_file[b.writer]), wr.byte_offset,
-                        wr.byte_length, wr.xxh3});
+                        wr.byte_length, wr.xxh3, b.path});
   }
   return md;
 }

@@ -50,6 +50,14 @@ void StateDict::add_bytes(std::string_view fqn, std::string_view text) {
   add_bytes(fqn, std::as_bytes(std::span(text.data(), text.size())));
 }
 
+void StateDict::set_path(std::string_view fqn, std::string_view path) {
+  auto it = index_.find(std::string(fqn));
+  if (it == index_.end()) {
+    throw Error(InvalidArgument("set_path: no state dict entry '" + std::string(fqn) + "'"));
+  }
+  entries_[it->second].path = std::string(path);
+}
+
 const StateEntry* StateDict::find(std::string_view fqn) const {
   auto it = index_.find(std::string(fqn));
   return it == index_.end() ? nullptr : &entries_[it->second];

@@ -100,9 +100,19 @@ std::string Encode(const Metadata& md, uint32_t version) {
     w.Varint(b.byte_length);
     w.Fixed64(b.xxh3);
   }
+  bool paths = false;
+  for (const auto& t : md.tensors) paths = paths || !t.path.empty();
+  for (const auto& b : md.bytes) paths = paths || !b.path.empty();
+  // Version 1 leaves the flags outside the hash: paths need a covered flag.
+  DCP_CHECK(!paths || version > kLegacyVersion);
+  if (paths) {
+    for (const auto& t : md.tensors) w.String(t.path);
+    for (const auto& b : md.bytes) w.String(b.path);
+  }
   std::memcpy(out.data(), kMagic, sizeof(kMagic));
   PutFixed32(out, kVersionOffset, version);
-  PutFixed32(out, kFlagsOffset, md.has_checksums ? 0 : kFlagNoChecksums);
+  PutFixed32(out, kFlagsOffset,
+             (md.has_checksums ? 0 : kFlagNoChecksums) | (paths ? kFlagPaths : 0));
   PutFixed64(out, kBodyLengthOffset, out.size() - kHeaderSize);
   std::string_view enc(out);
   PutFixed64(out, kBodyHashOffset,
@@ -137,9 +147,10 @@ Result<Metadata> Decode(std::string_view data) {
   }
   // A flag this build does not know would change how the body reads: refuse it rather than
   // guess. (In version 1 the flags lie outside the hash; from version 2 on they are covered.)
-  if ((flags & ~kFlagNoChecksums) != 0) {
+  const uint32_t known = kFlagNoChecksums | (version > kLegacyVersion ? kFlagPaths : 0);
+  if ((flags & ~known) != 0) {
     return FailedPrecondition("metadata header flags " + std::to_string(flags) +
-                              " are not supported (this build reads flags 0 and 1)");
+                              " are not supported (this build reads flags 0 to 3)");
   }
 
   Reader r(body);
@@ -249,6 +260,10 @@ Result<Metadata> Decode(std::string_view data) {
       return Corrupt("bytes entry '" + b.fqn + "' has a bad file or byte range");
     }
     b.file = static_cast<uint32_t>(file);
+  }
+  if ((flags & kFlagPaths) != 0) {
+    for (auto& t : md.tensors) t.path = std::string(r.String());
+    for (auto& b : md.bytes) b.path = std::string(r.String());
   }
   if (!r.ok()) return Corrupt("body ends early");
   if (!r.AtEnd()) return Corrupt("trailing bytes after the body");

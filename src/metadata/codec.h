@@ -18,6 +18,10 @@ inline constexpr char kMagic[8] = {'\x89', 'D', 'C', 'P', 'M', 'E', 'T', 'A'};
 inline constexpr size_t kHeaderSize = 32;
 // Header flags (docs/format.md). Any other bit is refused.
 inline constexpr uint32_t kFlagNoChecksums = 1;  // Metadata::has_checksums == false
+// Entries carry nesting paths (TensorMeta::path): after the bytes entries, one string per
+// tensor, then one per bytes entry. Set only when some path is non-empty, so checkpoints
+// without paths stay readable by builds that predate it, which refuse ones with paths.
+inline constexpr uint32_t kFlagPaths = 2;
 // Version 1 hashed the body only (its header was unprotected); Decode still reads it. Version 2
 // hashes header bytes 0..23 and the body; version 3 (kFormatVersion) adds block checksums.
 inline constexpr uint32_t kLegacyVersion = 1;

@@ -456,8 +456,29 @@ TEST(CodecTest, RejectsEveryFlippedBit) {
 TEST(CodecTest, RejectsUnknownFlags) {
   std::string body = Body(Encode(SmallMetadata()));
   // Intact (correctly sealed) files with flags this build does not know.
-  ExpectError(Seal(body, kFormatVersion, 2), StatusCode::kFailedPrecondition, "flags 2");
-  ExpectError(Seal(body, kFormatVersion, 3), StatusCode::kFailedPrecondition, "flags 3");
+  ExpectError(Seal(body, kFormatVersion, 4), StatusCode::kFailedPrecondition, "flags 4");
+  ExpectError(Seal(body, kFormatVersion, 5), StatusCode::kFailedPrecondition, "flags 5");
+  // The paths flag over a body without the paths section: the body ends early.
+  ExpectError(Seal(body, kFormatVersion, kFlagPaths), StatusCode::kDataLoss, "ends early");
+}
+
+TEST(CodecTest, PathsRoundTripAndOnlyThenSetTheFlag) {
+  Metadata md = SmallMetadata();
+  ASSERT_FALSE(md.tensors.empty());
+  EXPECT_EQ(Encode(md).substr(12, 4), std::string(4, '\0'));  // no paths: format 3 as before
+  md.tensors[0].path = "[\"model\",{\"$\":\"i\",\"v\":0},\"w\"]";
+  if (!md.bytes.empty()) md.bytes[0].path = std::string("\x00binary\xff", 8);
+  const std::string enc = Encode(md);
+  EXPECT_EQ(enc.substr(12, 4), std::string("\x02\x00\x00\x00", 4));
+  auto out = Decode(enc);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  for (size_t i = 0; i < md.tensors.size(); ++i)
+    EXPECT_EQ(out->tensors[i].path, md.tensors[i].path);
+  for (size_t i = 0; i < md.bytes.size(); ++i) EXPECT_EQ(out->bytes[i].path, md.bytes[i].path);
+  for (size_t n = kHeaderSize; n < enc.size(); ++n) {  // every truncation still refused
+    EXPECT_FALSE(Decode(std::string_view(enc).substr(0, n)).ok()) << n;
+  }
+  EXPECT_NE(MetadataToJson(md).find("\"path\""), std::string::npos);
 }
 
 TEST(CodecTest, NoChecksumsFlagRoundTrips) {

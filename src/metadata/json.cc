@@ -57,19 +57,23 @@ nlohmann::json ToJson(const Metadata& md) {
       }
       chunks.push_back(std::move(chunk));
     }
-    tensors.push_back({{"fqn", t.fqn},
-                       {"dtype", std::string(DTypeName(t.dtype))},
-                       {"shape", ShapeToJson(t.global_shape)},
-                       {"chunks", std::move(chunks)}});
+    nlohmann::json tensor = {{"fqn", t.fqn},
+                             {"dtype", std::string(DTypeName(t.dtype))},
+                             {"shape", ShapeToJson(t.global_shape)},
+                             {"chunks", std::move(chunks)}};
+    if (!t.path.empty()) tensor["path"] = t.path;
+    tensors.push_back(std::move(tensor));
   }
 
   nlohmann::json bytes = nlohmann::json::array();
   for (const auto& b : md.bytes) {
-    bytes.push_back({{"fqn", b.fqn},
-                     {"file", FileName(md, b.file)},
-                     {"byte_offset", b.byte_offset},
-                     {"byte_length", b.byte_length},
-                     {"xxh3", Hex16(b.xxh3)}});
+    nlohmann::json entry = {{"fqn", b.fqn},
+                            {"file", FileName(md, b.file)},
+                            {"byte_offset", b.byte_offset},
+                            {"byte_length", b.byte_length},
+                            {"xxh3", Hex16(b.xxh3)}};
+    if (!b.path.empty()) entry["path"] = b.path;
+    bytes.push_back(std::move(entry));
   }
 
   return {{"format_version", kFormatVersion},
@@ -90,7 +94,10 @@ nlohmann::json ToJson(const Metadata& md) {
 
 }  // namespace
 
-std::string MetadataToJson(const Metadata& md, int indent) { return ToJson(md).dump(indent); }
+std::string MetadataToJson(const Metadata& md, int indent) {
+  // Paths are opaque bytes: anything not UTF-8 is replaced rather than thrown on.
+  return ToJson(md).dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 std::string MetadataSummary(const Metadata& md, bool list_chunks) {
   // Names are padded to a common width (capped, so one long name does not push every line).
@@ -116,7 +123,8 @@ std::string MetadataSummary(const Metadata& md, bool list_chunks) {
     const size_t n = t.chunks.size();
     out += "  " + padded(t.fqn) + "  " + std::string(DTypeName(t.dtype)) + " " +
            t.global_shape.ToString() + "  " + std::to_string(n) +
-           (n == 1 ? " chunk  " : " chunks  ") + HumanBytes(TensorBytes(t)) + "\n";
+           (n == 1 ? " chunk  " : " chunks  ") + HumanBytes(TensorBytes(t)) +
+           (t.path.empty() ? "" : "  path " + t.path) + "\n";
     if (!list_chunks) continue;
     for (const auto& c : t.chunks) {
       out += "    " + c.box.ToString() + "  " + FileName(md, c.file) + " @" +
@@ -127,6 +135,7 @@ std::string MetadataSummary(const Metadata& md, bool list_chunks) {
   if (!md.bytes.empty()) out += "bytes entries:\n";
   for (const auto& b : md.bytes) {
     out += "  " + padded(b.fqn) + "  " + HumanBytes(b.byte_length);
+    if (!b.path.empty()) out += "  path " + b.path;
     if (list_chunks) {
       out += "  " + FileName(md, b.file) + " @" + std::to_string(b.byte_offset) + " +" +
              std::to_string(b.byte_length) + "  xxh3 " + Hex16(b.xxh3);

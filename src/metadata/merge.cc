@@ -33,9 +33,10 @@ Result<Metadata> MergeRankMetadata(const std::vector<Metadata>& parts) {
     out.files.insert(out.files.end(), p.files.begin(), p.files.end());
     for (const TensorMeta& t : p.tensors) {
       auto [it, inserted] =
-          tensors.try_emplace(t.fqn, TensorMeta{t.fqn, t.dtype, t.global_shape, {}});
+          tensors.try_emplace(t.fqn, TensorMeta{t.fqn, t.dtype, t.global_shape, {}, t.path});
       if (inserted) tensor_rank[t.fqn] = r;
       TensorMeta& m = it->second;
+      if (m.path.empty()) m.path = t.path;
       if (m.dtype != t.dtype || !(m.global_shape == t.global_shape)) {
         return InvalidArgument("tensor '" + t.fqn + "': rank " +
                                std::to_string(tensor_rank[t.fqn]) + " saved " +

@@ -50,10 +50,12 @@ struct TensorAcc {
   Shape global_shape;
   int first_plan;
   std::map<Box, ChunkAcc> chunks;
+  std::string path;  // the first non-empty one, in plan order
 };
 struct BytesAcc {
   uint64_t nbytes = 0;
   std::vector<int> plans;
+  std::string path;
 };
 
 int FirstRank(const std::vector<std::vector<int>>& holders, int plan) {
@@ -87,7 +89,8 @@ Result<LocalSavePlan> BuildLocalSavePlan(const StateDict& sd) {
   LocalSavePlan plan;
   for (const StateEntry& e : sd.entries()) {
     if (e.kind == StateEntry::Kind::kBytes) {
-      plan.items.push_back(SaveItem{e.fqn, true, DType::kU8, Shape(), Box(), e.bytes.size()});
+      plan.items.push_back(
+          SaveItem{e.fqn, true, DType::kU8, Shape(), Box(), e.bytes.size(), e.path});
       continue;
     }
     DCP_RETURN_IF_ERROR(ValidateTensorEntry(e));
@@ -100,8 +103,10 @@ Result<LocalSavePlan> BuildLocalSavePlan(const StateDict& sd) {
         return InvalidArgument("tensor '" + e.fqn + "': chunk " + box.ToString() +
                                " added twice on one rank");
       }
+      // The path travels once per entry (with its first chunk), not once per chunk.
       plan.items.push_back(SaveItem{e.fqn, false, e.dtype, e.global_shape, box,
-                                    *DTypeBytes(e.dtype, box.NumElements())});
+                                    *DTypeBytes(e.dtype, box.NumElements()),
+                                    i == 0 ? e.path : std::string()});
     }
   }
   return plan;
@@ -115,6 +120,7 @@ std::string EncodeLocalPlan(const LocalSavePlan& plan) {
     w.String(it.fqn);
     w.Byte(it.is_bytes ? 1 : 0);
     w.Varint(it.nbytes);
+    w.String(it.path);
     if (it.is_bytes) continue;
     w.Byte(static_cast<uint8_t>(it.dtype));
     w.ShapeWithRank(it.global_shape);
@@ -132,6 +138,7 @@ Result<LocalSavePlan> DecodeLocalPlan(std::string_view data) {
     it.fqn = std::string(r.String());
     it.is_bytes = r.Byte() != 0;
     it.nbytes = r.Varint();
+    it.path = std::string(r.String());
     if (it.is_bytes) continue;
     uint8_t dtype = r.Byte();
     if (dtype >= kNumDTypes) return DataLoss("corrupt save plan: bad dtype");
@@ -176,6 +183,7 @@ Result<Gathered> GatherEntries(const std::vector<LocalSavePlan>& plans,
         }
         auto& acc = bytes[it.fqn];
         if (acc.plans.empty()) acc.nbytes = it.nbytes;
+        if (acc.path.empty()) acc.path = it.path;
         if (acc.plans.empty() || acc.plans.back() != p) acc.plans.push_back(p);
         continue;
       }
@@ -194,6 +202,7 @@ Result<Gathered> GatherEntries(const std::vector<LocalSavePlan>& plans,
                                " but rank " + std::to_string(FirstRank(holders, p)) + " has " +
                                std::string(DTypeName(it.dtype)) + " " + it.global_shape.ToString());
       }
+      if (t.path.empty()) t.path = it.path;
       ChunkAcc& c = t.chunks[it.box];
       c.nbytes = it.nbytes;
       if (c.plans.empty() || c.plans.back() != p) c.plans.push_back(p);
@@ -281,7 +290,7 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
 
   // Chunks held by one rank go to it; replicated ones wait for AssignWriters.
   for (auto& [fqn, t] : g.tensors) {
-    GlobalSavePlan::Tensor gt{fqn, t.dtype, t.global_shape, {}};
+    GlobalSavePlan::Tensor gt{fqn, t.dtype, t.global_shape, {}, t.path};
     std::vector<Box> boxes;
     std::vector<int> lowest_holder;
     boxes.reserve(t.chunks.size());
@@ -320,7 +329,7 @@ Result<GlobalSavePlan> PlanSave(const std::vector<LocalSavePlan>& plans,
     } else {
       pending.push_back({1, true, out.bytes.size(), 0, &b.plans});
     }
-    out.bytes.push_back({fqn, b.nbytes, writer});
+    out.bytes.push_back({fqn, b.nbytes, writer, b.path});
   }
 
   AssignWriters(std::move(pending), holders, &out);

@@ -25,6 +25,7 @@ struct SaveItem {
   Shape global_shape;        // tensors only
   Box box;                   // tensors only
   uint64_t nbytes = 0;
+  std::string path;  // StateEntry::path, on an entry's first item only
 
   friend bool operator==(const SaveItem&, const SaveItem&) = default;
 };
@@ -53,11 +54,13 @@ struct GlobalSavePlan {
     // Sorted by box. A replicated chunk may appear as several pieces (split_replicas): each
     // writer writes a dimension-0 slice of the chunk it holds.
     std::vector<Chunk> chunks;
+    std::string path;  // StateEntry::path of the first plan class naming one
   };
   struct Bytes {
     std::string fqn;
     uint64_t nbytes = 0;
     int writer = -1;
+    std::string path;
   };
   std::vector<Tensor> tensors;           // sorted by fqn
   std::vector<Bytes> bytes;              // sorted by fqn

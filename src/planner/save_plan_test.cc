@@ -616,9 +616,9 @@ TEST(EncodeLocalPlanTest, DecodeOfGarbageIsAnError) {
   // A bad dtype byte: one tensor item whose dtype is out of range.
   LocalSavePlan one{{WholeU8("w", 4)}};
   std::string enc = EncodeLocalPlan(one);
-  // Layout: count, fqn len, 'w', is_bytes, nbytes, dtype, ...
-  ASSERT_EQ(enc[5], static_cast<char>(DType::kU8));
-  enc[5] = static_cast<char>(kNumDTypes);
+  // Layout: count, fqn len, 'w', is_bytes, nbytes, path len (0), dtype, ...
+  ASSERT_EQ(enc[6], static_cast<char>(DType::kU8));
+  enc[6] = static_cast<char>(kNumDTypes);
   auto bad = DecodeLocalPlan(enc);
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
 }

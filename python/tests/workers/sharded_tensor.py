@@ -34,6 +34,9 @@ def main() -> None:
     shard = back["w"].local_shards()[0]
     o = shard.metadata.shard_offsets
     assert torch.equal(shard.tensor, FULL[:, o[1]:o[1] + 4]) and back["step"] == 4
+    # Opened without a template on every rank: each gets the whole tensor and the value.
+    opened = dcp.load_all(os.path.join(root, "st"))
+    assert torch.equal(opened["w"], FULL) and opened["step"] == 4
     print(f"rank {dist.get_rank()}: ok")
     dist.destroy_process_group()
 

@@ -1,0 +1,61 @@
+"""load_all: a checkpoint opened like a file, without a template (torch's
+_load_state_dict_from_keys, with the nesting kept exactly)."""
+
+import os
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from ._errors import invalid_argument
+from ._metadata import read_metadata
+
+
+def _selected(fqn: str, path: Tuple[Any, ...], keys: Optional[set]) -> bool:
+    if keys is None:
+        return True
+    return fqn in keys or path[0] in keys or any(fqn.startswith(k + ".") for k in keys
+                                                 if isinstance(k, str))
+
+
+def load_all(checkpoint_id: "os.PathLike | str", *, keys: Optional[Iterable[Any]] = None,
+             process_group: Any = None, no_dist: bool = False, device: Any = "cpu",
+             allow_pickle: bool = False, verify_checksums: bool = True) -> Dict[str, Any]:
+    """The whole checkpoint (or the entries under `keys`: names, name prefixes or top-level
+    keys) as the nested state dict it was saved from, every tensor allocated whole (on
+    `device`) and every value decoded. Entries saved without a path (by the C++ library, by
+    earlier versions, or converted from HuggingFace) sit at the top level under their names.
+
+    Under a process group every rank calls it and gets everything; each stored chunk is read
+    once and broadcast to the ranks that need it.
+    """
+    import torch
+
+    from ._api import load
+    from ._paths import decode, nest
+    from .torch import FROM_DCP
+
+    directory = os.fspath(checkpoint_id)
+    md = read_metadata(directory)
+    wanted = None if keys is None else set(keys)
+    flat: Dict[str, Any] = {}
+    where: List[Tuple[str, Any]] = []  # fqn, decoded path
+    for fqn, info in md.tensors.items():
+        path = decode(fqn, md.raw_paths[fqn]) if fqn in md.raw_paths else [("d", fqn)]
+        if not _selected(fqn, tuple(k for _, k in path), wanted):
+            continue
+        if info.dtype not in FROM_DCP:
+            raise invalid_argument(f"'{fqn}': dtype {info.dtype} has no torch dtype here")
+        flat[fqn] = torch.empty(info.shape, dtype=FROM_DCP[info.dtype])
+        where.append((fqn, path))
+    for fqn in md.bytes:
+        path = decode(fqn, md.raw_paths[fqn]) if fqn in md.raw_paths else [("d", fqn)]
+        if not _selected(fqn, tuple(k for _, k in path), wanted):
+            continue
+        flat[fqn] = None
+        where.append((fqn, path))
+    if wanted is not None and not flat:
+        raise invalid_argument(f"{directory}: no entry matches keys {sorted(map(str, wanted))}")
+    # A flat template: each top-level key is a name, so it flattens to exactly that name.
+    load(flat, directory, process_group=process_group, no_dist=no_dist,
+         allow_pickle=allow_pickle, verify_checksums=verify_checksums)
+    if device is not None and torch.device(device).type != "cpu":
+        flat = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in flat.items()}
+    return nest([(path, flat[fqn]) for fqn, path in where])
