@@ -177,6 +177,27 @@ TEST(Manager, SavesRetainsAndResumes) {
   EXPECT_TRUE(st.Holds(50));
 }
 
+// Settings that would delete everything but the newest step are refused, naming how to keep
+// everything (issue 19: keep_last 0 or -1 and keep_every 0 or -5 all deleted every older step).
+TEST(Manager, RetentionSettingsThatDeleteEverythingAreRefused) {
+  TempDir d;
+  for (RetentionPolicy p : {RetentionPolicy{.keep_last = 0}, RetentionPolicy{.keep_last = -1},
+                            RetentionPolicy{.keep_every = 0}, RetentionPolicy{.keep_every = -5},
+                            RetentionPolicy{.keep_last = 2, .keep_every = 0}}) {
+    try {
+      CheckpointManager mgr(d.path(), p);
+      ADD_FAILURE() << "accepted keep_last=" << p.keep_last.value_or(99)
+                    << " keep_every=" << p.keep_every.value_or(99);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("unset"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(ValidateRetention({.keep_last = 1, .keep_every = 1}).ok());
+  EXPECT_TRUE(ValidateRetention({}).ok());
+  CheckpointManager ok(d.path(), RetentionPolicy{.keep_last = 1});  // the root is not held
+}
+
 TEST(Manager, KeepEveryAndKeepOnDemand) {
   TempDir d;
   State st(0, 1);

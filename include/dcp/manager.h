@@ -62,6 +62,11 @@ struct RetentionPolicy {
   // Neither set: keep everything. Only keep_every set: keep its multiples and the newest step.
 };
 
+// OK, or kInvalidArgument for a setting that would delete more than a user means by it:
+// keep_last below 1 or keep_every below 1 (an unset value, not 0 or -1, keeps everything).
+// The manager refuses such a policy when it is created.
+Status ValidateRetention(const RetentionPolicy& policy);
+
 // The pure retention rule: which of `steps` (complete steps on disk, any order) to remove,
 // given the step `latest` durably names, the policy and the steps kept on demand. Removes
 // only steps older than `latest` (nothing when latest is unset or not among `steps`), never

@@ -110,3 +110,35 @@ def test_calls_from_several_threads_take_turns(tmp_path):
     assert not errors, errors
     assert mgr.latest_step() == 8 and mgr.steps() == [6, 7, 8]
     mgr.close()
+
+
+def test_recycling_never_overwrites_a_hard_linked_snapshot(tmp_path):
+    """Issue 19's repro: keep_last=1, step 1's data file hard-linked to a backup (as `cp -al`
+    snapshots do); saves 2 and 3 recycle retired files: the backup keeps its bytes."""
+    import hashlib
+
+    root = tmp_path / "root"
+    mgr = dcp.CheckpointManager(root, keep_last=1)
+    mgr.save(1, {"w": torch.full((4096,), 1.0)})
+    data = next((root / "step_000000001").glob("*.safetensors"))
+    backup = tmp_path / "backup.safetensors"
+    os.link(data, backup)
+    digest = hashlib.sha256(backup.read_bytes()).hexdigest()
+    mgr.save(2, {"w": torch.full((4096,), 2.0)})
+    mgr.save(3, {"w": torch.full((4096,), 3.0)})
+    assert hashlib.sha256(backup.read_bytes()).hexdigest() == digest
+    step3 = next((root / "step_000000003").glob("*.safetensors"))
+    assert os.stat(step3).st_nlink == 1
+    got = {"w": torch.zeros(4096)}
+    mgr.load(got)
+    assert torch.equal(got["w"], torch.full((4096,), 3.0))
+    mgr.close()
+
+
+@pytest.mark.parametrize("kwargs", [{"keep_last": 0}, {"keep_last": -1}, {"keep_every": 0},
+                                    {"keep_every": -5}])
+def test_retention_settings_that_delete_everything_are_refused(tmp_path, kwargs):
+    with pytest.raises(dcp.DcpError, match="unset") as e:
+        dcp.CheckpointManager(tmp_path, **kwargs)
+    assert e.value.code == "INVALID_ARGUMENT"
+    dcp.CheckpointManager(tmp_path, keep_last=1).close()  # the root was not left locked

@@ -440,7 +440,23 @@ struct CheckpointManager::Impl {
   }
 };
 
+Status ValidateRetention(const RetentionPolicy& policy) {
+  if (policy.keep_last && *policy.keep_last < 1) {
+    return InvalidArgument("keep_last=" + std::to_string(*policy.keep_last) +
+                           " would keep no step but the newest: keep_last counts the newest "
+                           "steps kept (at least 1); to keep every step leave it unset (None)");
+  }
+  if (policy.keep_every && *policy.keep_every < 1) {
+    return InvalidArgument("keep_every=" + std::to_string(*policy.keep_every) +
+                           " is not a step interval: keep_every keeps the multiples of a "
+                           "positive number; to keep every step leave both settings unset (None)");
+  }
+  return OkStatus();
+}
+
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  ThrowIfError(
+      ValidateRetention(impl_->opts.policy).Annotate("checkpoint manager " + impl_->root + ": "));
   impl_->Open();
 }
 

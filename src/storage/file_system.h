@@ -45,8 +45,10 @@ class FileSystem {
   virtual Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& path);
   // File recycling: renames `old_path` (a retired file nothing else needs) to `path` and opens
   // it to be overwritten from offset 0, so writes land in blocks already allocated; Sync()
-  // cuts the file to the bytes written. kNotFound when `old_path` does not exist. The default
-  // removes `old_path` and creates a new file.
+  // cuts the file to the bytes written. kNotFound when `old_path` does not exist, or is not a
+  // regular file with one link (a hard-linked snapshot, a symlink: then only the name
+  // `old_path` is removed, never what it shares or points to). The default removes `old_path`
+  // and creates a new file.
   virtual Result<std::unique_ptr<WritableFile>> ReuseFile(const std::string& old_path,
                                                           const std::string& path);
   virtual Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) = 0;

@@ -116,11 +116,26 @@ class Posix final : public FileSystem {
   }
   Result<std::unique_ptr<WritableFile>> ReuseFile(const std::string& old_path,
                                                   const std::string& path) override {
-    if (::rename(old_path.c_str(), path.c_str()) != 0) {
-      return ErrnoStatus("recycle " + old_path + " as", path, errno);
+    // Only a regular file that nothing else names is overwritten: opened without following
+    // a symlink (O_NONBLOCK: a FIFO does not wait for a reader) and checked on the descriptor.
+    // A hard-linked file (a `cp -al` / `rsync --link-dest` snapshot shares the inode), a
+    // symlink or anything else loses only this name, and the caller writes a new file.
+    int fd = ::open(old_path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0 && errno == ENOENT) return ErrnoStatus("recycle", old_path, errno);
+    struct stat st;
+    const bool sole = fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1;
+    if (!sole) {
+      if (fd >= 0) ::close(fd);
+      if (::unlink(old_path.c_str()) != 0 && errno != ENOENT) {
+        return ErrnoStatus("remove unrecyclable", old_path, errno);
+      }
+      return NotFound(old_path + " is not a regular file with one link: not recycled");
     }
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus("open", path, errno);
+    if (::fcntl(fd, F_SETFL, 0) != 0 || ::rename(old_path.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus("recycle " + old_path + " as", path, err);
+    }
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, /*reused=*/true));
   }
   Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& path) override {

@@ -99,5 +99,30 @@ TEST(PosixFileSystemTest, ReuseFileOverwritesInPlaceAndCutsTheTail) {
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("other.safetensors")));
 }
 
+// A retired file that another name shares (a hard-linked snapshot) or a symlink planted in its
+// place is never written through: only its own name goes, and the caller writes a new file.
+TEST(PosixFileSystemTest, ReuseFileNeverWritesThroughLinks) {
+  ScratchDir dir;
+  FileSystem& fs = PosixFileSystem();
+  const std::string retired = dir.Sub("r00000.safetensors"), snapshot = dir.Sub("backup");
+  std::ofstream(retired) << std::string(100, 's');
+  ASSERT_EQ(::link(retired.c_str(), snapshot.c_str()), 0);
+  auto f = fs.ReuseFile(retired, dir.Sub("new.safetensors"));
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kNotFound) << f.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(retired));
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("new.safetensors")));
+  EXPECT_EQ(*ReadWholeFile(fs, snapshot), std::string(100, 's'));
+
+  const std::string target = dir.Sub("precious");
+  std::ofstream(target) << "keep";
+  ASSERT_EQ(::symlink(target.c_str(), retired.c_str()), 0);
+  auto g = fs.ReuseFile(retired, dir.Sub("new.safetensors"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::is_symlink(retired));
+  EXPECT_EQ(*ReadWholeFile(fs, target), "keep");
+}
+
 }  // namespace
 }  // namespace dcp::storage
