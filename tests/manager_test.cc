@@ -253,6 +253,50 @@ TEST(Manager, FailedAsyncSaveLeavesLatestAndKeptSteps) {
   EXPECT_EQ(StepDirsOnDisk(d.path()), (std::vector<int64_t>{2, 3}));  // step 4 cleaned up
 }
 
+// Issue 19's crash loop: the newest step's data has flipped bytes at the same size (it looks
+// complete); resume falls back to the previous step, says why, and marks the step bad on disk,
+// so the next job resumes from the good step at once.
+TEST(Manager, ResumeFallsBackPastACorruptStep) {
+  TempDir d;
+  State st(0, 1);
+  {
+    CheckpointManager mgr(d.path(), RetentionPolicy{});
+    for (int64_t step = 1; step <= 3; ++step) {
+      st.Fill(step);
+      mgr.Save(step, st.sd);
+    }
+  }
+  const std::string step3 = d.path() + "/step_000000003/";
+  for (const auto& f : testing::ListFiles(step3, "data-")) {
+    testing::FlipByte(step3 + f, std::filesystem::file_size(step3 + f) - 1);
+  }
+  {
+    CheckpointManager mgr(d.path(), RetentionPolicy{});
+    EXPECT_EQ(mgr.latest_step(), 3);  // sizes are right: it looks complete
+    st.Clear();
+    LoadResult r = mgr.Load(st.sd);
+    EXPECT_EQ(r.step, 2);
+    EXPECT_NE(r.fell_back.find("step 3"), std::string::npos) << r.fell_back;
+    EXPECT_TRUE(st.Holds(2));
+    EXPECT_EQ(mgr.steps(), (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(LatestRecord(d.path()), 2);
+    EXPECT_TRUE(std::filesystem::exists(step3 + "dcp.bad"));  // marked, not deleted
+    auto info = inspect_root(d.path());
+    ASSERT_EQ(info.steps.size(), 3u);
+    EXPECT_FALSE(info.steps[2].complete);
+    EXPECT_NE(info.steps[2].problem.find("marked bad"), std::string::npos) << info.steps[2].problem;
+    // An explicit step is not replaced by another one.
+    try {
+      mgr.Load(st.sd, 3);
+      ADD_FAILURE() << "loaded a bad step";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kNotFound);
+    }
+  }
+  CheckpointManager again(d.path(), RetentionPolicy{});  // a later job: straight to step 2
+  EXPECT_EQ(again.latest_step(), 2);
+}
+
 TEST(Manager, ResumeTrustsTheDiskNotLatest) {
   TempDir d;
   State st(0, 1);

@@ -112,6 +112,10 @@ struct LoadResult {
   double teardown_seconds = 0;
   double read_seconds = 0;  // shared + private
   double total_seconds = 0;
+  // CheckpointManager loads: the step loaded, and why newer complete steps were passed over
+  // (each one "step N: <error>", marked bad on disk); -1 and empty otherwise.
+  int64_t step = -1;
+  std::string fell_back;
 };
 
 // Every rank of opts.comm calls it, with its own chunks. Throws dcp::Error; the checkpoint

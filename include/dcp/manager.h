@@ -146,7 +146,11 @@ class CheckpointManager {
   // The complete steps on disk, ascending.
   std::vector<int64_t> steps() const;
   // Loads `step` (default: the newest complete one) into sd. Finishes the save in flight
-  // first. Throws kNotFound when there is no such complete step.
+  // first. Throws kNotFound when there is no such complete step. Default step only, without
+  // allow_partial: a step whose data turns out corrupt or missing (kDataLoss, kNotFound, the
+  // same error on every rank) is marked bad on disk (the file `dcp.bad` in its directory,
+  // holding why; never deleted, no longer complete, shown by `dcp ls`) and the newest older
+  // complete step is loaded instead, on every rank alike; LoadResult::fell_back says why.
   LoadResult Load(StateDict& sd, std::optional<int64_t> step = std::nullopt);
   // Never remove `step` (through retention or prune) while this manager lives.
   void Keep(int64_t step);

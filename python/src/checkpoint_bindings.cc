@@ -159,6 +159,8 @@ void BindCheckpoint(py::module_& m) {
       .def_readonly("private_seconds", &LoadResult::private_seconds)
       .def_readonly("read_seconds", &LoadResult::read_seconds)
       .def_readonly("total_seconds", &LoadResult::total_seconds)
+      .def_readonly("step", &LoadResult::step)
+      .def_readonly("fell_back", &LoadResult::fell_back)
       .def("__repr__", [](const LoadResult& r) {
         return Repr("LoadResult",
                     std::vector<std::string>{"bytes_read=" + std::to_string(r.bytes_read),

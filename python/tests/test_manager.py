@@ -142,3 +142,20 @@ def test_retention_settings_that_delete_everything_are_refused(tmp_path, kwargs)
         dcp.CheckpointManager(tmp_path, **kwargs)
     assert e.value.code == "INVALID_ARGUMENT"
     dcp.CheckpointManager(tmp_path, keep_last=1).close()  # the root was not left locked
+
+
+def test_resume_falls_back_past_a_corrupt_step(tmp_path):
+    with dcp.CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, state(1))
+        mgr.save(2, state(2))
+    for data in (tmp_path / "step_000000002").glob("*.safetensors"):
+        blob = bytearray(data.read_bytes())
+        blob[-1] ^= 0xFF  # same size: the step still looks complete
+        data.write_bytes(bytes(blob))
+    with dcp.CheckpointManager(tmp_path) as mgr:
+        got = state(0)
+        r = mgr.load(got)
+        assert r.step == 1 and "step 2" in r.fell_back, r.fell_back
+        assert torch.equal(got["w"], state(1)["w"]) and got["meta"]["step"] == 1
+        assert mgr.steps() == [1]
+    assert (tmp_path / "step_000000002" / "dcp.bad").exists()  # marked, not deleted

@@ -79,6 +79,12 @@ using storage::JoinPath;
 // Whether `dir` holds a complete checkpoint: committed metadata that decodes, and every data
 // file it names present with its recorded size. OK, or why not.
 Status CheckComplete(FileSystem& fs, const std::string& dir) {
+  if (fs.FileSize(JoinPath(dir, manager::kBadName)).ok()) {
+    auto why = storage::ReadWholeFile(fs, JoinPath(dir, manager::kBadName));
+    std::string reason = why.ok() ? why->substr(0, 4096) : std::string("(unreadable)");
+    while (!reason.empty() && reason.back() == '\n') reason.pop_back();
+    return DataLoss(dir + ": marked bad by a load: " + reason);
+  }
   auto md = checkpoint::ReadMetadata(fs, dir);
   if (!md.ok()) return md.status();
   for (const auto& f : md->files) {
@@ -375,6 +381,20 @@ struct CheckpointManager::Impl {
     steps = DecodeSteps(ValueOrThrow(BroadcastOrFail(*comm, 0, st, payload)));
   }
 
+  // A step a load found corrupt: no longer complete, on every rank; rank 0 records why in the
+  // step directory (never deleting it) and points `latest` at the newest step left.
+  void MarkBad(int64_t step, const std::string& why) {
+    RemoveFromSteps({step});
+    if (rank != 0) return;
+    Status st =
+        storage::WriteFileAtomic(fs, JoinPath(Dir(step), manager::kBadName), why + "\n", ".tmp");
+    if (st.ok() && !steps.empty()) st = WriteLatest(steps.back());
+    if (!st.ok()) {
+      std::fprintf(stderr, "dcp manager: could not mark %s bad: %s\n", Dir(step).c_str(),
+                   st.message().c_str());
+    }
+  }
+
   Status WriteLatest(int64_t step) {
     return storage::WriteFileAtomic(fs, JoinPath(root, manager::kLatestName),
                                     std::to_string(step) + "\n", ".tmp")
@@ -517,14 +537,39 @@ std::vector<int64_t> CheckpointManager::steps() const { return impl_->steps; }
 LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
   Impl& m = *impl_;
   m.Finish();
-  if (!step) {
-    if (m.steps.empty()) ThrowIfError(NotFound("no complete checkpoint under " + m.root));
-    step = m.steps.back();
-  } else if (!std::binary_search(m.steps.begin(), m.steps.end(), *step)) {
-    ThrowIfError(
-        NotFound("no complete checkpoint of step " + std::to_string(*step) + " under " + m.root));
+  if (step) {
+    if (!std::binary_search(m.steps.begin(), m.steps.end(), *step)) {
+      ThrowIfError(
+          NotFound("no complete checkpoint of step " + std::to_string(*step) + " under " + m.root));
+    }
+    LoadResult r = ValueOrThrow(checkpoint::Load(sd, m.Dir(*step), m.opts.load, m.fs));
+    r.step = *step;
+    return r;
   }
-  return ValueOrThrow(checkpoint::Load(sd, m.Dir(*step), m.opts.load, m.fs));
+  if (m.steps.empty()) ThrowIfError(NotFound("no complete checkpoint under " + m.root));
+  // Newest first. A load error is agreed by every rank, so all pass over the same steps. With
+  // allow_partial no fallback: entries the older step lacks would keep bytes of the failed
+  // attempt, silently.
+  std::string fell_back;
+  while (true) {
+    const int64_t s = m.steps.back();
+    Result<LoadResult> r = checkpoint::Load(sd, m.Dir(s), m.opts.load, m.fs);
+    if (r.ok()) {
+      r->step = s;
+      r->fell_back = fell_back;
+      return *std::move(r);
+    }
+    const StatusCode code = r.status().code();
+    const bool corrupt = code == StatusCode::kDataLoss || code == StatusCode::kNotFound;
+    if (!corrupt || m.opts.load.allow_partial || m.steps.size() == 1) {
+      ThrowIfError(fell_back.empty() ? r.status() : r.status().Annotate(fell_back + "; then "));
+    }
+    const std::string why = "step " + std::to_string(s) + ": " + r.status().message();
+    fell_back += (fell_back.empty() ? "" : "; ") + why;
+    m.MarkBad(s, why);
+    std::fprintf(stderr, "dcp manager: %s; loading step %lld instead\n", why.c_str(),
+                 static_cast<long long>(m.steps.back()));
+  }
 }
 
 void CheckpointManager::Keep(int64_t step) { impl_->keeps.insert(step); }

@@ -19,5 +19,8 @@ inline constexpr const char* kLockName = ".dcp-manager.lock";
 inline constexpr const char* kLatestName = "latest";
 // Retired data files waiting to be overwritten by the next save (ManagerOptions::recycle_files).
 inline constexpr const char* kRecycleName = ".recycle";
+// In a step directory: the step was found corrupt by a load and is no longer complete (its
+// content: why). A person deletes it, or the step, after looking.
+inline constexpr const char* kBadName = "dcp.bad";
 
 }  // namespace dcp::manager
