@@ -198,6 +198,35 @@ TEST(Manager, RetentionSettingsThatDeleteEverythingAreRefused) {
   CheckpointManager ok(d.path(), RetentionPolicy{.keep_last = 1});  // the root is not held
 }
 
+// Planted symlinks are never written through: a lock file that is a symlink is refused, and a
+// `latest.tmp` symlink planted while the manager runs is replaced, its target untouched
+// (issue 19: the lock text and latest went through such links).
+TEST(Manager, PlantedSymlinksAreNeverWrittenThrough) {
+  TempDir d;
+  const std::string target = d.path() + "/precious";
+  std::ofstream(target) << "keep";
+  std::filesystem::create_directories(d.path() + "/root");
+  ASSERT_EQ(::symlink(target.c_str(), (d.path() + "/root/.dcp-manager.lock").c_str()), 0);
+  try {
+    CheckpointManager mgr(d.path() + "/root", RetentionPolicy{});
+    ADD_FAILURE() << "a symlinked lock file was used";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("symlink"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ReadFile(target), "keep");
+  std::filesystem::remove(d.path() + "/root/.dcp-manager.lock");
+
+  State st(0, 1);
+  CheckpointManager mgr(d.path() + "/root", RetentionPolicy{});
+  ASSERT_EQ(::symlink(target.c_str(), (d.path() + "/root/latest.tmp").c_str()), 0);
+  st.Fill(1);
+  mgr.Save(1, st.sd);
+  EXPECT_EQ(ReadFile(target), "keep");
+  EXPECT_FALSE(std::filesystem::is_symlink(d.path() + "/root/latest"));
+  EXPECT_EQ(LatestRecord(d.path() + "/root"), 1);
+}
+
 TEST(Manager, KeepEveryAndKeepOnDemand) {
   TempDir d;
   State st(0, 1);

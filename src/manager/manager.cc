@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,6 +123,9 @@ struct Scan {
 };
 
 std::optional<int64_t> ReadLatestRecord(FileSystem& fs, const std::string& root) {
+  // A record is a number: anything larger is not one (and is never read whole).
+  auto size = fs.FileSize(JoinPath(root, manager::kLatestName));
+  if (!size.ok() || *size > 64) return std::nullopt;
   auto data = storage::ReadWholeFile(fs, JoinPath(root, manager::kLatestName));
   if (!data.ok()) return std::nullopt;
   std::string s = *data;
@@ -237,8 +241,20 @@ class RootLock {
 
   Status Acquire(const std::string& root) {
     path_ = JoinPath(root, manager::kLockName);
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // Never through a symlink (whose target the lock text and the release's truncate would
+    // overwrite), and only a regular file.
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd_ < 0 && errno == ELOOP) {
+      return FailedPrecondition("lock file " + path_ + " is a symlink: refusing to use it; " +
+                                "remove it if nothing else put it there");
+    }
     if (fd_ < 0) return ErrnoStatus("open lock file", path_, errno);
+    struct stat st;
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      fd_ = -1;
+      return FailedPrecondition("lock file " + path_ + " is not a regular file");
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       int err = errno;
       const Holder h = Parse(ReadRaw());

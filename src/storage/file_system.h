@@ -75,6 +75,8 @@ FileSystem& PosixFileSystem();
 // Whole-file helpers over any FileSystem.
 Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path);
 // tmp + Sync + Rename + SyncDir: `path` holds either its old content or `data`, never a mix.
+// The tmp file is created exclusively, so a symlink planted at its name is never written
+// through, and the rename replaces a symlink at `path` itself, never its target.
 Status WriteFileAtomic(FileSystem& fs, const std::string& path, std::string_view data,
                        const std::string& tmp_suffix);
 

@@ -259,7 +259,11 @@ Status WriteFileAtomic(FileSystem& fs, const std::string& path, std::string_view
                        const std::string& tmp_suffix) {
   const std::string tmp = path + tmp_suffix;
   {
-    DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
+    // Created exclusively (O_CREAT|O_EXCL never follows a symlink): whatever sits at the tmp
+    // name (a crashed writer's leftover, a planted symlink) is unlinked first, itself only,
+    // and one planted again in between makes the create fail instead of writing through it.
+    DCP_RETURN_IF_ERROR(fs.Remove(tmp));
+    DCP_ASSIGN_OR_RETURN(auto file, fs.NewExclusiveFile(tmp));
     Status s = file->Append(std::as_bytes(std::span(data.data(), data.size())));
     if (s.ok()) s = file->Sync();
     if (s.ok()) s = file->Close();
