@@ -146,7 +146,10 @@ class GlooGroup:
                 out.append(m)
         return out
 
-    def _wait(self, work: Any, op: str, timeout_s: float) -> None:
+    def _wait(self, work: Any, op: str, timeout_s: float, owned: bool = True) -> None:
+        """Waits for `work`, polling (see the module doc). `owned`: its buffers are tensors of
+        ours, which the work keeps alive; else (broadcast_into) the engine's memory, which the
+        engine frees once we return, so a failed wait first lets the operation end."""
         job = self._job
         self._calls += 1
         call = self._calls
@@ -172,7 +175,8 @@ class GlooGroup:
                                f"{timeout_s:g} s on rank {job.rank}: {who}"),
                          tell_others=True)
             if job.failure is not None:
-                self._settle(work)
+                if not owned:
+                    self._settle(work)
                 job.check()
             time.sleep(delay)
             delay = min(delay * 1.5, 0.001 if now - start < 0.2 else 0.01)
@@ -300,7 +304,8 @@ class GlooGroup:
                 return
             buf = torch.frombuffer(view, dtype=torch.uint8)  # the engine's memory, no copy
             self._wait(self._pg.broadcast(
-                [buf], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast", timeout_s)
+                [buf], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast",
+                timeout_s, owned=False)
 
         return self._run("broadcast", go)
 

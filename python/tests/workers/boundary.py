@@ -56,7 +56,7 @@ def case_sigint(root: str, rank: int, what: str) -> None:
         return
     mgr = dcp.CheckpointManager(os.path.join(root, "mgr")) if what == "manager" else None
     if rank == 0:
-        time.sleep(4)  # rank 1 is waiting in the collective when its SIGINT comes
+        time.sleep(12)  # rank 1 waits in the collective when its SIGINT comes, long before this
     fn = {"save": lambda: dcp.save(state(rank), os.path.join(root, "ck")),
           "load": lambda: dcp.load(state(rank), os.path.join(root, "warm"), allow_partial=True),
           "manager": lambda: mgr.save(1, state(rank))}[what]
