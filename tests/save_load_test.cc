@@ -323,6 +323,24 @@ TEST_F(Checks, DestinationNotCovered) {
   EXPECT_NE(err.find("not covered"), std::string::npos) << err;
 }
 
+// Issue 19: a sealed metadata naming a 2^62-byte bytes entry (its file's size in the metadata
+// raised to match) in a small file: one clear error naming the file, before any allocation
+// (it used to throw std::bad_alloc, outside the error agreement).
+TEST_F(Checks, BytesEntryLargerThanItsFileIsRefusedBeforeAllocating) {
+  auto& fs = storage::PosixFileSystem();
+  auto md = checkpoint::ReadMetadata(fs, tmp_.path());
+  ASSERT_TRUE(md.ok());
+  auto* b = const_cast<metadata::BytesMeta*>(md->FindBytes("extra"));
+  ASSERT_NE(b, nullptr);
+  b->byte_length = uint64_t{1} << 62;
+  md->files[b->file].size = b->byte_offset + b->byte_length;
+  ASSERT_TRUE(checkpoint::CommitMetadata(fs, tmp_.path(), *md).ok());
+  StateDict d = Dest();
+  std::string err = ErrorOf([&] { load(d, tmp_.path()); });
+  EXPECT_NE(err.find("bytes entry 'extra'"), std::string::npos) << err;
+  EXPECT_NE(err.find(" 3 bytes"), std::string::npos) << err;  // the file's real size
+}
+
 TEST_F(Checks, FlippedByteIsAChecksumErrorUnlessVerificationIsOff) {
   auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), tmp_.path());
   const auto& c = md->FindTensor("layer.bias")->chunks[0];

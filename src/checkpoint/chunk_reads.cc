@@ -1,6 +1,7 @@
 #include "checkpoint/chunk_reads.h"
 
 #include <algorithm>
+#include <new>
 #include <tuple>
 
 #include "checkpoint/metadata_io.h"
@@ -152,9 +153,24 @@ Status ChunkReads::ReadBytesEntries(const planner::LocalLoadPlan& plan) {
   for (const planner::BytesRead& br : plan.bytes) {
     const metadata::BytesMeta& b = md_.bytes[br.bytes];
     std::vector<std::byte>& dst = sd_.mutable_bytes(br.entry);
-    dst.resize(b.byte_length);
     auto file = Open(b.file);
     Status s = file.status();
+    // The size comes from the metadata: checked against the file itself before anything is
+    // allocated (a sealed metadata may still name more bytes than any file holds), and an
+    // allocation that fails is an error of this load, not an exception past the collectives.
+    if (s.ok() &&
+        (b.byte_offset > (*file)->size() || b.byte_length > (*file)->size() - b.byte_offset)) {
+      s = DataLoss("needs bytes [" + std::to_string(b.byte_offset) + ", " +
+                   std::to_string(b.byte_offset) + " + " + std::to_string(b.byte_length) + ") of " +
+                   (*file)->path() + ", which has " + std::to_string((*file)->size()) + " bytes");
+    }
+    if (s.ok()) {
+      try {
+        dst.resize(b.byte_length);
+      } catch (const std::bad_alloc&) {
+        s = Unavailable("cannot allocate " + std::to_string(b.byte_length) + " bytes");
+      }
+    }
     if (s.ok()) {
       s = storage::ReadRangeInto(**file, {b.byte_offset, b.byte_length, b.xxh3}, verify_,
                                  dst.data(), &stats_->bytes_read);
