@@ -27,7 +27,7 @@ def test_sigint_on_one_rank(torchrun, tmp_path, what):
 
 
 @pytest.mark.parametrize("case", ["timeout-one-rank", "first-call-on-one-rank",
-                                  "values-differ"])
+                                  "values-differ", "resume-fallback"])
 def test_failures_name_the_rank(torchrun, tmp_path, case):
     out = torchrun(2, "boundary.py", case, tmp_path, timeout=200)
     assert out.count(": ok") == 2, out

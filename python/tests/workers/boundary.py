@@ -125,6 +125,33 @@ def case_values_differ(root: str, rank: int) -> None:
     assert not os.path.exists(os.path.join(root, "differ", "dcp.metadata"))
 
 
+def case_resume_fallback(root: str, rank: int) -> None:
+    """Two ranks resume from a root whose newest step has a flipped byte (same size): both
+    fall back to the step before, alike, and the bad step is marked on disk."""
+    mroot = os.path.join(root, "mgr")
+    with dcp.CheckpointManager(mroot) as mgr:
+        for step in (1, 2):
+            mgr.save(step, {"w": torch.full((1 << 12,), float(step)), "step": step})
+    dist.barrier()
+    if rank == 0:
+        d = os.path.join(mroot, "step_000000002")
+        for name in os.listdir(d):
+            if name.endswith(".safetensors"):
+                with open(os.path.join(d, name), "r+b") as f:
+                    f.seek(-1, os.SEEK_END)
+                    last = f.read(1)
+                    f.seek(-1, os.SEEK_END)
+                    f.write(bytes([last[0] ^ 0xFF]))
+    dist.barrier()
+    with dcp.CheckpointManager(mroot) as mgr:
+        got = {"w": torch.zeros(1 << 12), "step": 0}
+        r = mgr.load(got)
+        assert r.step == 1 and "step 2" in r.fell_back, (r.step, r.fell_back)
+        assert got["step"] == 1 and torch.equal(got["w"], torch.full((1 << 12,), 1.0))
+        assert mgr.steps() == [1]
+    assert os.path.exists(os.path.join(mroot, "step_000000002", "dcp.bad"))
+
+
 MGR = None  # module level: finalised with the interpreter
 
 
@@ -158,6 +185,8 @@ def main() -> None:
         case_first_call_on_one_rank(root, rank)
     elif case == "values-differ":
         case_values_differ(root, rank)
+    elif case == "resume-fallback":
+        case_resume_fallback(root, rank)
     elif case.startswith("exit-"):
         case_exit_in_flight(root, rank, case.split("-", 1)[1])
         return
