@@ -147,6 +147,15 @@ std::vector<int64_t> StepDirsOnDisk(const std::string& root) {
   return out;
 }
 
+// Steps 1..n under `root` by a manager that keeps everything, closed afterwards.
+void SaveSteps(const std::string& root, State& st, int64_t n) {
+  CheckpointManager mgr(root, RetentionPolicy{});
+  for (int64_t step = 1; step <= n; ++step) {
+    st.Fill(step);
+    mgr.Save(step, st.sd);
+  }
+}
+
 // ---- One process ----------------------------------------------------------------------------
 
 TEST(Manager, SavesRetainsAndResumes) {
@@ -288,13 +297,7 @@ TEST(Manager, FailedAsyncSaveLeavesLatestAndKeptSteps) {
 TEST(Manager, ResumeFallsBackPastACorruptStep) {
   TempDir d;
   State st(0, 1);
-  {
-    CheckpointManager mgr(d.path(), RetentionPolicy{});
-    for (int64_t step = 1; step <= 3; ++step) {
-      st.Fill(step);
-      mgr.Save(step, st.sd);
-    }
-  }
+  SaveSteps(d.path(), st, 3);
   const std::string step3 = d.path() + "/step_000000003/";
   for (const auto& f : testing::ListFiles(step3, "data-")) {
     testing::FlipByte(step3 + f, std::filesystem::file_size(step3 + f) - 1);
@@ -329,13 +332,7 @@ TEST(Manager, ResumeFallsBackPastACorruptStep) {
 TEST(Manager, ResumeTrustsTheDiskNotLatest) {
   TempDir d;
   State st(0, 1);
-  {
-    CheckpointManager mgr(d.path(), RetentionPolicy{});
-    for (int64_t step = 1; step <= 4; ++step) {
-      st.Fill(step);
-      mgr.Save(step, st.sd);
-    }
-  }
+  SaveSteps(d.path(), st, 4);
   // Step 4 damaged (a data file short), `latest` pointing at a step that does not exist, and
   // a directory of a save that never committed.
   for (const auto& f : testing::ListFiles(d.path() + "/step_000000004", "data-")) {

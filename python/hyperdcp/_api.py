@@ -33,10 +33,14 @@ def _prepare_save(state_dict: Any, comm: Any, directory: str, overwrite: bool,
 
 def _timed(result: Any, p: Prepared, started: float) -> Any:
     """The engine's result with the Python side's share of the call added."""
-    result.python_seconds = p.python_seconds() - (result.total_seconds
-                                                  if hasattr(result, "total_seconds") else 0)
+    result.python_seconds = p.python_seconds() - result.total_seconds
     result.call_seconds = time.perf_counter() - started
     return result
+
+
+def _finite(timeout: Optional[float]) -> Optional[float]:
+    """A Future's timeout: inf means no timeout (None), as in hyperdcp's other waits."""
+    return None if timeout is not None and math.isinf(timeout) and timeout > 0 else timeout
 
 
 def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" = None, *,
@@ -162,8 +166,7 @@ class SaveFuture(concurrent.futures.Future):
             self.set_result(r)
 
     def result(self, timeout: Optional[float] = None) -> _dcp.SaveResult:
-        if timeout is not None and math.isinf(timeout) and timeout > 0:
-            timeout = None
+        timeout = _finite(timeout)
         try:
             return super().result(timeout)
         except concurrent.futures.TimeoutError:
@@ -171,9 +174,7 @@ class SaveFuture(concurrent.futures.Future):
                 from None
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        if timeout is not None and math.isinf(timeout) and timeout > 0:
-            timeout = None
-        return super().exception(timeout)
+        return super().exception(_finite(timeout))
 
     def cancel(self) -> bool:
         return False  # a save that started staging runs to its end

@@ -29,10 +29,17 @@ class Metadata:
     world_size: int  # ranks that saved it
     files: Dict[str, int]  # data file -> size
     save_id: int
-    # fqn -> the path it had in the saved state dict (its keys, typed), for entries saved
-    # with one (hyperdcp's Python package records them; see load_all).
-    paths: Dict[str, Tuple[Any, ...]] = field(default_factory=dict)
+    # fqn -> the stored path (see _paths.py), for entries saved with one.
     raw_paths: Dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def paths(self) -> Dict[str, Tuple[Any, ...]]:
+        """fqn -> the keys that led to the entry in the saved state dict (typed), for entries
+        saved with a path (hyperdcp's Python package records them; see load_all)."""
+        from . import _paths
+
+        return {fqn: tuple(key for _, key in _paths.decode(fqn, data))
+                for fqn, data in self.raw_paths.items()}
 
 
 def read_metadata(checkpoint_id: "os.PathLike | str") -> Metadata:
@@ -43,9 +50,5 @@ def read_metadata(checkpoint_id: "os.PathLike | str") -> Metadata:
                         tuple((tuple(o), tuple(n)) for o, n in chunks))
         for fqn, dtype, shape, chunks in md["tensors"]
     }
-    from . import _paths
-
-    raw = dict(md["paths"])
-    paths = {fqn: tuple(key for _, key in _paths.decode(fqn, data)) for fqn, data in raw.items()}
     return Metadata(tensors=tensors, bytes=dict(md["bytes"]), world_size=md["world_size"],
-                    files=dict(md["files"]), save_id=md["save_id"], paths=paths, raw_paths=raw)
+                    files=dict(md["files"]), save_id=md["save_id"], raw_paths=dict(md["paths"]))

@@ -35,21 +35,17 @@ def load_all(checkpoint_id: "os.PathLike | str", *, keys: Optional[Iterable[Any]
     directory = os.fspath(checkpoint_id)
     md = read_metadata(directory)
     wanted = None if keys is None else set(keys)
-    flat: Dict[str, Any] = {}
+    flat: Dict[str, Any] = {}  # fqn -> a whole tensor to fill, or None for a value
     where: List[Tuple[str, Any]] = []  # fqn, decoded path
-    for fqn, info in md.tensors.items():
+    for fqn in list(md.tensors) + list(md.bytes):
         path = decode(fqn, md.raw_paths[fqn]) if fqn in md.raw_paths else [("d", fqn)]
         if not _selected(fqn, tuple(k for _, k in path), wanted):
             continue
-        if info.dtype not in FROM_DCP:
+        info = md.tensors.get(fqn)
+        if info is not None and info.dtype not in FROM_DCP:
             raise invalid_argument(f"'{fqn}': dtype {info.dtype} has no torch dtype here")
-        flat[fqn] = torch.empty(info.shape, dtype=FROM_DCP[info.dtype])
-        where.append((fqn, path))
-    for fqn in md.bytes:
-        path = decode(fqn, md.raw_paths[fqn]) if fqn in md.raw_paths else [("d", fqn)]
-        if not _selected(fqn, tuple(k for _, k in path), wanted):
-            continue
-        flat[fqn] = None
+        flat[fqn] = None if info is None else torch.empty(info.shape,
+                                                          dtype=FROM_DCP[info.dtype])
         where.append((fqn, path))
     if wanted is not None and not flat:
         raise invalid_argument(f"{directory}: no entry matches keys {sorted(map(str, wanted))}")

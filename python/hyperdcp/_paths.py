@@ -11,6 +11,7 @@ import json
 from typing import Any, List, Tuple
 
 from . import _values
+from ._errors import invalid_argument
 
 # A decoded path: (kind, key) per level, kind "d" (dict key), "l" (list index), "t" (tuple).
 Decoded = List[Tuple[str, Any]]
@@ -49,7 +50,7 @@ def decode(fqn: str, data: bytes) -> Decoded:
             raise ValueError("an empty path")
         return out
     except (ValueError, TypeError, KeyError) as e:
-        raise _values.invalid_argument(f"'{fqn}': stored path is malformed ({e})") from None
+        raise invalid_argument(f"'{fqn}': stored path is malformed ({e})") from None
 
 
 class _Node:

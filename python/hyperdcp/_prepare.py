@@ -41,7 +41,6 @@ class Prepared:
         self.sd: Any = None
         self.owners: List[Any] = []  # the memory the engine reads or fills: kept alive
         self.write_backs: List[Callable[[], None]] = []  # load: staged copies -> tensors
-        self.values: List[str] = []  # fqns of non-tensor entries
         self.digests: Dict[str, str] = {}  # fqn -> digest of the stored value (save)
         self.replacements: Dict[str, Any] = {}  # load: meta tensors -> the allocated ones
         self.layout: Optional[tuple] = None  # save: the paths and container kinds
@@ -175,7 +174,6 @@ def _prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool,
 def _add_values(p: Prepared, for_load: bool, allow_pickle: bool) -> None:
     for fqn in p.flat.values:
         leaf = p.flat.leaves[fqn]
-        p.values.append(fqn)
         if for_load:
             p.sd.add_bytes(fqn, b"")  # also clears what a previous load left in a reused one
         else:
@@ -258,11 +256,12 @@ def finish_load(p: Prepared, allow_pickle: bool = False, device: Any = None) -> 
     bump = getattr(getattr(getattr(torch, "autograd", None), "graph", None),
                    "increment_version", None)
     if bump is not None:
-        # As copy_ would: a saved-for-backward use of a loaded tensor now fails.
-        bump([t for t in p.owners if isinstance(t, torch.Tensor)] +
-             [t for t in p.flat.leaves.values() if isinstance(t, torch.Tensor)])
+        # As copy_ would: a saved-for-backward use of a loaded tensor now fails. The leaves
+        # and the local tensors of DTensors (each once: a plain tensor is its own owner).
+        tensors = {id(t): t for t in p.owners + p.flat.tensors if isinstance(t, torch.Tensor)}
+        bump(list(tensors.values()))
     loaded: Dict[str, Any] = {}
-    for fqn in p.values:
+    for fqn in p.flat.values:
         data = p.sd.bytes_of(fqn)
         if data:  # empty: skipped by a partial load (a stored value is never empty)
             loaded[fqn] = _values.decode(fqn, data, allow_pickle)

@@ -22,7 +22,7 @@ import pickle
 import sys
 from typing import Any, Callable
 
-from ._errors import invalid_argument  # noqa: F401 (also used by _paths)
+from ._errors import invalid_argument
 
 _MAGIC = b"hyperdcp-value/1\n"
 

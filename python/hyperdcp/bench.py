@@ -325,32 +325,29 @@ def run_lib(lib, states, shapes, d: str, args, verify: bool, out: Dict[str, List
             if phase == "async.blocked":
                 python["staged_bytes"].append(float(last.staging.bytes_staged))
 
+    def load(phase: str, dst: Dict[str, Any], layout: str) -> None:
+        out[phase].append(timed(lambda: lib.load(dst, d)))
+        py(phase)
+        if verify:
+            check(dst, shapes, layout, f"{lib.name} {phase}")
+
     fresh_dir(d, args.pause)
     out["save"].append(timed(lambda: lib.save(src, d)))
     py("save")
 
     zero(same)
     resident.append(cold(d))
-    out["load.cold"].append(timed(lambda: lib.load(same, d)))
-    py("load.cold")
-    if verify:
-        check(same, shapes, "save", f"{lib.name} cold load")
+    load("load.cold", same, "save")
 
     zero(same)
     dist.barrier()
     if dist.get_rank() == 0:
         read_all(d)
-    out["load.warm"].append(timed(lambda: lib.load(same, d)))
-    py("load.warm")
-    if verify:
-        check(same, shapes, "save", f"{lib.name} warm load")
+    load("load.warm", same, "save")
 
     zero(other)
     resident.append(cold(d))
-    out["reshard"].append(timed(lambda: lib.load(other, d)))
-    py("reshard")
-    if verify:
-        check(other, shapes, "reshard", f"{lib.name} reshard")
+    load("reshard", other, "reshard")
 
     fresh_dir(d, args.pause)
     dist.barrier()

@@ -44,12 +44,10 @@ class CheckpointManager:
         self._comm = comm_for(process_group, no_dist)
         self._root = os.fspath(root)
         self._allow_pickle = allow_pickle
-        load = dict(allow_partial=allow_partial, verify_checksums=verify_checksums,
-                    max_open_files=max_open_files)
-        saver = dict(max_staging_bytes=max_staging_bytes, staging_threads=staging_threads,
-                     persist_nice=persist_nice)
-        self._mgr = _boundary.call(self._comm, _dcp.CheckpointManager, self._root, keep_last,
-                                   keep_every, self._comm, recycle_files, load, saver)
+        self._mgr = _boundary.call(
+            self._comm, _dcp.CheckpointManager, self._root, keep_last, keep_every, self._comm,
+            recycle_files, allow_partial, verify_checksums, max_open_files, max_staging_bytes,
+            staging_threads, persist_nice)
         _boundary.register_closable(self)
 
     def _call(self, fn: Any, *args: Any) -> Any:

@@ -18,37 +18,15 @@ namespace {
 
 class Manager {
  public:
+  // The load and async-saver options are the ones load() and set_async_options() take.
   Manager(const std::string& root, std::optional<int64_t> keep_last,
           std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm, bool recycle_files,
-          const py::dict& load, const py::dict& async) {
+          LoadOptions load, AsyncSaverOptions async) {
     ManagerOptions o{.policy = {.keep_last = keep_last, .keep_every = keep_every},
                      .comm = std::move(comm),
-                     .recycle_files = recycle_files};
-    // Options of the manager's loads and async saves, as the functions of the same names take.
-    for (auto [key, value] : load) {
-      const std::string k = key.cast<std::string>();
-      if (k == "allow_partial")
-        o.load.allow_partial = value.cast<bool>();
-      else if (k == "verify_checksums")
-        o.load.verify_checksums = value.cast<bool>();
-      else if (k == "max_open_files")
-        o.load.max_open_files = value.cast<int>();
-      else if (k == "broadcast")
-        o.load.broadcast = value.cast<bool>();
-      else
-        throw Error(InvalidArgument("unknown load option " + k));
-    }
-    for (auto [key, value] : async) {
-      const std::string k = key.cast<std::string>();
-      if (k == "max_staging_bytes")
-        o.async.max_staging_bytes = value.cast<uint64_t>();
-      else if (k == "staging_threads")
-        o.async.staging_threads = value.cast<int>();
-      else if (k == "persist_nice")
-        o.async.persist_nice = value.cast<int>();
-      else
-        throw Error(InvalidArgument("unknown async option " + k));
-    }
+                     .recycle_files = recycle_files,
+                     .load = load,
+                     .async = async};
     py::gil_scoped_release release;
     mgr_ = std::make_unique<CheckpointManager>(root, std::move(o));
   }
@@ -84,11 +62,25 @@ class Manager {
 
 void BindManager(py::module_& m) {
   py::class_<Manager>(m, "CheckpointManager")
-      .def(py::init<const std::string&, std::optional<int64_t>, std::optional<int64_t>,
-                    std::shared_ptr<Comm>, bool, const py::dict&, const py::dict&>(),
+      .def(py::init([](const std::string& root, std::optional<int64_t> keep_last,
+                       std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm,
+                       bool recycle_files, bool allow_partial, bool verify_checksums,
+                       int max_open_files, uint64_t max_staging_bytes, int staging_threads,
+                       int persist_nice) {
+             LoadOptions load;
+             load.allow_partial = allow_partial;
+             load.verify_checksums = verify_checksums;
+             load.max_open_files = max_open_files;
+             return std::make_unique<Manager>(
+                 root, keep_last, keep_every, std::move(comm), recycle_files, load,
+                 AsyncSaverOptions{.max_staging_bytes = max_staging_bytes,
+                                   .staging_threads = staging_threads,
+                                   .persist_nice = persist_nice});
+           }),
            py::arg("root"), py::arg("keep_last"), py::arg("keep_every"), py::arg("comm"),
-           py::arg("recycle_files") = true, py::arg("load") = py::dict(),
-           py::arg("async_options") = py::dict())
+           py::arg("recycle_files"), py::arg("allow_partial"), py::arg("verify_checksums"),
+           py::arg("max_open_files"), py::arg("max_staging_bytes"), py::arg("staging_threads"),
+           py::arg("persist_nice"))
       .def(
           "save",
           [](Manager& self, int64_t step, const StateDict& sd) {

@@ -22,9 +22,9 @@ class HostAllocator final : public StagingAllocator {
     }
     // Huge pages mean fewer TLB misses while copying; a hint, so failure is fine. Given
     // after faulting in: asked for before, each fault may compact memory for a huge page
-    // (THP defrag "madvise", Debian's default), which made pre-faulting 3-8x slower than
-    // touching the pages (prepare_async_save: 0.86 s instead of 0.1 s for 161 MiB); given
-    // now, khugepaged collapses the buffer later, in the background.
+    // (THP defrag "madvise", Debian's default), which made pre-faulting 161 MiB 2-6x slower
+    // here (0.18-0.43 s against 0.07-0.10 s); given now, khugepaged collapses the buffer
+    // later, in the background.
     (void)madvise(p, bytes, MADV_HUGEPAGE);
     return std::span<std::byte>(static_cast<std::byte*>(p), bytes);
   }

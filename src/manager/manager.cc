@@ -80,9 +80,10 @@ using storage::JoinPath;
 // Whether `dir` holds a complete checkpoint: committed metadata that decodes, and every data
 // file it names present with its recorded size. OK, or why not.
 Status CheckComplete(FileSystem& fs, const std::string& dir) {
-  if (fs.FileSize(JoinPath(dir, manager::kBadName)).ok()) {
-    auto why = storage::ReadWholeFile(fs, JoinPath(dir, manager::kBadName));
-    std::string reason = why.ok() ? why->substr(0, 4096) : std::string("(unreadable)");
+  if (auto bad = fs.FileSize(JoinPath(dir, manager::kBadName)); bad.ok()) {
+    auto why = *bad <= 4096 ? storage::ReadWholeFile(fs, JoinPath(dir, manager::kBadName))
+                            : Result<std::string>(DataLoss("too long to show"));
+    std::string reason = why.ok() ? *why : std::string("(unreadable)");
     while (!reason.empty() && reason.back() == '\n') reason.pop_back();
     return DataLoss(dir + ": marked bad by a load: " + reason);
   }
