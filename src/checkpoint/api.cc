@@ -1,4 +1,5 @@
-// The public entry points: the internal Result-returning calls on the real file system,
+// The public entry points: the internal Result-returning calls on the file system of the
+// path (storage::FileSystemFor: POSIX, or S3 for s3:// ids),
 // errors thrown as dcp::Error.
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
@@ -7,21 +8,28 @@
 #include "dcp/checkpoint.h"
 
 namespace dcp {
+namespace {
+
+storage::FileSystem& FsFor(const std::string& dir) {
+  return *ValueOrThrow(storage::FileSystemFor(dir));
+}
+
+}  // namespace
 
 SaveResult save(const StateDict& sd, const std::string& dir, const SaveOptions& opts) {
-  return ValueOrThrow(checkpoint::Save(sd, dir, opts, storage::PosixFileSystem()));
+  return ValueOrThrow(checkpoint::Save(sd, dir, opts, FsFor(dir)));
 }
 
 LoadResult load(StateDict& sd, const std::string& dir, const LoadOptions& opts) {
-  return ValueOrThrow(checkpoint::Load(sd, dir, opts, storage::PosixFileSystem()));
+  return ValueOrThrow(checkpoint::Load(sd, dir, opts, FsFor(dir)));
 }
 
 Metadata read_metadata(const std::string& dir) {
-  return ValueOrThrow(checkpoint::ReadMetadata(storage::PosixFileSystem(), dir));
+  return ValueOrThrow(checkpoint::ReadMetadata(FsFor(dir), dir));
 }
 
 VerifyResult verify(const std::string& dir) {
-  return ValueOrThrow(checkpoint::Verify(storage::PosixFileSystem(), dir));
+  return ValueOrThrow(checkpoint::Verify(FsFor(dir), dir));
 }
 
 }  // namespace dcp

@@ -54,6 +54,22 @@ storage::StoredRange RangeOf(const metadata::Metadata& md, const metadata::Store
   return {sc.byte_offset, sc.byte_length, sc.xxh3, md.block_size, sc.block_xxh3};
 }
 
+void ChunkReads::Hint(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items,
+                      const std::vector<bool>& done) {
+  if (!fs_.IsObjectStore()) return;  // a file system: the page cache reads ahead
+  std::map<uint32_t, std::vector<storage::ByteRange>> by_file;
+  for (const uint32_t item : items) {
+    if (done[item]) continue;
+    const planner::ReadItem& r = plan.reads[item];
+    const metadata::StoredChunk& sc = md_.tensors[r.tensor].chunks[r.stored];
+    by_file[sc.file].push_back({sc.byte_offset, sc.byte_length});
+  }
+  for (auto& [file, ranges] : by_file) {
+    auto f = Open(file);
+    if (f.ok()) (*f)->WillRead(ranges);  // an open that fails is reported by the read itself
+  }
+}
+
 Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items) {
   const auto& entries = sd_.entries();
   std::vector<bool>& done = done_[&plan];
@@ -63,6 +79,7 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
     private_done = &done_[private_plan_];
     private_done->resize(private_plan_->reads.size(), false);
   }
+  Hint(plan, items, done);
   std::vector<CopyRuns> runs;
   std::vector<storage::ChunkTarget> targets;
   std::vector<std::pair<std::vector<bool>*, size_t>> filled;

@@ -48,6 +48,9 @@ class ChunkReads {
 
  private:
   Result<storage::ReadableFile*> Open(uint32_t file);
+  // On an object store: tells each file which of its stored chunks `items` will read.
+  void Hint(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items,
+            const std::vector<bool>& done);
   // Whether item k of the private plan is read from storage by this rank.
   bool FromStorage(size_t k) const {
     return !not_from_storage_ || not_from_storage_->empty() || !(*not_from_storage_)[k];

@@ -261,9 +261,12 @@ std::unordered_set<std::string> FileNames(const metadata::Metadata& md) {
 // Before writing, with the directory's lock held: data files that no committed metadata
 // names belong to saves that are dead (a live one would hold the lock), e.g. a save that
 // failed on a full disk and could not remove its files. Removing them first means such
-// leftovers never make the next save fail too. Nothing is removed when the committed
+// leftovers never make the next save fail too; on an object store, their incomplete
+// multipart uploads are aborted. Nothing is removed when the committed
 // metadata cannot be read.
 void RemoveFilesOfDeadSaves(storage::FileSystem& fs, const std::string& dir) {
+  // An object store's uploads that dead saves left incomplete (invisible, but billed).
+  (void)fs.DropUnfinishedWrites(dir);
   auto names = fs.List(dir);
   if (!names.ok()) return;
   std::unordered_set<std::string> keep;

@@ -63,7 +63,9 @@ Status WriteLock(storage::FileSystem& fs, const std::string& path, const LockInf
   if (s.ok()) s = file->Sync();
   Status c = file->Close();
   if (s.ok()) s = c;
-  if (!s.ok()) (void)fs.Remove(path);
+  // kFailedPrecondition: another lock won a conditional write (an object store settles
+  // NewExclusiveFile when the object is completed): that lock is not ours to remove.
+  if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) (void)fs.Remove(path);
   return s;
 }
 

@@ -414,13 +414,31 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
   return static_cast<uint64_t>(bytes);
 }
 
+namespace {
+
+// Conversion writes into a staging directory that it renames into place: object stores have
+// no directory rename.
+Status LocalOnly(const std::string& src, const std::string& dst) {
+  for (const std::string* p : {&src, &dst}) {
+    if (storage::IsObjectStorePath(*p)) {
+      return InvalidArgument("convert " + *p + ": conversion reads and writes local directories; "
+                             "load from or save to s3:// with dcp.load/dcp.save instead");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 HfToDcpResult convert_hf_to_dcp(const std::string& src, const std::string& dst,
                                 const HfToDcpOptions& opts) {
+  ThrowIfError(LocalOnly(src, dst));
   return ValueOrThrow(convert::HfToDcp(src, dst, opts, storage::PosixFileSystem()));
 }
 
 DcpToHfResult convert_dcp_to_hf(const std::string& src, const std::string& dst,
                                 const DcpToHfOptions& opts) {
+  ThrowIfError(LocalOnly(src, dst));
   return ValueOrThrow(convert::DcpToHf(src, dst, opts, storage::PosixFileSystem()));
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <random>
 #include <sstream>
 
 #include "async/async_saver.h"
@@ -335,6 +336,9 @@ struct CheckpointManager::Impl {
   std::shared_ptr<Comm> comm;
   int rank = 0;
   RootLock lock;
+  // On an object store (no flock): the root's lock is a save lock, a conditional write of
+  // dcp.lock in the root, held for the manager's life.
+  checkpoint::SaveLock object_lock;
   std::vector<int64_t> steps;  // complete, ascending; the same on every rank
   std::set<int64_t> keeps;
   std::unique_ptr<AsyncSaver> saver;
@@ -347,6 +351,8 @@ struct CheckpointManager::Impl {
     rank = comm->rank();
     opts.save.comm = comm;
     opts.load.comm = comm;
+    // Recycling renames retired files: a copy of every byte on an object store.
+    if (fs.IsObjectStore()) opts.recycle_files = false;
     opts.save.recycle_dir = opts.recycle_files ? RecycleDir() : std::string();
   }
 
@@ -361,7 +367,12 @@ struct CheckpointManager::Impl {
     std::string payload;
     if (rank == 0) {
       st = fs.CreateDirs(root).Annotate("checkpoint root: ");
-      if (st.ok()) st = lock.Acquire(root);
+      if (st.ok()) {
+        st = fs.IsObjectStore()
+                 ? object_lock.Acquire(fs, root, std::random_device{}() * 0x9E3779B97F4A7C15ull ^
+                                                     static_cast<uint64_t>(::getpid()))
+                 : lock.Acquire(root);
+      }
       if (st.ok()) {
         auto scan = ScanRoot(fs, root);
         st = scan.status();
@@ -498,7 +509,8 @@ CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::mo
 }
 
 CheckpointManager::CheckpointManager(const std::string& root, ManagerOptions opts)
-    : CheckpointManager(std::make_unique<Impl>(root, std::move(opts), storage::PosixFileSystem())) {
+    : CheckpointManager(std::make_unique<Impl>(root, std::move(opts),
+                                               *ValueOrThrow(storage::FileSystemFor(root)))) {
 }
 
 CheckpointManager::CheckpointManager(const std::string& root, RetentionPolicy policy,
@@ -626,7 +638,7 @@ std::vector<int64_t> RootInfo::complete_steps() const {
 }
 
 RootInfo inspect_root(const std::string& root) {
-  FileSystem& fs = storage::PosixFileSystem();
+  FileSystem& fs = *ValueOrThrow(storage::FileSystemFor(root));
   Scan scan = ValueOrThrow(ScanRoot(fs, root));
   RootInfo info;
   info.latest_record = scan.latest_record;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dcp/status.h"
@@ -26,9 +27,18 @@ class WritableFile {
   virtual const std::string& path() const = 0;
 };
 
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
 class ReadableFile {
  public:
   virtual ~ReadableFile() = default;
+  // The ranges about to be read, mostly in ascending order: an object store fetches them
+  // ahead, neighbours coalesced into fewer requests, several in parallel. A hint only: reads
+  // outside them work as always. Nothing to do on a file system.
+  virtual void WillRead(std::span<const ByteRange> /*ranges*/) {}
   // Reads exactly dst.size() bytes at `offset`; kDataLoss naming the file if it ends early.
   virtual Status ReadAt(uint64_t offset, std::span<std::byte> dst) = 0;
   virtual uint64_t size() const = 0;
@@ -68,15 +78,34 @@ class FileSystem {
   virtual Result<std::vector<std::string>> List(const std::string& dir) = 0;
   // kNotFound when missing.
   virtual Result<uint64_t> FileSize(const std::string& path) = 0;
+
+  // Publish `data` at `path` whole: a reader sees the old content or the new, never a mix or
+  // nothing. The default writes `path + tmp_suffix`, syncs it, renames it over `path` and
+  // syncs the directory; an object store replaces an object atomically in one request.
+  virtual Status WriteAtomic(const std::string& path, std::string_view data,
+                             const std::string& tmp_suffix);
+  // Objects, not files: Rename copies every byte (so the manager does not recycle files) and
+  // each read is a request (so loads announce their ranges, ReadableFile::WillRead).
+  virtual bool IsObjectStore() const { return false; }
+  // Drops what writes interrupted under `dir` left invisible (an object store's incomplete
+  // multipart uploads, which cost storage until aborted). Called by a save holding the
+  // directory's lock, and by prune. Nothing to do on a file system.
+  virtual Status DropUnfinishedWrites(const std::string& /*dir*/) { return OkStatus(); }
 };
 
 FileSystem& PosixFileSystem();
 
+// The file system of a path: the S3 backend for "s3://bucket/prefix" (configured from the
+// environment, see storage/s3/s3_config.h), PosixFileSystem() for anything else.
+Result<FileSystem*> FileSystemFor(const std::string& path);
+// True for "s3://..." paths: they are used as given (never made absolute or resolved).
+bool IsObjectStorePath(const std::string& path);
+
 // Whole-file helpers over any FileSystem.
 Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path);
-// tmp + Sync + Rename + SyncDir: `path` holds either its old content or `data`, never a mix.
-// The tmp file is created exclusively, so a symlink planted at its name is never written
-// through, and the rename replaces a symlink at `path` itself, never its target.
+// fs.WriteAtomic(). On POSIX: tmp + Sync + Rename + SyncDir. The tmp file is created
+// exclusively, so a symlink planted at its name is never written through, and the rename
+// replaces a symlink at `path` itself, never its target.
 Status WriteFileAtomic(FileSystem& fs, const std::string& path, std::string_view data,
                        const std::string& tmp_suffix);
 

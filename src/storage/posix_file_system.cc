@@ -257,6 +257,12 @@ Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
 
 Status WriteFileAtomic(FileSystem& fs, const std::string& path, std::string_view data,
                        const std::string& tmp_suffix) {
+  return fs.WriteAtomic(path, data, tmp_suffix);
+}
+
+Status FileSystem::WriteAtomic(const std::string& path, std::string_view data,
+                               const std::string& tmp_suffix) {
+  FileSystem& fs = *this;
   const std::string tmp = path + tmp_suffix;
   {
     // Created exclusively (O_CREAT|O_EXCL never follows a symlink): whatever sits at the tmp

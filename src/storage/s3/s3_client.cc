@@ -1,0 +1,511 @@
+#include "storage/s3/s3_client.h"
+
+#include <curl/curl.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <thread>
+
+namespace dcp::storage::s3 {
+
+struct S3Client::Request {
+  std::string method;
+  std::string bucket;
+  std::string key;
+  Params query;
+  Params headers;
+  std::span<const std::byte> body;
+  std::span<std::byte> into;  // a successful response's body goes here (GET ranges)
+  bool head = false;
+};
+
+struct S3Client::Response {
+  long status = 0;
+  std::string text;  // the body, unless it went `into`
+  std::string etag;
+  uint64_t content_length = 0;
+  uint64_t received = 0;
+};
+
+namespace {
+
+using Request = S3Client::Request;
+using Response = S3Client::Response;
+
+std::string Where(const std::string& bucket, const std::string& key) {
+  return "s3://" + bucket + (key.empty() ? "" : "/" + key);
+}
+
+std::string AmzDate() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+// The text of the first element named `name` under `node`, depth first.
+const xmlNode* Find(const xmlNode* node, const char* name) {
+  for (const xmlNode* n = node; n; n = n->next) {
+    if (n->type != XML_ELEMENT_NODE) continue;
+    if (std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0) return n;
+    if (const xmlNode* c = Find(n->children, name)) return c;
+  }
+  return nullptr;
+}
+
+std::string Text(const xmlNode* n) {
+  if (!n) return {};
+  xmlChar* s = xmlNodeGetContent(n);
+  std::string out = s ? reinterpret_cast<const char*>(s) : "";
+  xmlFree(s);
+  return out;
+}
+
+std::string ChildText(const xmlNode* parent, const char* name) {
+  return parent ? Text(Find(parent->children, name)) : std::string();
+}
+
+struct Xml {
+  explicit Xml(const std::string& text)
+      : doc(xmlReadMemory(text.data(), static_cast<int>(text.size()), "s3.xml", nullptr,
+                          XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING)) {}
+  ~Xml() {
+    if (doc) xmlFreeDoc(doc);
+  }
+  const xmlNode* root() const { return doc ? xmlDocGetRootElement(doc) : nullptr; }
+  xmlDoc* doc;
+};
+
+// Visits every element named `name` that is a direct child of the root.
+void ForEachTop(const Xml& xml, const char* name, const std::function<void(const xmlNode*)>& fn) {
+  const xmlNode* root = xml.root();
+  if (!root) return;
+  for (const xmlNode* n = root->children; n; n = n->next) {
+    if (n->type == XML_ELEMENT_NODE && std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0) {
+      fn(n);
+    }
+  }
+}
+
+std::string ErrorCode(const std::string& body) {
+  if (body.find("<Error") == std::string::npos) return {};
+  Xml xml(body);
+  return xml.root() ? ChildText(xml.root(), "Code") : std::string();
+}
+
+Status HttpError(const Request& r, const Response& resp) {
+  const std::string what = r.method + " " + Where(r.bucket, r.key);
+  std::string code = ErrorCode(resp.text);
+  std::string message;
+  if (!code.empty()) {
+    Xml xml(resp.text);
+    message = ChildText(xml.root(), "Message");
+  }
+  const std::string detail = "HTTP " + std::to_string(resp.status) +
+                             (code.empty() ? "" : " " + code) +
+                             (message.empty() ? "" : ": " + message);
+  if (code == "NoSuchBucket") {
+    return NotFound("bucket s3://" + r.bucket + " does not exist (" + detail + ")");
+  }
+  switch (resp.status) {
+    case 404:
+      return NotFound(Where(r.bucket, r.key) + " does not exist (" + detail + ")");
+    case 412:
+      return FailedPrecondition(Where(r.bucket, r.key) + " already exists (" + detail + ")");
+    case 401:
+    case 403:
+      return FailedPrecondition(what + ": access denied, check the S3 credentials (" + detail +
+                                ")");
+    default:
+      if (resp.status >= 500 || resp.status == 429) return Unavailable(what + ": " + detail);
+      return InvalidArgument(what + ": " + detail);
+  }
+}
+
+bool Retryable(const Response& resp) {
+  if (resp.status >= 500 || resp.status == 429) return true;
+  const std::string code = ErrorCode(resp.text);
+  return code == "SlowDown" || code == "RequestTimeout" || code == "InternalError" ||
+         code == "ServiceUnavailable" || code == "Throttling";
+}
+
+struct Transfer {
+  CURL* curl;
+  const Request* req;
+  Response* resp;
+  size_t sent = 0;
+  bool overflow = false;
+};
+
+size_t OnRead(char* buf, size_t size, size_t n, void* p) {
+  auto* t = static_cast<Transfer*>(p);
+  size_t left = t->req->body.size() - t->sent;
+  size_t k = std::min(left, size * n);
+  std::memcpy(buf, t->req->body.data() + t->sent, k);
+  t->sent += k;
+  return k;
+}
+
+size_t OnWrite(char* data, size_t size, size_t n, void* p) {
+  auto* t = static_cast<Transfer*>(p);
+  const size_t k = size * n;
+  long status = 0;
+  curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+  if (status >= 200 && status < 300 && !t->req->into.empty()) {
+    if (t->resp->received + k > t->req->into.size()) {
+      t->overflow = true;
+      return 0;  // aborts the transfer
+    }
+    std::memcpy(t->req->into.data() + t->resp->received, data, k);
+  } else if (t->resp->text.size() < (size_t{64} << 20)) {
+    t->resp->text.append(data, k);
+  }
+  t->resp->received += k;
+  return k;
+}
+
+size_t OnHeader(char* data, size_t size, size_t n, void* p) {
+  auto* t = static_cast<Transfer*>(p);
+  std::string line(data, size * n);
+  size_t colon = line.find(':');
+  if (colon != std::string::npos) {
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    while (!value.empty() && (value.back() == '\r' || value.back() == '\n')) value.pop_back();
+    if (name == "etag") t->resp->etag = value;
+    if (name == "content-length") t->resp->content_length = std::strtoull(value.c_str(), nullptr, 10);
+  }
+  return size * n;
+}
+
+std::string UrlQuery(const Params& query) {
+  std::string out;
+  for (const auto& [k, v] : query) {
+    out += (out.empty() ? "?" : "&") + UriEncode(k, false);
+    if (!v.empty()) out += "=" + UriEncode(v, false);
+  }
+  return out;
+}
+
+void InitCurlOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    xmlInitParser();
+  });
+}
+
+}  // namespace
+
+S3Client::S3Client(S3Config config) : config_(std::move(config)) { InitCurlOnce(); }
+
+S3Client::~S3Client() {
+  for (void* h : idle_) curl_easy_cleanup(static_cast<CURL*>(h));
+}
+
+RequestCounts S3Client::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
+}
+
+void* S3Client::Borrow() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counts_.requests;
+    if (!idle_.empty()) {
+      void* h = idle_.back();
+      idle_.pop_back();
+      return h;
+    }
+  }
+  return curl_easy_init();
+}
+
+void S3Client::Return(void* curl) {
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_.push_back(curl);
+}
+
+Status S3Client::Attempt(void* handle, const Request& r, Response& resp, bool* retry) {
+  CURL* curl = static_cast<CURL*>(handle);
+  curl_easy_reset(curl);
+  resp = Response{};
+  *retry = false;
+
+  // The URL and the Host header the signature covers.
+  std::string host_and_scheme = config_.endpoint;
+  if (host_and_scheme.empty()) host_and_scheme = "https://s3." + config_.region + ".amazonaws.com";
+  const size_t scheme_end = host_and_scheme.find("://");
+  const std::string scheme = host_and_scheme.substr(0, scheme_end);
+  std::string host = host_and_scheme.substr(scheme_end + 3);
+  std::string path;
+  if (config_.path_style) {
+    path = "/" + r.bucket + (r.key.empty() ? "/" : "/" + UriEncode(r.key, true));
+  } else {
+    host = r.bucket + "." + host;
+    path = "/" + UriEncode(r.key, true);
+  }
+  const std::string url = scheme + "://" + host + path + UrlQuery(r.query);
+
+  RequestToSign sig;
+  sig.method = r.method;
+  sig.path = path;
+  sig.query = r.query;
+  sig.headers = r.headers;
+  const std::string amz_date = AmzDate();
+  sig.headers.emplace_back("host", host);
+  sig.headers.emplace_back("x-amz-date", amz_date);
+  sig.headers.emplace_back("x-amz-content-sha256", "UNSIGNED-PAYLOAD");
+  if (!config_.session_token.empty()) {
+    sig.headers.emplace_back("x-amz-security-token", config_.session_token);
+  }
+  const std::string auth =
+      Authorization(sig, {config_.access_key, config_.secret_key, config_.region}, amz_date);
+
+  curl_slist* headers = nullptr;
+  for (const auto& [k, v] : sig.headers) {
+    if (k != "host") headers = curl_slist_append(headers, (k + ": " + v).c_str());
+  }
+  headers = curl_slist_append(headers, ("Authorization: " + auth).c_str());
+  headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+
+  Transfer t{curl, &r, &resp};
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
+  // A stalled connection (under 1 KiB/s for 60 s) is a failed attempt, not a hang.
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnWrite);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
+  if (r.head) {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else if (r.method == "PUT" || r.method == "POST") {
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, OnRead);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &t);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+    if (r.method == "POST") curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "POST");
+  } else if (r.method != "GET") {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, r.method.c_str());
+  }
+  CURLcode rc = curl_easy_perform(curl);
+  curl_slist_free_all(headers);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &resp.status);
+
+  const std::string what = r.method + " " + Where(r.bucket, r.key);
+  if (t.overflow) return DataLoss(what + ": the response is longer than requested");
+  if (rc != CURLE_OK) {
+    *retry = true;
+    std::string target = config_.endpoint.empty() ? host : config_.endpoint;
+    return Unavailable(what + ": cannot reach the S3 endpoint " + target + ": " +
+                       curl_easy_strerror(rc));
+  }
+  if (resp.status >= 200 && resp.status < 300) {
+    // CompleteMultipartUpload and CopyObject can fail after a 200 status.
+    if (!resp.text.empty() && (r.method == "POST" || !r.into.empty() || r.method == "PUT") &&
+        resp.text.find("<Error>") != std::string::npos) {
+      *retry = Retryable(resp);
+      return HttpError(r, resp);
+    }
+    return OkStatus();
+  }
+  *retry = Retryable(resp);
+  return HttpError(r, resp);
+}
+
+Result<Response> S3Client::Send(const Request& r) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  Status last;
+  for (int attempt = 0; attempt < config_.max_attempts; ++attempt) {
+    if (attempt > 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++counts_.retries;
+      }
+      // 50 ms doubling to 5 s, with jitter so that ranks do not retry in step.
+      double base = std::min(5.0, 0.05 * static_cast<double>(uint64_t{1} << std::min(attempt, 10)));
+      double jitter = std::uniform_real_distribution<double>(0.5, 1.0)(rng);
+      std::this_thread::sleep_for(std::chrono::duration<double>(base * jitter));
+    }
+    void* curl = Borrow();
+    Response resp;
+    bool retry = false;
+    last = Attempt(curl, r, resp, &retry);
+    if (last.ok()) {
+      Return(curl);
+      return resp;
+    }
+    if (retry) {
+      curl_easy_cleanup(static_cast<CURL*>(curl));  // its connection may be broken
+      continue;
+    }
+    Return(curl);
+    return last;
+  }
+  return last.Annotate("after " + std::to_string(config_.max_attempts) + " attempts: ");
+}
+
+Status S3Client::PutObject(const std::string& bucket, const std::string& key,
+                           std::span<const std::byte> body, bool if_none_match) {
+  Request r{"PUT", bucket, key};
+  r.body = body;
+  if (if_none_match) r.headers.emplace_back("if-none-match", "*");
+  return Send(r).status();
+}
+
+Result<uint64_t> S3Client::HeadObject(const std::string& bucket, const std::string& key) {
+  Request r{"HEAD", bucket, key};
+  r.head = true;
+  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
+  return resp.content_length;
+}
+
+Status S3Client::GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
+                          std::span<std::byte> dst) {
+  if (dst.empty()) return OkStatus();
+  Request r{"GET", bucket, key};
+  r.headers.emplace_back("range", "bytes=" + std::to_string(offset) + "-" +
+                                      std::to_string(offset + dst.size() - 1));
+  r.into = dst;
+  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
+  if (resp.received != dst.size()) {
+    return DataLoss(Where(bucket, key) + " ends before byte " + std::to_string(offset + dst.size()) +
+                    " (read " + std::to_string(resp.received) + " of " +
+                    std::to_string(dst.size()) + " bytes at offset " + std::to_string(offset) + ")");
+  }
+  return OkStatus();
+}
+
+Status S3Client::DeleteObject(const std::string& bucket, const std::string& key) {
+  Status s = Send(Request{"DELETE", bucket, key}).status();
+  return s.code() == StatusCode::kNotFound && s.message().find("bucket") != 0 ? OkStatus() : s;
+}
+
+Status S3Client::CopyObject(const std::string& bucket, const std::string& from,
+                           const std::string& to) {
+  Request r{"PUT", bucket, to};
+  r.headers.emplace_back("x-amz-copy-source", "/" + bucket + "/" + UriEncode(from, true));
+  return Send(r).status().Annotate("copy " + Where(bucket, from) + ": ");
+}
+
+Result<Listing> S3Client::List(const std::string& bucket, const std::string& prefix,
+                               const std::string& delimiter) {
+  Listing out;
+  std::string token;
+  while (true) {
+    Request r{"GET", bucket, ""};
+    r.query = {{"list-type", "2"}, {"prefix", prefix}};
+    if (!delimiter.empty()) r.query.emplace_back("delimiter", delimiter);
+    if (!token.empty()) r.query.emplace_back("continuation-token", token);
+    DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
+    Xml xml(resp.text);
+    if (!xml.root()) return Unavailable("listing " + Where(bucket, prefix) + ": unreadable reply");
+    ForEachTop(xml, "Contents", [&](const xmlNode* n) {
+      out.objects.push_back({ChildText(n, "Key"), std::strtoull(ChildText(n, "Size").c_str(), nullptr, 10)});
+    });
+    ForEachTop(xml, "CommonPrefixes",
+               [&](const xmlNode* n) { out.prefixes.push_back(ChildText(n, "Prefix")); });
+    if (ChildText(xml.root(), "IsTruncated") != "true") break;
+    token = ChildText(xml.root(), "NextContinuationToken");
+    if (token.empty()) break;
+  }
+  return out;
+}
+
+Result<std::string> S3Client::CreateMultipartUpload(const std::string& bucket,
+                                                    const std::string& key) {
+  Request r{"POST", bucket, key};
+  r.query = {{"uploads", ""}};
+  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
+  Xml xml(resp.text);
+  std::string id = Text(Find(xml.root(), "UploadId"));
+  if (id.empty()) return Unavailable("start upload of " + Where(bucket, key) + ": no UploadId in the reply");
+  return id;
+}
+
+Result<std::string> S3Client::UploadPart(const std::string& bucket, const std::string& key,
+                                         const std::string& upload_id, int part_number,
+                                         std::span<const std::byte> body) {
+  Request r{"PUT", bucket, key};
+  r.query = {{"partNumber", std::to_string(part_number)}, {"uploadId", upload_id}};
+  r.body = body;
+  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
+  if (resp.etag.empty()) return Unavailable("upload part of " + Where(bucket, key) + ": no ETag");
+  return resp.etag;
+}
+
+Status S3Client::CompleteMultipartUpload(const std::string& bucket, const std::string& key,
+                                         const std::string& upload_id,
+                                         const std::vector<std::string>& etags,
+                                         bool if_none_match) {
+  std::string xml = "<CompleteMultipartUpload>";
+  for (size_t i = 0; i < etags.size(); ++i) {
+    xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] +
+           "</ETag></Part>";
+  }
+  xml += "</CompleteMultipartUpload>";
+  Request r{"POST", bucket, key};
+  r.query = {{"uploadId", upload_id}};
+  r.body = std::as_bytes(std::span(xml.data(), xml.size()));
+  r.headers.emplace_back("content-type", "application/xml");
+  if (if_none_match) r.headers.emplace_back("if-none-match", "*");
+  return Send(r).status();
+}
+
+Status S3Client::AbortMultipartUpload(const std::string& bucket, const std::string& key,
+                                      const std::string& upload_id) {
+  Request r{"DELETE", bucket, key};
+  r.query = {{"uploadId", upload_id}};
+  Status s = Send(r).status();
+  return s.code() == StatusCode::kNotFound ? OkStatus() : s;
+}
+
+Result<std::vector<UploadInfo>> S3Client::ListMultipartUploads(const std::string& bucket,
+                                                               const std::string& prefix) {
+  std::vector<UploadInfo> out;
+  std::string key_marker, id_marker;
+  while (true) {
+    Request r{"GET", bucket, ""};
+    r.query = {{"uploads", ""}, {"prefix", prefix}};
+    if (!key_marker.empty()) r.query.emplace_back("key-marker", key_marker);
+    if (!id_marker.empty()) r.query.emplace_back("upload-id-marker", id_marker);
+    DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
+    Xml xml(resp.text);
+    if (!xml.root()) return Unavailable("listing uploads of " + Where(bucket, prefix) + ": unreadable reply");
+    ForEachTop(xml, "Upload", [&](const xmlNode* n) {
+      out.push_back({ChildText(n, "Key"), ChildText(n, "UploadId")});
+    });
+    if (ChildText(xml.root(), "IsTruncated") != "true") break;
+    key_marker = ChildText(xml.root(), "NextKeyMarker");
+    id_marker = ChildText(xml.root(), "NextUploadIdMarker");
+    if (key_marker.empty() && id_marker.empty()) break;
+  }
+  return out;
+}
+
+Result<S3Client*> DefaultS3Client() {
+  static std::mutex mu;
+  static std::unique_ptr<S3Client> client;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!client) {
+    DCP_ASSIGN_OR_RETURN(S3Config c, S3ConfigFromEnvironment());
+    client = std::make_unique<S3Client>(std::move(c));
+  }
+  return client.get();
+}
+
+}  // namespace dcp::storage::s3

@@ -1,0 +1,98 @@
+// The S3 REST calls dcp needs, over libcurl, signed with SigV4 (sigv4.h).
+//
+// Thread-safe: each call borrows a curl handle from a pool (kept, with its open connection,
+// for the next call). Every call is retried with exponential backoff and jitter on what may
+// pass: connection failures and resets, HTTP 5xx, 429 and S3's throttling codes (SlowDown,
+// RequestTimeout). Errors name the object (s3://bucket/key) and S3's own error code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dcp/status.h"
+#include "storage/s3/s3_config.h"
+#include "storage/s3/sigv4.h"
+
+namespace dcp::storage::s3 {
+
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+};
+
+struct Listing {
+  std::vector<ObjectInfo> objects;    // keys under the prefix (not past the delimiter)
+  std::vector<std::string> prefixes;  // "sub/" groups, when a delimiter is given
+};
+
+struct UploadInfo {
+  std::string key;
+  std::string upload_id;
+};
+
+// What one client has sent, for `dcp bench` (requests per GiB) and the tests.
+struct RequestCounts {
+  uint64_t requests = 0;
+  uint64_t retries = 0;
+};
+
+class S3Client {
+ public:
+  explicit S3Client(S3Config config);
+  ~S3Client();
+  S3Client(const S3Client&) = delete;
+  S3Client& operator=(const S3Client&) = delete;
+
+  const S3Config& config() const { return config_; }
+  RequestCounts counts() const;
+
+  // `if_none_match`: fail with kFailedPrecondition when the key exists (conditional write).
+  Status PutObject(const std::string& bucket, const std::string& key,
+                   std::span<const std::byte> body, bool if_none_match = false);
+  // kNotFound when missing.
+  Result<uint64_t> HeadObject(const std::string& bucket, const std::string& key);
+  // Exactly dst.size() bytes at `offset`.
+  Status GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
+                  std::span<std::byte> dst);
+  Status DeleteObject(const std::string& bucket, const std::string& key);
+  Status CopyObject(const std::string& bucket, const std::string& from, const std::string& to);
+  Result<Listing> List(const std::string& bucket, const std::string& prefix,
+                       const std::string& delimiter);
+
+  Result<std::string> CreateMultipartUpload(const std::string& bucket, const std::string& key);
+  // The part's ETag.
+  Result<std::string> UploadPart(const std::string& bucket, const std::string& key,
+                                 const std::string& upload_id, int part_number,
+                                 std::span<const std::byte> body);
+  Status CompleteMultipartUpload(const std::string& bucket, const std::string& key,
+                                 const std::string& upload_id,
+                                 const std::vector<std::string>& etags, bool if_none_match);
+  Status AbortMultipartUpload(const std::string& bucket, const std::string& key,
+                              const std::string& upload_id);
+  Result<std::vector<UploadInfo>> ListMultipartUploads(const std::string& bucket,
+                                                       const std::string& prefix);
+
+  struct Request;
+  struct Response;
+
+ private:
+  Result<Response> Send(const Request& r);
+  Status Attempt(void* curl, const Request& r, Response& out, bool* retry);
+  void* Borrow();
+  void Return(void* curl);
+
+  S3Config config_;
+  mutable std::mutex mu_;
+  std::vector<void*> idle_;  // CURL* handles
+  RequestCounts counts_;
+};
+
+// One client per configuration for the process (the environment's, for s3:// paths).
+Result<S3Client*> DefaultS3Client();
+
+}  // namespace dcp::storage::s3

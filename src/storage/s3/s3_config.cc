@@ -1,0 +1,136 @@
+#include "storage/s3/s3_config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace dcp::storage::s3 {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+std::string Strip(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  size_t e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string HomeFile(const char* env, const char* rel) {
+  std::string p = Env(env);
+  if (!p.empty()) return p;
+  std::string home = Env("HOME");
+  return home.empty() ? std::string() : home + "/" + rel;
+}
+
+Result<int64_t> PositiveEnv(const char* name, int64_t fallback) {
+  std::string v = Env(name);
+  if (v.empty()) return fallback;
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (*end != '\0' || n <= 0) {
+    return InvalidArgument(std::string(name) + "=" + v + ": expected a positive integer");
+  }
+  return static_cast<int64_t>(n);
+}
+
+}  // namespace
+
+std::string IniValue(const std::string& text, const std::string& section,
+                     const std::string& key) {
+  std::istringstream in(text);
+  std::string line, current;
+  while (std::getline(in, line)) {
+    line = Strip(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      current = Strip(line.substr(1, line.size() - 2));
+      continue;
+    }
+    size_t eq = line.find('=');
+    if (current != section || eq == std::string::npos) continue;
+    if (Strip(line.substr(0, eq)) == key) return Strip(line.substr(eq + 1));
+  }
+  return {};
+}
+
+Result<S3Config> S3ConfigFromEnvironment() {
+  S3Config c;
+  std::string profile = Env("AWS_PROFILE");
+  if (profile.empty()) profile = "default";
+  const std::string creds = ReadText(HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"));
+  const std::string config = ReadText(HomeFile("AWS_CONFIG_FILE", ".aws/config"));
+  const std::string config_section = profile == "default" ? profile : "profile " + profile;
+  auto from_files = [&](const char* key) {
+    std::string v = IniValue(creds, profile, key);
+    return v.empty() ? IniValue(config, config_section, key) : v;
+  };
+
+  c.endpoint = Env("AWS_ENDPOINT_URL_S3");
+  if (c.endpoint.empty()) c.endpoint = Env("AWS_ENDPOINT_URL");
+  if (c.endpoint.empty()) c.endpoint = from_files("endpoint_url");
+  while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
+  c.region = Env("AWS_REGION");
+  if (c.region.empty()) c.region = Env("AWS_DEFAULT_REGION");
+  if (c.region.empty()) c.region = from_files("region");
+  if (c.region.empty()) c.region = "us-east-1";
+
+  c.access_key = Env("AWS_ACCESS_KEY_ID");
+  c.secret_key = Env("AWS_SECRET_ACCESS_KEY");
+  c.session_token = Env("AWS_SESSION_TOKEN");
+  if (c.access_key.empty()) {
+    c.access_key = from_files("aws_access_key_id");
+    c.secret_key = from_files("aws_secret_access_key");
+    c.session_token = from_files("aws_session_token");
+  }
+  if (c.access_key.empty() || c.secret_key.empty()) {
+    return InvalidArgument(
+        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give profile '" +
+        profile + "' aws_access_key_id and aws_secret_access_key in ~/.aws/credentials");
+  }
+
+  const std::string addressing = Env("DCP_S3_ADDRESSING");
+  if (addressing.empty()) {
+    c.path_style = !c.endpoint.empty();
+  } else if (addressing == "path" || addressing == "virtual") {
+    c.path_style = addressing == "path";
+  } else {
+    return InvalidArgument("DCP_S3_ADDRESSING=" + addressing + ": expected path or virtual");
+  }
+  DCP_ASSIGN_OR_RETURN(int64_t part_mb, PositiveEnv("DCP_S3_PART_MB", 16));
+  if (part_mb < 5 || part_mb > 5120) {
+    return InvalidArgument("DCP_S3_PART_MB=" + std::to_string(part_mb) +
+                           ": S3 parts are 5 MiB to 5 GiB");
+  }
+  c.part_bytes = static_cast<uint64_t>(part_mb) << 20;
+  DCP_ASSIGN_OR_RETURN(int64_t conns, PositiveEnv("DCP_S3_CONNECTIONS", 8));
+  c.connections = static_cast<int>(std::min<int64_t>(conns, 256));
+  DCP_ASSIGN_OR_RETURN(int64_t attempts, PositiveEnv("DCP_S3_MAX_ATTEMPTS", 8));
+  c.max_attempts = static_cast<int>(std::min<int64_t>(attempts, 100));
+  return c;
+}
+
+bool IsS3Path(const std::string& path) { return path.rfind("s3://", 0) == 0; }
+
+Result<S3Location> ParseS3Path(const std::string& path) {
+  if (!IsS3Path(path)) return InvalidArgument(path + ": not an s3://bucket/prefix path");
+  std::string rest = path.substr(5);
+  size_t slash = rest.find('/');
+  S3Location loc;
+  loc.bucket = rest.substr(0, slash);
+  if (slash != std::string::npos) loc.key = rest.substr(slash + 1);
+  while (!loc.key.empty() && loc.key.back() == '/') loc.key.pop_back();
+  if (loc.bucket.empty()) return InvalidArgument(path + ": no bucket name after s3://");
+  return loc;
+}
+
+}  // namespace dcp::storage::s3

@@ -1,0 +1,47 @@
+// Where an S3-compatible store is and who we are to it, resolved the way the AWS tools do.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dcp/status.h"
+
+namespace dcp::storage::s3 {
+
+struct S3Config {
+  // "http(s)://host[:port]"; empty: AWS itself (https://s3.<region>.amazonaws.com).
+  std::string endpoint;
+  std::string region = "us-east-1";
+  std::string access_key;
+  std::string secret_key;
+  std::string session_token;
+  // Path-style URLs (endpoint/bucket/key): the default with a custom endpoint, which is how
+  // MinIO, Ceph RGW and test servers are addressed; virtual-hosted (bucket.host/key) on AWS.
+  bool path_style = true;
+  // Multipart part size and the parallel requests of one rank (uploads and ranged reads).
+  uint64_t part_bytes = uint64_t{16} << 20;
+  int connections = 8;
+  int max_attempts = 8;  // per request, with exponential backoff on 5xx, throttling, resets
+};
+
+// From the environment and the shared files, as the AWS CLI resolves them:
+// AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL; AWS_REGION or AWS_DEFAULT_REGION, else the
+// profile's `region`; AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else the
+// profile (AWS_PROFILE, default "default") of AWS_SHARED_CREDENTIALS_FILE
+// (~/.aws/credentials) and AWS_CONFIG_FILE (~/.aws/config, `[profile NAME]` sections).
+// dcp's own knobs: DCP_S3_PART_MB, DCP_S3_CONNECTIONS, DCP_S3_MAX_ATTEMPTS,
+// DCP_S3_ADDRESSING (path | virtual).
+Result<S3Config> S3ConfigFromEnvironment();
+
+// The value of `key` in section `section` of an INI-style AWS file's text; "" when absent.
+std::string IniValue(const std::string& text, const std::string& section, const std::string& key);
+
+// "s3://bucket/some/prefix" -> bucket, key ("some/prefix"); kInvalidArgument otherwise.
+struct S3Location {
+  std::string bucket;
+  std::string key;
+};
+bool IsS3Path(const std::string& path);
+Result<S3Location> ParseS3Path(const std::string& path);
+
+}  // namespace dcp::storage::s3

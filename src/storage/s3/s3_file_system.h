@@ -1,0 +1,55 @@
+// The FileSystem of s3:// paths: objects of an S3-compatible store seen as files.
+//
+// A "directory" is a key prefix: CreateDirs, SyncDir and removing a directory are no-ops,
+// List is a delimited listing. A WritableFile is a multipart upload whose parts go out in
+// parallel while the caller appends; it becomes visible, whole, only when Sync() completes
+// it (a small file is one PUT then). WriteAtomic is one PUT: objects are replaced atomically,
+// so readers see the old or the new content without a rename. An exclusive file is a
+// conditional write (If-None-Match: *). Reads are ranged GETs, split into parallel parts
+// when large. Rename is a server-side copy then a delete: not atomic, and never used on the
+// commit path (and the manager does not recycle files here: IsObjectStore()).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "storage/file_system.h"
+#include "storage/s3/s3_client.h"
+
+namespace dcp::storage::s3 {
+
+class TaskPool;
+
+class S3FileSystem final : public FileSystem {
+ public:
+  explicit S3FileSystem(S3Client& client);
+  ~S3FileSystem() override;
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& path) override;
+  Result<std::unique_ptr<WritableFile>> ReuseFile(const std::string& old_path,
+                                                  const std::string& path) override;
+  Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Status SyncDir(const std::string&) override { return OkStatus(); }
+  Status Remove(const std::string& path) override;
+  Status CreateDirs(const std::string& dir) override;
+  Result<std::vector<std::string>> List(const std::string& dir) override;
+  Result<uint64_t> FileSize(const std::string& path) override;
+  Status WriteAtomic(const std::string& path, std::string_view data,
+                     const std::string& tmp_suffix) override;
+  bool IsObjectStore() const override { return true; }
+  Status DropUnfinishedWrites(const std::string& dir) override;
+
+  S3Client& client() { return client_; }
+  TaskPool& pool() { return *pool_; }
+
+ private:
+  S3Client& client_;
+  std::unique_ptr<TaskPool> pool_;
+};
+
+// The process's S3 file system over DefaultS3Client() (configured from the environment).
+Result<FileSystem*> DefaultS3FileSystem();
+
+}  // namespace dcp::storage::s3

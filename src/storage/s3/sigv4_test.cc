@@ -1,0 +1,119 @@
+// The signer against AWS's published examples ("Signature Calculations for the Authorization
+// Header: Transferring Payload in a Single Chunk", S3 API reference), and the environment's
+// configuration as the AWS tools read it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "storage/s3/s3_config.h"
+#include "storage/s3/sigv4.h"
+
+namespace dcp::storage::s3 {
+namespace {
+
+const SigningKey kKey{"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                      "us-east-1"};
+const std::string kEmptySha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+TEST(SigV4, GetObjectExample) {
+  RequestToSign r;
+  r.method = "GET";
+  r.path = "/test.txt";
+  r.headers = {{"Host", "examplebucket.s3.amazonaws.com"},
+               {"Range", "bytes=0-9"},
+               {"x-amz-content-sha256", kEmptySha},
+               {"x-amz-date", "20130524T000000Z"}};
+  r.payload_sha256 = kEmptySha;
+  EXPECT_EQ(Sha256Hex(CanonicalRequest(r)),
+            "7344ae5b7ee6c3e7e6b0fe0640412a37625d1fbfff95c48bbb2dc43964946972");
+  EXPECT_EQ(Authorization(r, kKey, "20130524T000000Z"),
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
+            "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
+            "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+}
+
+TEST(SigV4, ListObjectsExampleSortsAndEncodesTheQuery) {
+  RequestToSign r;
+  r.method = "GET";
+  r.path = "/";
+  r.query = {{"prefix", "J"}, {"max-keys", "2"}};  // out of order: the signer sorts
+  r.headers = {{"host", "examplebucket.s3.amazonaws.com"},
+               {"x-amz-content-sha256", kEmptySha},
+               {"x-amz-date", "20130524T000000Z"}};
+  r.payload_sha256 = kEmptySha;
+  EXPECT_EQ(CanonicalQuery(r.query), "max-keys=2&prefix=J");
+  EXPECT_NE(Authorization(r, kKey, "20130524T000000Z")
+                .find("Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"),
+            std::string::npos);
+}
+
+TEST(SigV4, UriEncoding) {
+  EXPECT_EQ(UriEncode("a b/c~d_e.f-g", true), "a%20b/c~d_e.f-g");
+  EXPECT_EQ(UriEncode("a/b+c=", false), "a%2Fb%2Bc%3D");
+  EXPECT_EQ(CanonicalQuery({{"uploads", ""}}), "uploads=");
+}
+
+TEST(S3Config, ParsesPaths) {
+  auto loc = ParseS3Path("s3://bucket/a/b/");
+  ASSERT_TRUE(loc.ok());
+  EXPECT_EQ(loc->bucket, "bucket");
+  EXPECT_EQ(loc->key, "a/b");
+  EXPECT_EQ(ParseS3Path("s3://b")->key, "");
+  EXPECT_FALSE(ParseS3Path("s3:///x").ok());
+  EXPECT_FALSE(ParseS3Path("/local/dir").ok());
+}
+
+TEST(S3Config, ReadsProfilesOfTheSharedFiles) {
+  const std::string text =
+      "[default]\naws_access_key_id = AK1\n\n[other]\n# comment\naws_access_key_id=AK2 \n"
+      "region = eu-west-1\n";
+  EXPECT_EQ(IniValue(text, "default", "aws_access_key_id"), "AK1");
+  EXPECT_EQ(IniValue(text, "other", "aws_access_key_id"), "AK2");
+  EXPECT_EQ(IniValue(text, "other", "region"), "eu-west-1");
+  EXPECT_EQ(IniValue(text, "missing", "region"), "");
+}
+
+// The environment wins over the files; the profile's files fill in what it lacks; custom
+// endpoints are path-style.
+TEST(S3Config, ResolvesLikeTheAwsCli) {
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream(dir + "/creds") << "[p]\naws_access_key_id = FILEKEY\naws_secret_access_key = S\n";
+    std::ofstream(dir + "/config") << "[profile p]\nregion = ap-south-1\n";
+  }
+  for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                        "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+                        "AWS_ENDPOINT_URL_S3", "DCP_S3_ADDRESSING", "DCP_S3_PART_MB"}) {
+    ::unsetenv(v);
+  }
+  ::setenv("AWS_SHARED_CREDENTIALS_FILE", (dir + "/creds").c_str(), 1);
+  ::setenv("AWS_CONFIG_FILE", (dir + "/config").c_str(), 1);
+  ::setenv("AWS_PROFILE", "p", 1);
+  auto c = S3ConfigFromEnvironment();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->access_key, "FILEKEY");
+  EXPECT_EQ(c->region, "ap-south-1");
+  EXPECT_FALSE(c->path_style);  // AWS itself: virtual-hosted
+  ::setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000/", 1);
+  ::setenv("AWS_REGION", "us-west-2", 1);
+  c = S3ConfigFromEnvironment();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->endpoint, "http://127.0.0.1:9000");
+  EXPECT_EQ(c->region, "us-west-2");
+  EXPECT_TRUE(c->path_style);
+  ::setenv("DCP_S3_PART_MB", "1", 1);
+  EXPECT_EQ(S3ConfigFromEnvironment().status().code(), StatusCode::kInvalidArgument);
+  ::setenv("AWS_PROFILE", "nobody", 1);
+  ::unsetenv("DCP_S3_PART_MB");
+  auto none = S3ConfigFromEnvironment();
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("no S3 credentials"), std::string::npos);
+  for (const char* v : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE",
+                        "AWS_ENDPOINT_URL", "AWS_REGION"}) {
+    ::unsetenv(v);
+  }
+}
+
+}  // namespace
+}  // namespace dcp::storage::s3
