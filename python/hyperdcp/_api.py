@@ -17,8 +17,18 @@ from ._torch_args import load_source, save_target
 _COMMITTED = "dcp.metadata"  # a directory holding it holds a committed checkpoint
 
 
+def _committed(directory: str) -> bool:
+    if directory.startswith("s3://"):  # an object store: ask the engine, which reads it there
+        try:
+            _dcp.read_metadata(directory)
+            return True
+        except DcpError:
+            return False
+    return os.path.exists(os.path.join(directory, _COMMITTED))
+
+
 def _refuse_overwrite(directory: str, overwrite: bool) -> None:
-    if not overwrite and os.path.exists(os.path.join(directory, _COMMITTED)):
+    if not overwrite and _committed(directory):
         raise error("FAILED_PRECONDITION",
                     f"{directory} holds a checkpoint already and overwrite=False: choose "
                     "another directory, or pass overwrite=True")

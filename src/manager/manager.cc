@@ -163,6 +163,8 @@ Result<Scan> ScanRoot(FileSystem& fs, const std::string& root) {
 // files move there (one per writer rank, replacing an older one) for the next save to
 // overwrite instead of being deleted: they leave the step only after it stopped being one.
 Status RemoveStepDir(FileSystem& fs, const std::string& dir, const std::string& recycle_dir) {
+  // An object store's incomplete uploads under it (a killed save's) go too.
+  (void)fs.DropUnfinishedWrites(dir);
   auto names = fs.List(dir);
   if (!names.ok()) {
     if (names.status().code() == StatusCode::kNotFound) return OkStatus();

@@ -1,0 +1,199 @@
+"""Object storage against a real S3 server (moto in server mode, started here): saves, loads
+and reshards on 1 and 4 ranks, killed saves (never a mixed checkpoint, leftovers cleaned by
+the next save), throttling and resets retried, locks, clear errors, the manager, and the CLI."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import hyperdcp as dcp
+from conftest import WORKERS
+from s3_server import FaultProxy, MotoServer
+
+pytest.importorskip("moto")
+pytest.importorskip("boto3")
+
+BUCKET = "dcp-tests"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = MotoServer()
+    # The engine reads its S3 configuration from the environment once per process: set it
+    # before this module's first s3:// call (the other modules' tests never use s3://).
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_ENDPOINT_URL": server.endpoint, "AWS_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    client = server.client()
+    client.create_bucket(Bucket=BUCKET)
+    yield server, client
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    server.stop()
+
+
+def keys(client, prefix):
+    out = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        out += [o["Key"] for o in page.get("Contents", [])]
+    return out
+
+
+def uploads(client, prefix):
+    return client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads", [])
+
+
+def run(args, env=None, timeout=300):
+    env = dict(os.environ, **(env or {}), PYTHONPATH=str(WORKERS), OMP_NUM_THREADS="1")
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_save_load_round_trip_with_multipart_files(s3):
+    _, client = s3
+    ck = f"s3://{BUCKET}/one/ck"
+    src = {"w": torch.randn(5 << 20), "model": {"b": torch.arange(10.0)}, "step": 3,
+           "name": "run-1"}
+    dcp.save(src, ck, no_dist=True)
+    names = keys(client, "one/ck/")
+    assert "one/ck/dcp.metadata" in names and not any(n.endswith("dcp.lock") for n in names), names
+    got = {"w": torch.zeros(5 << 20), "model": {"b": torch.zeros(10)}, "step": 0, "name": ""}
+    dcp.load(got, ck, no_dist=True)
+    assert torch.equal(got["w"], src["w"]) and torch.equal(got["model"]["b"], src["model"]["b"])
+    assert got["step"] == 3 and got["name"] == "run-1"
+    # A part of a tensor (a resharded read): only what is asked for, bit-exact.
+    part = {"w": torch.zeros(5 << 20)}
+    dcp.load(part, ck, no_dist=True, allow_partial=True)
+    assert torch.equal(part["w"], src["w"])
+    assert not uploads(client, "one/"), "a completed save left multipart uploads"
+
+
+def test_overwrite_false_sees_an_s3_checkpoint(s3):
+    ck = f"s3://{BUCKET}/overwrite/ck"
+    dcp.save({"x": torch.ones(4)}, ck, no_dist=True)
+    with pytest.raises(dcp.DcpError, match="overwrite=False"):
+        dcp.save({"x": torch.ones(4)}, ck, no_dist=True, overwrite=False)
+
+
+def test_four_mpi_ranks_save_reshard_and_verify(s3, dcp_cli):
+    server, client = s3
+    root = f"s3://{BUCKET}/mpi"
+    p = run(["mpirun", "-np", "4", "--oversubscribe", dcp_cli, "demo", "--layers", "1",
+             "--width-scale", "0.1", "--dir", root], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "every byte checked: OK" in p.stdout, p.stdout
+    ck = f"{root}/step_100"
+    v = run([dcp_cli, "verify", ck])
+    assert v.returncode == 0, v.stdout + v.stderr
+    i = run([dcp_cli, "inspect", ck])
+    assert i.returncode == 0 and "tensors" in i.stdout, i.stdout + i.stderr
+    # A flipped byte in a data object: verify names the file.
+    data = [k for k in keys(client, "mpi/step_100/") if k.endswith(".safetensors")][0]
+    body = bytearray(client.get_object(Bucket=BUCKET, Key=data)["Body"].read())
+    body[-1] ^= 0x40
+    client.put_object(Bucket=BUCKET, Key=data, Body=bytes(body))
+    v = run([dcp_cli, "verify", ck])
+    assert v.returncode != 0 and os.path.basename(data) in v.stdout + v.stderr, v.stdout + v.stderr
+
+
+def test_killed_saves_never_leave_a_mixed_checkpoint(s3):
+    _, client = s3
+    ck = f"s3://{BUCKET}/killed/ck"
+    dcp.save({"w": torch.full((24 << 18,), 1.0), "step": 1,
+              "small": torch.arange(1000, dtype=torch.int64)}, ck, no_dist=True)
+    rng = random.Random(1234)
+    script = str(WORKERS / "s3_job.py")
+    for round_ in range(4):
+        value = 10 + round_
+        proc = subprocess.Popen([sys.executable, script, "save", ck, str(value), "48"],
+                                env=dict(os.environ, PYTHONPATH=str(WORKERS)),
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "saving"
+        time.sleep(rng.uniform(0.05, 1.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        # Whatever the moment: the old checkpoint or a new one, whole, never a mix.
+        got = {"w": torch.zeros(dcp.read_metadata(ck).tensors["w"].shape), "step": 0}
+        dcp.load(got, ck, no_dist=True, allow_partial=True)
+        assert got["step"] == 1 or got["step"] >= 10, got["step"]
+        assert torch.equal(got["w"], torch.full_like(got["w"], float(got["step"]))), round_
+        assert got["w"].numel() == (24 << 18 if got["step"] == 1 else 48 << 18)
+    # The next save cleans what the killed ones left: objects and incomplete uploads.
+    dcp.save({"w": torch.full((24 << 18,), 2.0), "step": 2}, ck, no_dist=True)
+    assert not uploads(client, "killed/"), uploads(client, "killed/")
+    md_keys = keys(client, "killed/ck/")
+    data = [k for k in md_keys if k.endswith(".safetensors") or k.endswith(".bytes")]
+    assert len(data) <= 2, md_keys  # this save's data and bytes files only
+    got = {"w": torch.zeros(24 << 18), "step": 0}
+    dcp.load(got, ck, no_dist=True)
+    assert got["step"] == 2 and torch.equal(got["w"], torch.full((24 << 18,), 2.0))
+
+
+def test_a_lock_of_another_save_refuses_the_save(s3):
+    _, client = s3
+    ck = f"s3://{BUCKET}/locked/ck"
+    lock = "dcp save lock\nhost other-host\npid 4242\nsave_id 00000000deadbeef\ncreated 1\n"
+    client.put_object(Bucket=BUCKET, Key="locked/ck/dcp.lock", Body=lock.encode())
+    with pytest.raises(dcp.DcpError, match="other-host"):
+        dcp.save({"x": torch.ones(4)}, ck, no_dist=True)
+    assert "locked/ck/dcp.lock" in keys(client, "locked/ck/")  # not removed: not ours
+    client.delete_object(Bucket=BUCKET, Key="locked/ck/dcp.lock")
+    dcp.save({"x": torch.ones(4)}, ck, no_dist=True)
+
+
+def test_throttling_and_resets_are_retried(s3):
+    server, client = s3
+    proxy = FaultProxy(server.port, every=4)
+    try:
+        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
+                 f"s3://{BUCKET}/faults/ck"],
+                env={"AWS_ENDPOINT_URL": proxy.endpoint, "DCP_S3_PART_MB": "5"})
+        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
+        assert proxy.slowdowns > 3 and proxy.resets > 3, (proxy.slowdowns, proxy.resets)
+    finally:
+        proxy.stop()
+
+
+def test_clear_errors(s3):
+    with pytest.raises(dcp.DcpError, match="bucket s3://no-such-bucket does not exist"):
+        dcp.save({"x": torch.ones(4)}, "s3://no-such-bucket/ck", no_dist=True)
+    with pytest.raises(dcp.DcpError, match="does not exist|no committed|metadata"):
+        dcp.load({"x": torch.ones(4)}, f"s3://{BUCKET}/never-saved", no_dist=True)
+    script = str(WORKERS / "s3_job.py")
+    # Nothing listens there: one error naming the endpoint, after a bounded number of tries.
+    p = run([sys.executable, script, "error", f"s3://{BUCKET}/x"],
+            env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "DCP_S3_MAX_ATTEMPTS": "2"})
+    assert p.returncode == 0 and "cannot reach the S3 endpoint http://127.0.0.1:9" in p.stdout, \
+        p.stdout + p.stderr
+    env = {k: "" for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    env["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent"
+    p = run([sys.executable, script, "error", f"s3://{BUCKET}/x"], env=env)
+    assert p.returncode == 0 and "no S3 credentials" in p.stdout, p.stdout + p.stderr
+
+
+def test_manager_retention_and_resume(s3, dcp_cli):
+    _, client = s3
+    root = f"s3://{BUCKET}/mgr"
+    mgr = dcp.CheckpointManager(root, keep_last=2, no_dist=True)
+    for step in range(1, 5):
+        mgr.save(step, {"w": torch.full((1 << 16,), float(step)), "step": step})
+    assert mgr.steps() == [3, 4] and mgr.latest_step() == 4
+    mgr.close()
+    assert not any(k.startswith("mgr/step_1") or k.startswith("mgr/step_2")
+                   for k in keys(client, "mgr/")), keys(client, "mgr/")
+    again = dcp.CheckpointManager(root, keep_last=2, no_dist=True)
+    got = {"w": torch.zeros(1 << 16), "step": 0}
+    again.load(got)
+    assert got["step"] == 4 and torch.equal(got["w"], torch.full((1 << 16,), 4.0))
+    again.close()
+    ls = run([dcp_cli, "ls", root])
+    assert ls.returncode == 0 and "step_4" in ls.stdout or " 4" in ls.stdout, ls.stdout + ls.stderr
