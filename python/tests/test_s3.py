@@ -54,7 +54,10 @@ def uploads(client, prefix):
 
 
 def run(args, env=None, timeout=300):
-    env = dict(os.environ, **(env or {}), PYTHONPATH=str(WORKERS), OMP_NUM_THREADS="1")
+    # mpirun as root (CI containers) must be told it may; 4 ranks share 2 cores.
+    env = dict(os.environ, **(env or {}), PYTHONPATH=str(WORKERS), OMP_NUM_THREADS="1",
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
