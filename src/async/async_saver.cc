@@ -353,8 +353,7 @@ AsyncSaver::~AsyncSaver() = default;
 
 AsyncSave AsyncSaver::Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts,
                            AsyncSaveCallback on_done) {
-  return impl_->Save(sd, dir, opts, std::move(on_done),
-                     *ValueOrThrow(storage::FileSystemFor(dir)));
+  return impl_->Save(sd, dir, opts, std::move(on_done), *ValueOrThrow(storage::FileSystemFor(dir)));
 }
 
 void AsyncSaver::Prepare(const StateDict& sd, const SaveOptions& opts) { impl_->Prepare(sd, opts); }

@@ -134,8 +134,8 @@ Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::stri
 Status CommitMetadata(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,
                       int rank, uint64_t step) {
   const std::string name = rank < 0 ? std::string(kMetadataName) : RankMetadataName(step, rank);
-  return storage::WriteFileAtomic(fs, storage::JoinPath(dir, name), metadata::Encode(md),
-                                  std::string(kTmpSuffixPrefix) + SaveIdHex(md.save_id));
+  return fs.WriteAtomic(storage::JoinPath(dir, name), metadata::Encode(md),
+                        std::string(kTmpSuffixPrefix) + SaveIdHex(md.save_id));
 }
 
 }  // namespace dcp::checkpoint

@@ -10,7 +10,6 @@
 #include <list>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -76,13 +75,6 @@ PlanCache& Cache() {
   // Never destroyed: an async saver destroyed at exit may still be saving.
   static PlanCache* cache = new PlanCache;
   return *cache;
-}
-
-uint64_t RandomId() {
-  std::random_device rd;
-  uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  id ^= static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-  return id == 0 ? 1 : id;
 }
 
 using Written = std::pair<storage::WrittenFile, storage::WrittenFile>;  // tensors, bytes
@@ -351,7 +343,7 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
     }
   }
   const auto t1 = Clock::now();
-  const uint64_t save_id = RandomId();
+  const uint64_t save_id = RandomSaveId();
   std::vector<Written> written(rank + 1);
   DCP_RETURN_IF_ERROR(
       WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written[rank], &result).Annotate(where));
@@ -572,7 +564,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   //    directory.
   auto local = planner::BuildLocalSavePlan(sd);
   Status st = local.status();
-  const uint64_t my_id = RandomId();
+  const uint64_t my_id = RandomSaveId();
   SaveLock lock;  // rank 0's; released on every return
   if (rank == 0) {
     if (st.ok()) st = fs.CreateDirs(dir);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <random>
 #include <unordered_set>
 
 #include "checkpoint/names.h"
@@ -70,6 +71,13 @@ Status WriteLock(storage::FileSystem& fs, const std::string& path, const LockInf
 }
 
 }  // namespace
+
+uint64_t RandomSaveId() {
+  std::random_device rd;
+  uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  id ^= static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return id == 0 ? 1 : id;
+}
 
 std::string LockHostName() {
   char buf[256] = {};

@@ -36,6 +36,8 @@ std::string EncodeLockInfo(const LockInfo& info);
 Result<LockInfo> DecodeLockInfo(std::string_view text);
 // This host's name as the lock records it.
 std::string LockHostName();
+// A fresh nonzero id for a save (or any holder of a SaveLock).
+uint64_t RandomSaveId();
 
 // The lock of one save, held by rank 0; released (the file removed, if it is still ours)
 // on destruction.

@@ -371,8 +371,8 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
     for (const OutShard& shard : shards) {
       for (size_t i : shard.tensors) index["weight_map"][tensors[i].fqn] = shard.file;
     }
-    st = storage::WriteFileAtomic(fs, storage::JoinPath(staging, std::string(hf::kIndexFileName)),
-                                  index.dump(2) + "\n", ".tmp");
+    st = fs.WriteAtomic(storage::JoinPath(staging, std::string(hf::kIndexFileName)),
+                        index.dump(2) + "\n", ".tmp");
   }
   // Every rank's loads are done: one last look at the source, then the swap.
   if (st.ok() && rank == 0) st = CheckSourceUnchanged(fs, src, encoded);
@@ -421,7 +421,8 @@ namespace {
 Status LocalOnly(const std::string& src, const std::string& dst) {
   for (const std::string* p : {&src, &dst}) {
     if (storage::IsObjectStorePath(*p)) {
-      return InvalidArgument("convert " + *p + ": conversion reads and writes local directories; "
+      return InvalidArgument("convert " + *p +
+                             ": conversion reads and writes local directories; "
                              "load from or save to s3:// with dcp.load/dcp.save instead");
     }
   }

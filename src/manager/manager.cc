@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <random>
 #include <sstream>
 
 #include "async/async_saver.h"
@@ -370,10 +369,8 @@ struct CheckpointManager::Impl {
     if (rank == 0) {
       st = fs.CreateDirs(root).Annotate("checkpoint root: ");
       if (st.ok()) {
-        st = fs.IsObjectStore()
-                 ? object_lock.Acquire(fs, root, std::random_device{}() * 0x9E3779B97F4A7C15ull ^
-                                                     static_cast<uint64_t>(::getpid()))
-                 : lock.Acquire(root);
+        st = fs.IsObjectStore() ? object_lock.Acquire(fs, root, checkpoint::RandomSaveId())
+                                : lock.Acquire(root);
       }
       if (st.ok()) {
         auto scan = ScanRoot(fs, root);
@@ -416,8 +413,7 @@ struct CheckpointManager::Impl {
   void MarkBad(int64_t step, const std::string& why) {
     RemoveFromSteps({step});
     if (rank != 0) return;
-    Status st =
-        storage::WriteFileAtomic(fs, JoinPath(Dir(step), manager::kBadName), why + "\n", ".tmp");
+    Status st = fs.WriteAtomic(JoinPath(Dir(step), manager::kBadName), why + "\n", ".tmp");
     if (st.ok() && !steps.empty()) st = WriteLatest(steps.back());
     if (!st.ok()) {
       std::fprintf(stderr, "dcp manager: could not mark %s bad: %s\n", Dir(step).c_str(),
@@ -426,8 +422,7 @@ struct CheckpointManager::Impl {
   }
 
   Status WriteLatest(int64_t step) {
-    return storage::WriteFileAtomic(fs, JoinPath(root, manager::kLatestName),
-                                    std::to_string(step) + "\n", ".tmp")
+    return fs.WriteAtomic(JoinPath(root, manager::kLatestName), std::to_string(step) + "\n", ".tmp")
         .Annotate("update " + JoinPath(root, manager::kLatestName) + ": ");
   }
 
@@ -512,8 +507,7 @@ CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::mo
 
 CheckpointManager::CheckpointManager(const std::string& root, ManagerOptions opts)
     : CheckpointManager(std::make_unique<Impl>(root, std::move(opts),
-                                               *ValueOrThrow(storage::FileSystemFor(root)))) {
-}
+                                               *ValueOrThrow(storage::FileSystemFor(root)))) {}
 
 CheckpointManager::CheckpointManager(const std::string& root, RetentionPolicy policy,
                                      std::shared_ptr<Comm> comm)

@@ -81,7 +81,9 @@ class FileSystem {
 
   // Publish `data` at `path` whole: a reader sees the old content or the new, never a mix or
   // nothing. The default writes `path + tmp_suffix`, syncs it, renames it over `path` and
-  // syncs the directory; an object store replaces an object atomically in one request.
+  // syncs the directory; the tmp file is created exclusively, so a symlink planted at its
+  // name is never written through, and the rename replaces a symlink at `path` itself, never
+  // its target. An object store replaces an object atomically in one request.
   virtual Status WriteAtomic(const std::string& path, std::string_view data,
                              const std::string& tmp_suffix);
   // Objects, not files: Rename copies every byte (so the manager does not recycle files) and
@@ -103,11 +105,6 @@ bool IsObjectStorePath(const std::string& path);
 
 // Whole-file helpers over any FileSystem.
 Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path);
-// fs.WriteAtomic(). On POSIX: tmp + Sync + Rename + SyncDir. The tmp file is created
-// exclusively, so a symlink planted at its name is never written through, and the rename
-// replaces a symlink at `path` itself, never its target.
-Status WriteFileAtomic(FileSystem& fs, const std::string& path, std::string_view data,
-                       const std::string& tmp_suffix);
 
 std::string JoinPath(const std::string& dir, const std::string& name);
 

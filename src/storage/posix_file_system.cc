@@ -255,11 +255,6 @@ Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
   return data;
 }
 
-Status WriteFileAtomic(FileSystem& fs, const std::string& path, std::string_view data,
-                       const std::string& tmp_suffix) {
-  return fs.WriteAtomic(path, data, tmp_suffix);
-}
-
 Status FileSystem::WriteAtomic(const std::string& path, std::string_view data,
                                const std::string& tmp_suffix) {
   FileSystem& fs = *this;

@@ -89,7 +89,8 @@ void ForEachTop(const Xml& xml, const char* name, const std::function<void(const
   const xmlNode* root = xml.root();
   if (!root) return;
   for (const xmlNode* n = root->children; n; n = n->next) {
-    if (n->type == XML_ELEMENT_NODE && std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0) {
+    if (n->type == XML_ELEMENT_NODE &&
+        std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0) {
       fn(n);
     }
   }
@@ -183,7 +184,8 @@ size_t OnHeader(char* data, size_t size, size_t n, void* p) {
     value.erase(0, value.find_first_not_of(" \t"));
     while (!value.empty() && (value.back() == '\r' || value.back() == '\n')) value.pop_back();
     if (name == "etag") t->resp->etag = value;
-    if (name == "content-length") t->resp->content_length = std::strtoull(value.c_str(), nullptr, 10);
+    if (name == "content-length")
+      t->resp->content_length = std::strtoull(value.c_str(), nullptr, 10);
   }
   return size * n;
 }
@@ -316,8 +318,7 @@ Status S3Client::Attempt(void* handle, const Request& r, Response& resp, bool* r
   }
   if (resp.status >= 200 && resp.status < 300) {
     // CompleteMultipartUpload and CopyObject can fail after a 200 status.
-    if (!resp.text.empty() && (r.method == "POST" || !r.into.empty() || r.method == "PUT") &&
-        resp.text.find("<Error>") != std::string::npos) {
+    if (resp.text.find("<Error>") != std::string::npos) {
       *retry = Retryable(resp);
       return HttpError(r, resp);
     }
@@ -378,25 +379,25 @@ Status S3Client::GetRange(const std::string& bucket, const std::string& key, uin
                           std::span<std::byte> dst) {
   if (dst.empty()) return OkStatus();
   Request r{"GET", bucket, key};
-  r.headers.emplace_back("range", "bytes=" + std::to_string(offset) + "-" +
-                                      std::to_string(offset + dst.size() - 1));
+  r.headers.emplace_back(
+      "range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + dst.size() - 1));
   r.into = dst;
   DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
   if (resp.received != dst.size()) {
-    return DataLoss(Where(bucket, key) + " ends before byte " + std::to_string(offset + dst.size()) +
-                    " (read " + std::to_string(resp.received) + " of " +
-                    std::to_string(dst.size()) + " bytes at offset " + std::to_string(offset) + ")");
+    return DataLoss(Where(bucket, key) + " ends before byte " +
+                    std::to_string(offset + dst.size()) + " (read " +
+                    std::to_string(resp.received) + " of " + std::to_string(dst.size()) +
+                    " bytes at offset " + std::to_string(offset) + ")");
   }
   return OkStatus();
 }
 
 Status S3Client::DeleteObject(const std::string& bucket, const std::string& key) {
-  Status s = Send(Request{"DELETE", bucket, key}).status();
-  return s.code() == StatusCode::kNotFound && s.message().find("bucket") != 0 ? OkStatus() : s;
+  return Send(Request{"DELETE", bucket, key}).status();  // a missing key is a success (204)
 }
 
 Status S3Client::CopyObject(const std::string& bucket, const std::string& from,
-                           const std::string& to) {
+                            const std::string& to) {
   Request r{"PUT", bucket, to};
   r.headers.emplace_back("x-amz-copy-source", "/" + bucket + "/" + UriEncode(from, true));
   return Send(r).status().Annotate("copy " + Where(bucket, from) + ": ");
@@ -415,7 +416,8 @@ Result<Listing> S3Client::List(const std::string& bucket, const std::string& pre
     Xml xml(resp.text);
     if (!xml.root()) return Unavailable("listing " + Where(bucket, prefix) + ": unreadable reply");
     ForEachTop(xml, "Contents", [&](const xmlNode* n) {
-      out.objects.push_back({ChildText(n, "Key"), std::strtoull(ChildText(n, "Size").c_str(), nullptr, 10)});
+      out.objects.push_back(
+          {ChildText(n, "Key"), std::strtoull(ChildText(n, "Size").c_str(), nullptr, 10)});
     });
     ForEachTop(xml, "CommonPrefixes",
                [&](const xmlNode* n) { out.prefixes.push_back(ChildText(n, "Prefix")); });
@@ -433,7 +435,8 @@ Result<std::string> S3Client::CreateMultipartUpload(const std::string& bucket,
   DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
   Xml xml(resp.text);
   std::string id = Text(Find(xml.root(), "UploadId"));
-  if (id.empty()) return Unavailable("start upload of " + Where(bucket, key) + ": no UploadId in the reply");
+  if (id.empty())
+    return Unavailable("start upload of " + Where(bucket, key) + ": no UploadId in the reply");
   return id;
 }
 
@@ -485,7 +488,8 @@ Result<std::vector<UploadInfo>> S3Client::ListMultipartUploads(const std::string
     if (!id_marker.empty()) r.query.emplace_back("upload-id-marker", id_marker);
     DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
     Xml xml(resp.text);
-    if (!xml.root()) return Unavailable("listing uploads of " + Where(bucket, prefix) + ": unreadable reply");
+    if (!xml.root())
+      return Unavailable("listing uploads of " + Where(bucket, prefix) + ": unreadable reply");
     ForEachTop(xml, "Upload", [&](const xmlNode* n) {
       out.push_back({ChildText(n, "Key"), ChildText(n, "UploadId")});
     });

@@ -45,8 +45,7 @@ Result<int64_t> PositiveEnv(const char* name, int64_t fallback) {
 
 }  // namespace
 
-std::string IniValue(const std::string& text, const std::string& section,
-                     const std::string& key) {
+std::string IniValue(const std::string& text, const std::string& section, const std::string& key) {
   std::istringstream in(text);
   std::string line, current;
   while (std::getline(in, line)) {

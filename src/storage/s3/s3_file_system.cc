@@ -16,8 +16,7 @@ namespace {
 class S3WritableFile final : public WritableFile {
  public:
   S3WritableFile(S3FileSystem& fs, S3Location loc, std::string path, bool exclusive)
-      : fs_(fs),
-        client_(fs.client()),
+      : client_(fs.client()),
         loc_(std::move(loc)),
         path_(std::move(path)),
         exclusive_(exclusive),
@@ -88,7 +87,6 @@ class S3WritableFile final : public WritableFile {
     return client_.CompleteMultipartUpload(loc_.bucket, loc_.key, upload_id_, tags, exclusive_);
   }
 
-  S3FileSystem& fs_;
   S3Client& client_;
   S3Location loc_;
   std::string path_;
@@ -102,9 +100,10 @@ class S3WritableFile final : public WritableFile {
 };
 
 // Reads by ranged GETs. Announced ranges (WillRead) become extents: neighbours less than
-// kGap apart merged up to one part (larger ranges cut into parts), fetched `connections` at a time ahead of the reads and
-// dropped once the reads have moved past them (reads go in ascending order: the load plan
-// sorts them by file offset). Reads larger than a part go straight out, in parallel parts.
+// kGap apart merged up to one part (larger ranges cut into parts), fetched `connections` at a time
+// ahead of the reads and dropped once the reads have moved past them (reads go in ascending order:
+// the load plan sorts them by file offset). Reads larger than a part go straight out, in parallel
+// parts.
 class S3ReadableFile final : public ReadableFile {
  public:
   static constexpr uint64_t kGap = uint64_t{1} << 20;
@@ -206,9 +205,8 @@ class S3ReadableFile final : public ReadableFile {
       Extent& e = extents_[k];
       if (e.data || !FetchAhead(i, k)) continue;
       e.data = std::make_shared<std::vector<std::byte>>(e.end - e.begin);
-      group.Run([&client, this, &e] {
-        return client.GetRange(loc_.bucket, loc_.key, e.begin, *e.data);
-      });
+      group.Run(
+          [&client, this, &e] { return client.GetRange(loc_.bucket, loc_.key, e.begin, *e.data); });
     }
     Status s = group.Wait();
     if (!s.ok()) {
@@ -266,13 +264,15 @@ Result<std::unique_ptr<ReadableFile>> S3FileSystem::OpenReadable(const std::stri
 Status S3FileSystem::Rename(const std::string& from, const std::string& to) {
   DCP_ASSIGN_OR_RETURN(S3Location a, ParseS3Path(from));
   DCP_ASSIGN_OR_RETURN(S3Location b, ParseS3Path(to));
-  if (a.bucket != b.bucket) return InvalidArgument("rename " + from + " to " + to + ": across buckets");
+  if (a.bucket != b.bucket)
+    return InvalidArgument("rename " + from + " to " + to + ": across buckets");
   auto size = client_.HeadObject(a.bucket, a.key);
   if (!size.ok()) {
     if (size.status().code() == StatusCode::kNotFound) {
       auto under = client_.List(a.bucket, DirPrefix(a.key), "/");
       if (under.ok() && (!under->objects.empty() || !under->prefixes.empty())) {
-        return FailedPrecondition("rename " + from + ": directories cannot be renamed on "
+        return FailedPrecondition("rename " + from +
+                                  ": directories cannot be renamed on "
                                   "object storage");
       }
     }

@@ -96,8 +96,8 @@ std::string CanonicalQuery(const Params& query) {
 
 std::string CanonicalRequest(const RequestToSign& r) {
   auto [lines, names] = CanonicalHeaders(r.headers);
-  return r.method + "\n" + r.path + "\n" + CanonicalQuery(r.query) + "\n" + lines + "\n" +
-         names + "\n" + r.payload_sha256;
+  return r.method + "\n" + r.path + "\n" + CanonicalQuery(r.query) + "\n" + lines + "\n" + names +
+         "\n" + r.payload_sha256;
 }
 
 std::string Sha256Hex(std::string_view data) {
@@ -110,8 +110,8 @@ std::string Sha256Hex(std::string_view data) {
 std::string Authorization(const RequestToSign& r, const SigningKey& key,
                           const std::string& amz_date) {
   const std::string scope = Scope(amz_date, key);
-  const std::string to_sign = "AWS4-HMAC-SHA256\n" + amz_date + "\n" + scope + "\n" +
-                              Sha256Hex(CanonicalRequest(r));
+  const std::string to_sign =
+      "AWS4-HMAC-SHA256\n" + amz_date + "\n" + scope + "\n" + Sha256Hex(CanonicalRequest(r));
   std::string k = Hmac("AWS4" + key.secret_key, amz_date.substr(0, 8));
   k = Hmac(k, key.region);
   k = Hmac(k, "s3");

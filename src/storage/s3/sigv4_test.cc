@@ -1,13 +1,14 @@
 // The signer against AWS's published examples ("Signature Calculations for the Authorization
 // Header: Transferring Payload in a Single Chunk", S3 API reference), and the environment's
 // configuration as the AWS tools read it.
+#include "storage/s3/sigv4.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
 
 #include "storage/s3/s3_config.h"
-#include "storage/s3/sigv4.h"
 
 namespace dcp::storage::s3 {
 namespace {
@@ -79,7 +80,8 @@ TEST(S3Config, ReadsProfilesOfTheSharedFiles) {
 TEST(S3Config, ResolvesLikeTheAwsCli) {
   const std::string dir = ::testing::TempDir();
   {
-    std::ofstream(dir + "/creds") << "[p]\naws_access_key_id = FILEKEY\naws_secret_access_key = S\n";
+    std::ofstream(dir + "/creds")
+        << "[p]\naws_access_key_id = FILEKEY\naws_secret_access_key = S\n";
     std::ofstream(dir + "/config") << "[profile p]\nregion = ap-south-1\n";
   }
   for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
