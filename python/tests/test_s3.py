@@ -202,3 +202,25 @@ def test_manager_retention_and_resume(s3, dcp_cli):
     assert ls.returncode == 0, ls.stdout + ls.stderr
     assert "2 steps, 2 complete" in ls.stdout, ls.stdout
     assert [line.split()[0] for line in ls.stdout.splitlines()[1:3]] == ["3", "4"], ls.stdout
+
+
+def test_bench_against_the_server(s3, dcp_cli, tmp_path):
+    """`dcp bench --dir s3://...`: every phase next to the raw PUT/GET references of the same
+    bytes, with request counts; loads ask for whole extents, not one request per chunk."""
+    out = tmp_path / "bench.json"
+    p = run([dcp_cli, "bench", "--layers", "1", "--width-scale", "0.1", "--phases",
+             "save,load,reshard", "--repeat", "1", "--pause", "0", "--dir",
+             f"s3://{BUCKET}/bench", "--json", str(out)], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "object storage requests per GiB: raw PUT" in p.stdout, p.stdout
+    import json
+    r = json.loads(out.read_text())
+    assert r["object_store"] is True
+    ref = r["reference"]
+    assert ref["write_requests"] > 0 and ref["read_cold_requests"] > 0, ref
+    for name in ("save", "load.broadcast", "reshard.no_broadcast"):
+        assert r["phases"][name]["requests"] > 0, (name, r["phases"][name])
+    # 1 rank: the load reads what the reference reads, in at most 3x its requests + 10 (9
+    # against 3 when measured; one request per stored chunk would be ~400: 396 chunks).
+    for name in ("load.no_broadcast", "reshard.no_broadcast"):
+        assert r["phases"][name]["requests"] <= 3 * ref["read_cold_requests"] + 10, r["phases"]

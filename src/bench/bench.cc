@@ -21,6 +21,7 @@
 #include "dcp/async.h"
 #include "dcp/format.h"
 #include "manager/manager.h"
+#include "storage/s3/s3_client.h"
 #include "testfs/throttled_file_system.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
@@ -77,13 +78,37 @@ class Runner {
   bool Wants(std::string_view phase) const {
     return std::find(o_.phases.begin(), o_.phases.end(), phase) != o_.phases.end();
   }
-  // Barrier to barrier around `fn`; every rank learns whether every rank succeeded.
+  // Barrier to barrier around `fn`; every rank learns whether every rank succeeded. On
+  // object storage, the requests all ranks made meanwhile go to last_requests_ (rank 0).
   Result<double> Timed(const std::function<Status()>& fn) {
     DCP_RETURN_IF_ERROR(comm_.Barrier());
+    const uint64_t r0 = Requests();
     const auto t0 = Clock::now();
     Status st = fn();
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (report_.object_store) {
+      DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {Requests() - r0}));
+      last_requests_ = rank_ == 0 ? sums[0] : 0;
+    }
+    return s;
+  }
+  uint64_t Requests() const {
+    if (!report_.object_store) return 0;
+    auto client = storage::s3::DefaultS3Client();
+    return client.ok() ? (*client)->counts().requests : 0;
+  }
+  // A directory and everything under it; on object storage, through the backend.
+  Status RemoveTree(const std::string& path) {
+    if (!report_.object_store) {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+      return ec ? Unavailable("bench: remove " + path + ": " + ec.message()) : OkStatus();
+    }
+    DCP_ASSIGN_OR_RETURN(auto names, fs_->List(path));
+    for (const std::string& n : names) DCP_RETURN_IF_ERROR(RemoveTree(path + "/" + n));
+    DCP_RETURN_IF_ERROR(fs_->DropUnfinishedWrites(path));
+    return fs_->Remove(path);
   }
   // Rank 0 runs `fn`; everyone gets its status.
   Status OnRoot(const std::function<Status()>& fn) {
@@ -93,11 +118,8 @@ class Runner {
   // write follows the same delete + sync + pause.
   Status DeleteAndSettle(const std::string& path) {
     DCP_RETURN_IF_ERROR(OnRoot([&] {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-      if (ec) return Unavailable("bench: remove " + path + ": " + ec.message());
-      std::filesystem::create_directories(path, ec);
-      if (ec) return Unavailable("bench: create " + path + ": " + ec.message());
+      DCP_RETURN_IF_ERROR(RemoveTree(path));
+      DCP_RETURN_IF_ERROR(fs_->CreateDirs(path).Annotate("bench: "));
       ::sync();
       return OkStatus();
     }));
@@ -108,6 +130,7 @@ class Runner {
   // file read right now (ranks share the files). Returns the resident fraction measured
   // right after, i.e. right before the timed phase (rank 0; 0 elsewhere).
   Result<double> PrepareCache(const std::string& dir, bool cold) {
+    if (report_.object_store) return 0.0;  // no page cache in between: every read is cold
     std::vector<std::string> files;
     if (rank_ == 0 || !cold) {
       auto f = FilesIn(dir);
@@ -160,6 +183,7 @@ class Runner {
   std::unique_ptr<testfs::BandwidthLimiter> limiter_;
   std::unique_ptr<testfs::ThrottledFileSystem> throttled_;
   storage::FileSystem* fs_ = &storage::PosixFileSystem();
+  uint64_t last_requests_ = 0;  // see Timed
   workload::OwnedStateDict source_;
   std::unique_ptr<AsyncSaver> saver_;  // one for all repetitions: its staging pool is reused
 };
@@ -202,7 +226,22 @@ Status Runner::Setup() {
   DCP_RETURN_IF_ERROR(comm_.Broadcast(dir, 0));
   ckpt_ = dir + "/ckpt";
   ref_dir_ = dir + "/reference";
-  {
+  if (storage::IsObjectStorePath(dir)) {
+    // The references are this client's own multipart PUTs and parallel ranged GETs of the
+    // same bytes, one object per rank: the store's limit as dcp's requests can reach it.
+    report_.object_store = true;
+    auto fs = storage::FileSystemFor(dir);
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, fs.status()));
+    fs_ = *fs;
+    if (o_.storage_gibps > 0) {
+      return InvalidArgument("bench: --storage-gibps caps file reads; not with " + dir);
+    }
+    if (rank_ == 0) {
+      report_.notes.push_back(
+          "object storage: the write reference is one multipart upload per rank, the read "
+          "reference parallel ranged GETs of it; there is no page cache, so warm = cold");
+    }
+  } else {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);  // the phases create it anyway
     auto in_memory = InMemoryFileSystem(dir);
@@ -255,6 +294,7 @@ Status Runner::RunSave(int rep, PhaseReport* p) {
                          return res.status();
                        }));
   p->seconds.push_back(s);
+  p->requests += last_requests_;
   DCP_ASSIGN_OR_RETURN(
       auto sums, SumAtRoot(comm_, {r.bytes_written, r.files_written, r.plan_cache_hit ? 1u : 0u}));
   if (rank_ == 0) {
@@ -267,7 +307,7 @@ Status Runner::RunSave(int rep, PhaseReport* p) {
   // bytes entries, so with replicas deduplicated the bytes written sum to them.
   std::string unique;
   DCP_RETURN_IF_ERROR(OnRoot([&] {
-    auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt_);
+    auto md = checkpoint::ReadMetadata(*fs_, ckpt_);
     if (!md.ok()) return md.status();
     report_.tensors = md->tensors.size();
     report_.chunks = md->TotalChunks();
@@ -390,8 +430,7 @@ Status Runner::RunManagerSequences(PhaseReport* recycled, PhaseReport* plain) {
     DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {q.recycled_files}));
     if (rank_ == 0) q.report->files_recycled = sums[0];
     DCP_RETURN_IF_ERROR(OnRoot([&] {
-      std::error_code ec;
-      std::filesystem::remove_all(q.root, ec);
+      (void)RemoveTree(q.root);
       return OkStatus();
     }));
   }
@@ -408,6 +447,7 @@ Status Runner::RunReferenceWrite() {
   DCP_ASSIGN_OR_RETURN(double s,
                        Timed([&] { return WriteSequential(*fs_, ref_dir_ + "/" + name, share); }));
   report_.reference.write_seconds.push_back(s);
+  report_.reference.write_requests += last_requests_;
   return OkStatus();
 }
 
@@ -428,6 +468,7 @@ Status Runner::RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layo
                          return res.status();
                        }));
   p->seconds.push_back(s);
+  p->requests += last_requests_;
   if (rep == 0 && o_.verify) {
     DCP_RETURN_IF_ERROR(AgreeOnStatus(
         comm_, workload::VerifyStateDict(dst->sd).Annotate("bench: " + p->name + ": ")));
@@ -457,6 +498,7 @@ Status Runner::RunReferenceReads(int rep) {
       std::max(ref.resident_fraction_before_cold_read, resident);
   uint64_t n = 0;
   DCP_ASSIGN_OR_RETURN(double cold, Timed([&] { return ReadSequential(*fs_, mine, &n); }));
+  ref.read_requests += last_requests_;
   // Warm means just read (DESIGN.md section 7, trap 2).
   DCP_ASSIGN_OR_RETURN(double warm, Timed([&] { return ReadSequential(*fs_, mine, &n); }));
   ref.read_cold_seconds.push_back(cold);
@@ -548,10 +590,9 @@ Result<BenchReport> Runner::Run() {
   // Clean up: the scratch data (unless the caller named the directory) and the throttle.
   DCP_RETURN_IF_ERROR(comm_.Barrier());
   if (rank_ == 0) {
-    std::error_code ec;
-    std::filesystem::remove_all(ckpt_, ec);
-    std::filesystem::remove_all(ref_dir_, ec);
-    if (o_.dir.empty()) std::filesystem::remove_all(std::filesystem::path(ckpt_).parent_path(), ec);
+    (void)RemoveTree(ckpt_);
+    (void)RemoveTree(ref_dir_);
+    if (o_.dir.empty()) (void)RemoveTree(std::filesystem::path(ckpt_).parent_path().string());
   }
   if (!throttle_path_.empty()) ::unlink(throttle_path_.c_str());
   return std::move(report_);
@@ -611,6 +652,21 @@ std::string FormatTable(const BenchReport& r) {
                   load ? std::to_string(p.batches).c_str() : "-",
                   load ? Fixed(p.resident_fraction_before, 3).c_str() : "-");
     out += line;
+  }
+  if (r.object_store) {
+    // Requests per GiB of the checkpoint, per repetition: what the store is asked to do.
+    const double gib = static_cast<double>(r.unique_bytes) / (1ull << 30) * o.repeat;
+    std::snprintf(line, sizeof(line), "object storage requests per GiB: raw PUT %.0f, raw GET %.0f",
+                  ref.write_requests / gib, ref.read_requests / gib);
+    out += line;
+    for (const PhaseReport& p : r.phases) {
+      if (p.requests == 0) continue;
+      std::snprintf(line, sizeof(line), ", %s %.0f", p.name.c_str(),
+                    p.requests / (static_cast<double>(r.unique_bytes) / (1ull << 30) *
+                                  static_cast<double>(p.seconds.size())));
+      out += line;
+    }
+    out += "\n";
   }
   for (const PhaseReport& p : r.phases) {
     if (p.kind != "async") continue;
@@ -680,7 +736,9 @@ std::string ReportJson(const BenchReport& r) {
                     {"write_seconds", ref.write_seconds},
                     {"read_cold_seconds", ref.read_cold_seconds},
                     {"read_warm_seconds", ref.read_warm_seconds},
-                    {"resident_fraction_before_cold_read", ref.resident_fraction_before_cold_read}};
+                    {"resident_fraction_before_cold_read", ref.resident_fraction_before_cold_read},
+                    {"write_requests", ref.write_requests},
+                    {"read_cold_requests", ref.read_requests}};
   json phases = json::object();
   for (const PhaseReport& p : r.phases) {
     const double first_blocked = p.blocked_seconds.empty() ? 0.0 : p.blocked_seconds[0];
@@ -712,11 +770,13 @@ std::string ReportJson(const BenchReport& r) {
                       {"resident_fraction_before", p.resident_fraction_before},
                       {"reference", p.reference},
                       {"reference_seconds", p.reference_seconds},
-                      {"ratio_to_reference", p.ratio_to_reference}};
+                      {"ratio_to_reference", p.ratio_to_reference},
+                      {"requests", p.requests}};
   }
   j["phases"] = phases;
   j["notes"] = r.notes;
   j["scratch_in_memory"] = r.scratch_in_memory;
+  j["object_store"] = r.object_store;
   return j.dump(2) + "\n";
 }
 

@@ -68,6 +68,7 @@ struct PhaseReport {
   std::string reference;                     // "write", "read_cold" or "read_warm"
   double reference_seconds = 0;              // median
   double ratio_to_reference = 0;             // median_seconds / reference_seconds
+  uint64_t requests = 0;  // object storage: requests of all ranks, summed over repetitions
 };
 
 struct ReferenceReport {
@@ -75,6 +76,8 @@ struct ReferenceReport {
   std::vector<double> write_seconds, read_cold_seconds, read_warm_seconds, memcpy_gibps;
   double write_gibps = 0, read_cold_gibps = 0, read_warm_gibps = 0, memcpy_gibps_median = 0;
   double resident_fraction_before_cold_read = 0;  // max over repetitions
+  // Object storage: requests of all ranks, summed over repetitions (writes; cold reads).
+  uint64_t write_requests = 0, read_requests = 0;
 };
 
 struct BenchReport {
@@ -89,6 +92,7 @@ struct BenchReport {
   std::vector<PhaseReport> phases;
   std::vector<std::string> notes;  // skipped phases and the like
   bool scratch_in_memory = false;  // tmpfs/ramfs: "cold" cannot be cold (see notes)
+  bool object_store = false;       // s3:// scratch: references are raw PUTs and GETs
 };
 
 Result<BenchReport> RunBench(std::shared_ptr<Comm> comm, const BenchOptions& opts);

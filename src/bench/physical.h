@@ -18,7 +18,8 @@ inline constexpr uint64_t kIoBlockBytes = uint64_t{16} << 20;
 // then fdatasync and close: what a checkpoint writer does at best.
 Status WriteSequential(storage::FileSystem& fs, const std::string& path, uint64_t bytes);
 
-// Reads the whole file with kIoBlockBytes reads; adds the bytes read to *bytes_read.
+// Reads the whole file with kIoBlockBytes reads (announced first: an object store fetches
+// ahead in parallel); adds the bytes read to *bytes_read.
 Status ReadSequential(storage::FileSystem& fs, const std::string& path, uint64_t* bytes_read);
 
 // Writes back dirty pages of `path` (fsync), then asks the kernel to drop its cached pages

@@ -178,6 +178,14 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
   // The callbacks of posted operations refer to the schedule until the final drain.
   const std::vector<planner::BroadcastOp> schedule =
       planner::ScheduleBroadcasts(plan, opts.broadcast_batch_bytes);
+  {
+    std::vector<std::pair<uint32_t, uint32_t>> whole;  // the shared chunks this rank reads
+    for (const planner::BroadcastOp& op : schedule) {
+      if (!op.chunks || op.reader != me || !groups[op.group]) continue;
+      for (uint32_t i : op.items) whole.emplace_back(plan.chunks[i].tensor, plan.chunks[i].stored);
+    }
+    reads.HintWhole(whole);
+  }
   for (const planner::BroadcastOp& op : schedule) {
     if (!groups[op.group]) continue;  // not a member
     if (chunks_phase && !op.chunks) {

@@ -54,20 +54,32 @@ storage::StoredRange RangeOf(const metadata::Metadata& md, const metadata::Store
   return {sc.byte_offset, sc.byte_length, sc.xxh3, md.block_size, sc.block_xxh3};
 }
 
-void ChunkReads::Hint(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items,
-                      const std::vector<bool>& done) {
-  if (!fs_.IsObjectStore()) return;  // a file system: the page cache reads ahead
+void ChunkReads::HintRanges(const std::vector<std::pair<uint32_t, uint32_t>>& chunks) {
   std::map<uint32_t, std::vector<storage::ByteRange>> by_file;
-  for (const uint32_t item : items) {
-    if (done[item]) continue;
-    const planner::ReadItem& r = plan.reads[item];
-    const metadata::StoredChunk& sc = md_.tensors[r.tensor].chunks[r.stored];
+  for (const auto& [tensor, stored] : chunks) {
+    const metadata::StoredChunk& sc = md_.tensors[tensor].chunks[stored];
     by_file[sc.file].push_back({sc.byte_offset, sc.byte_length});
   }
   for (auto& [file, ranges] : by_file) {
     auto f = Open(file);
     if (f.ok()) (*f)->WillRead(ranges);  // an open that fails is reported by the read itself
   }
+}
+
+void ChunkReads::HintWhole(const std::vector<std::pair<uint32_t, uint32_t>>& chunks) {
+  if (fs_.IsObjectStore()) HintRanges(chunks);
+}
+
+void ChunkReads::Hint(const planner::LocalLoadPlan& plan, const std::vector<bool>& done) {
+  // Once per plan, for all of its reads this rank makes: they are then fetched in file order
+  // ahead of reads that come one broadcast at a time. A file system reads ahead by itself.
+  if (!fs_.IsObjectStore() || !hinted_.insert(&plan).second) return;
+  std::vector<std::pair<uint32_t, uint32_t>> chunks;
+  for (size_t k = 0; k < plan.reads.size(); ++k) {
+    if (done[k] || (&plan == private_plan_ && !FromStorage(k))) continue;
+    chunks.emplace_back(plan.reads[k].tensor, plan.reads[k].stored);
+  }
+  HintRanges(chunks);
 }
 
 Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items) {
@@ -79,7 +91,7 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
     private_done = &done_[private_plan_];
     private_done->resize(private_plan_->reads.size(), false);
   }
-  Hint(plan, items, done);
+  Hint(plan, done);
   std::vector<CopyRuns> runs;
   std::vector<storage::ChunkTarget> targets;
   std::vector<std::pair<std::vector<bool>*, size_t>> filled;

@@ -7,8 +7,10 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcp/checkpoint.h"
@@ -40,6 +42,9 @@ class ChunkReads {
   // checkpoint, the file and the fqn.
   Status Read(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items);
   Status ReadBytesEntries(const planner::LocalLoadPlan& plan);
+  // On an object store: (tensor, stored chunk) pairs that ReadWhole will read, so that they
+  // are fetched ahead, coalesced.
+  void HintWhole(const std::vector<std::pair<uint32_t, uint32_t>>& chunks);
   // Reads stored chunk `stored` of metadata tensor `tensor` whole into `dst`.
   Status ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::byte> dst);
 
@@ -48,9 +53,9 @@ class ChunkReads {
 
  private:
   Result<storage::ReadableFile*> Open(uint32_t file);
-  // On an object store: tells each file which of its stored chunks `items` will read.
-  void Hint(const planner::LocalLoadPlan& plan, std::span<const uint32_t> items,
-            const std::vector<bool>& done);
+  // On an object store: tells each file which of its stored chunks `plan` will read.
+  void Hint(const planner::LocalLoadPlan& plan, const std::vector<bool>& done);
+  void HintRanges(const std::vector<std::pair<uint32_t, uint32_t>>& chunks);
   // Whether item k of the private plan is read from storage by this rank.
   bool FromStorage(size_t k) const {
     return !not_from_storage_ || not_from_storage_->empty() || !(*not_from_storage_)[k];
@@ -70,6 +75,7 @@ class ChunkReads {
   const planner::LocalLoadPlan* private_plan_ = nullptr;
   const std::vector<bool>* not_from_storage_ = nullptr;              // per item of *private_plan_
   std::map<const planner::LocalLoadPlan*, std::vector<bool>> done_;  // per plan, per item
+  std::set<const planner::LocalLoadPlan*> hinted_;
 };
 
 // The range of stored chunk `sc` of `md`, with its checksums.

@@ -100,10 +100,11 @@ class S3WritableFile final : public WritableFile {
 };
 
 // Reads by ranged GETs. Announced ranges (WillRead) become extents: neighbours less than
-// kGap apart merged up to one part (larger ranges cut into parts), fetched `connections` at a time
-// ahead of the reads and dropped once the reads have moved past them (reads go in ascending order:
-// the load plan sorts them by file offset). Reads larger than a part go straight out, in parallel
-// parts.
+// kGap apart merged up to one part (larger ranges cut into parts). A read inside an extent
+// fetches it and the next ones, `connections` at a time in parallel; an extent goes once its
+// bytes have all been read, and the oldest go when more than two rounds' worth are held, so
+// memory stays bounded whatever order the reads come in. Reads larger than a part go
+// straight out, in parallel parts.
 class S3ReadableFile final : public ReadableFile {
  public:
   static constexpr uint64_t kGap = uint64_t{1} << 20;
@@ -111,6 +112,8 @@ class S3ReadableFile final : public ReadableFile {
   S3ReadableFile(S3FileSystem& fs, S3Location loc, std::string path, uint64_t size)
       : fs_(fs), loc_(std::move(loc)), path_(std::move(path)), size_(size) {}
 
+  // Adds extents for `ranges`; a range overlapping an extent already announced is skipped
+  // (it is read directly, or from that extent).
   void WillRead(std::span<const ByteRange> ranges) override {
     const uint64_t part = fs_.client().config().part_bytes;
     std::vector<ByteRange> sorted;
@@ -120,30 +123,30 @@ class S3ReadableFile final : public ReadableFile {
     std::sort(sorted.begin(), sorted.end(),
               [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
     std::lock_guard<std::mutex> lock(mu_);
-    extents_.clear();
-    uint32_t group = 0;
+    std::vector<Extent> added;
     for (const ByteRange& r : sorted) {
       const uint64_t end = r.offset + r.length;
-      if (!extents_.empty() && r.offset < extents_.back().end) continue;  // read directly
+      if (Overlaps(r.offset, end) || (!added.empty() && r.offset < added.back().end)) continue;
       if (r.length > part) {
         // A large range: part-sized extents, used when it is read piece by piece (a chunk
         // streamed through a bounce buffer); read whole, it goes straight out instead.
-        ++group;
+        ++group_;
         for (uint64_t at = r.offset; at < end; at += part) {
-          extents_.push_back({at, std::min(end, at + part), nullptr, group});
+          added.push_back({at, std::min(end, at + part), group_});
         }
-        ++group;
+        ++group_;
         continue;
       }
-      if (!extents_.empty() && extents_.back().group == group) {
-        Extent& last = extents_.back();
-        if (r.offset <= last.end + kGap && std::max(end, last.end) - last.begin <= part) {
-          last.end = std::max(end, last.end);
-          continue;
-        }
+      if (!added.empty() && added.back().group == group_ && r.offset <= added.back().end + kGap &&
+          end - added.back().begin <= part) {
+        added.back().end = end;
+        continue;
       }
-      extents_.push_back({r.offset, end, nullptr, group});
+      added.push_back({r.offset, end, group_});
     }
+    for (Extent& e : added) extents_.push_back(std::move(e));
+    std::sort(extents_.begin(), extents_.end(),
+              [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
   }
 
   Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
@@ -161,8 +164,10 @@ class S3ReadableFile final : public ReadableFile {
         if (it != extents_.begin() && std::prev(it)->end >= offset + dst.size()) {
           const size_t i = static_cast<size_t>(std::prev(it) - extents_.begin());
           DCP_RETURN_IF_ERROR(FetchFrom(i));
-          const Extent& e = extents_[i];
+          Extent& e = extents_[i];
           std::memcpy(dst.data(), e.data->data() + (offset - e.begin), dst.size());
+          e.served += dst.size();
+          if (e.served >= e.end - e.begin) e.data.reset();  // read in full: not needed again
           return OkStatus();
         }
       }
@@ -184,37 +189,62 @@ class S3ReadableFile final : public ReadableFile {
  private:
   struct Extent {
     uint64_t begin, end;
-    std::shared_ptr<std::vector<std::byte>> data;  // null until fetched
     uint32_t group;  // the pieces of one large range share an odd group; small ones even
+    std::shared_ptr<std::vector<std::byte>> data = nullptr;  // null until fetched
+    uint64_t served = 0;                                     // bytes read from it so far
+    uint64_t fetched = 0;                                    // fetch order, for eviction
   };
+
+  bool Overlaps(uint64_t begin, uint64_t end) const {
+    auto it = std::upper_bound(extents_.begin(), extents_.end(), begin,
+                               [](uint64_t o, const Extent& e) { return o < e.begin; });
+    if (it != extents_.begin() && std::prev(it)->end > begin) return true;
+    return it != extents_.end() && it->begin < end;
+  }
   // Extent k is fetched ahead of a read of extent i: small ones always, pieces of a large
   // range only with a read inside that range (a whole read of it does not use them).
   bool FetchAhead(size_t i, size_t k) const {
     return extents_[k].group % 2 == 0 || extents_[k].group == extents_[i].group;
   }
 
-  // Makes extent i present: it and the next ones not yet fetched, `connections` of them in
-  // parallel; extents before i are dropped (the reads are past them). Holds mu_.
+  // Makes extent i present, with the next ones not yet fetched or read, `connections` of
+  // them in parallel; then drops the oldest others beyond two such rounds. Holds mu_.
   Status FetchFrom(size_t i) {
-    for (size_t k = 0; k < i; ++k) extents_[k].data.reset();
     if (extents_[i].data) return OkStatus();
     S3Client& client = fs_.client();
     const size_t ahead = static_cast<size_t>(client.config().connections);
     TaskGroup group(fs_.pool(), ahead);
-    for (size_t k = i; k < extents_.size() && k < i + ahead; ++k) {
+    const uint64_t first = fetches_ + 1;  // this round's fetches are numbered from here
+    size_t end = i;
+    for (size_t k = i; k < extents_.size() && k < i + ahead; ++k, ++end) {
       Extent& e = extents_[k];
-      if (e.data || !FetchAhead(i, k)) continue;
+      if (e.data || (k > i && (e.served > 0 || !FetchAhead(i, k)))) continue;
       e.data = std::make_shared<std::vector<std::byte>>(e.end - e.begin);
+      e.fetched = ++fetches_;
       group.Run(
           [&client, this, &e] { return client.GetRange(loc_.bucket, loc_.key, e.begin, *e.data); });
     }
     Status s = group.Wait();
     if (!s.ok()) {
-      for (size_t k = i; k < extents_.size() && k < i + ahead; ++k) {
-        if (FetchAhead(i, k)) extents_[k].data.reset();
+      for (size_t k = i; k < end; ++k) {
+        if (extents_[k].fetched >= first) extents_[k].data.reset();
       }
+      return s;
     }
-    return s;
+    const uint64_t budget = 2 * ahead * client.config().part_bytes;
+    uint64_t held = 0;
+    for (const Extent& e : extents_) held += e.data ? e.end - e.begin : 0;
+    while (held > budget) {
+      Extent* oldest = nullptr;
+      for (size_t k = 0; k < extents_.size(); ++k) {
+        Extent& e = extents_[k];
+        if (e.data && (k < i || k >= end) && (!oldest || e.fetched < oldest->fetched)) oldest = &e;
+      }
+      if (!oldest) break;
+      held -= oldest->end - oldest->begin;
+      oldest->data.reset();
+    }
+    return OkStatus();
   }
 
   S3FileSystem& fs_;
@@ -223,6 +253,8 @@ class S3ReadableFile final : public ReadableFile {
   uint64_t size_;
   std::mutex mu_;
   std::vector<Extent> extents_;  // ascending, disjoint
+  uint32_t group_ = 0;
+  uint64_t fetches_ = 0;
 };
 
 // A directory's key prefix: "a/b" -> "a/b/", "" (the bucket) -> "".
