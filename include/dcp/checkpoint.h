@@ -39,6 +39,12 @@ struct SaveOptions {
   // place (storage that allocates new blocks slowly writes faster), instead of a new file.
   // The file is consumed: nothing else may need it. Empty: off. CheckpointManager sets it.
   std::string recycle_dir;
+  // `dir` is node-local: each host has its own directory at that path (or the rank passes
+  // its host's own path, as the manager's memory tier does) and keeps the files of its own
+  // ranks. Every rank creates the directory; ranks are not required to see rank 0's; after
+  // the commit, the first rank of every other host writes the same metadata into its host's
+  // directory. The checkpoint is then the union of the hosts' directories.
+  bool per_host_directory = false;
 };
 
 struct SaveResult {
@@ -116,6 +122,11 @@ struct LoadResult {
   // (each one "step N: <error>", marked bad on disk); -1 and empty otherwise.
   int64_t step = -1;
   std::string fell_back;
+  // Managers with a memory tier: the step came from the hosts' memory tiers; the data files
+  // that had to reach this rank's host, from a partner host's tier or from durable storage.
+  bool from_memory = false;
+  uint64_t files_from_peers = 0;
+  uint64_t files_from_storage = 0;
 };
 
 // Every rank of opts.comm calls it, with its own chunks. Throws dcp::Error; the checkpoint

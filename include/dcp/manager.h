@@ -50,6 +50,7 @@
 #include "dcp/async.h"
 #include "dcp/checkpoint.h"
 #include "dcp/comm.h"
+#include "dcp/memory_tier.h"
 #include "dcp/state_dict.h"
 
 namespace dcp {
@@ -111,6 +112,8 @@ struct ManagerOptions {
   SaveOptions save;  // its comm is replaced by `comm`
   LoadOptions load;  // its comm is replaced by `comm`
   AsyncSaverOptions async;
+  // Unset: no memory tier; every save goes to the root.
+  std::optional<MemoryTierOptions> memory_tier;
 };
 
 class CheckpointManager {
@@ -141,10 +144,17 @@ class CheckpointManager {
   // needs, so the first AsyncSave blocks only for its copy (AsyncSaver::Prepare). Collective.
   void PrepareAsyncSave(const StateDict& sd);
 
-  // The newest complete step (finished saves only); nullopt before the first one.
+  // The newest complete step (finished saves only), in the root or restorable from the
+  // memory tiers; nullopt before the first one.
   std::optional<int64_t> latest_step() const;
-  // The complete steps on disk, ascending.
+  // The complete steps on disk (in the root), ascending.
   std::vector<int64_t> steps() const;
+  // With a memory tier: the steps the hosts' tiers can restore, ascending.
+  std::vector<int64_t> memory_steps() const;
+  // With a memory tier: writes the newest step this manager saved to memory into the root
+  // when the root lacks it (the manager's end does it too, MemoryTierOptions::persist_at_exit).
+  // Collective; finishes the save in flight first.
+  void Persist();
   // Loads `step` (default: the newest complete one) into sd. Finishes the save in flight
   // first. Throws kNotFound when there is no such complete step. Default step only, without
   // allow_partial: a step whose data turns out corrupt or missing (kDataLoss, kNotFound, the

@@ -52,6 +52,11 @@ bool IsDcpDataFileName(std::string_view name) {
   return ParseDataFileName(name, &ext) >= 0;
 }
 
+int DataFileRank(std::string_view name) {
+  std::string_view ext;
+  return ParseDataFileName(name, &ext);
+}
+
 int TensorDataFileRank(std::string_view name) {
   std::string_view ext;
   const int rank = ParseDataFileName(name, &ext);
@@ -114,6 +119,26 @@ int ParseRankMetadataName(std::string_view name, uint64_t* step, bool* legacy) {
   if (step) *step = s;
   if (legacy) *legacy = old;
   return static_cast<int>(r);
+}
+
+std::string StepDirName(int64_t step) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "step_%09lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::optional<int64_t> ParseStepDirName(std::string_view name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (name.size() < kPrefix.size() + 9 || !name.starts_with(kPrefix)) return std::nullopt;
+  int64_t v = 0;
+  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
+    char c = name[i];
+    if (c < '0' || c > '9') return std::nullopt;
+    if (v > (INT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (StepDirName(v) != name) return std::nullopt;  // one spelling per step
+  return v;
 }
 
 }  // namespace dcp::checkpoint

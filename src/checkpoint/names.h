@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,8 @@ std::string BytesFileName(uint64_t save_id, int rank);  // data-<id>-r<rank>.byt
 // save may garbage-collect.
 bool IsDcpDataFileName(std::string_view name);
 bool IsMetadataTmpName(std::string_view name);
+// The writer rank of a data file (tensor or bytes); -1 for other names.
+int DataFileRank(std::string_view name);
 // The writer rank of a tensor data file (data-<id>-r<rank>.safetensors); -1 for other names.
 int TensorDataFileRank(std::string_view name);
 // r<rank>.safetensors: a retired tensor data file waiting in a recycle directory to become
@@ -35,5 +38,10 @@ std::string RankMetadataName(uint64_t step, int rank);
 // The rank of a per-rank metadata file name; -1 for any other name. Also accepts the
 // older unstepped name dcp.metadata.rank<R> (*legacy set, *step 0).
 int ParseRankMetadataName(std::string_view name, uint64_t* step = nullptr, bool* legacy = nullptr);
+
+// "step_000000100": the directory of a step under a manager's root or memory tier
+// (zero-padded so names sort; 9 digits or more), and back (nullopt for any other name).
+std::string StepDirName(int64_t step);
+std::optional<int64_t> ParseStepDirName(std::string_view name);
 
 }  // namespace dcp::checkpoint

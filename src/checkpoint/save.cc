@@ -5,6 +5,7 @@
 // all ranks return the same error and no one waits for a peer that gave up.
 #include "checkpoint/save.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <list>
@@ -17,6 +18,7 @@
 #include "checkpoint/names.h"
 #include "checkpoint/save_lock.h"
 #include "comm/exchange.h"
+#include "comm/host_id.h"
 #include "core/check.h"
 #include "core/copy_runs.h"
 #include "core/log.h"
@@ -546,6 +548,26 @@ Result<std::optional<metadata::Metadata>> CommitOnRankZero(Comm& comm, storage::
   return committed;
 }
 
+// Per-host directories: rank 0's committed metadata, written by the first rank of every other
+// host into its own directory; agreed, so that every rank knows every host has it.
+Status CopyMetadataToHosts(Comm& comm, storage::FileSystem& fs, const std::string& dir,
+                           const std::optional<metadata::Metadata>& committed) {
+  if (comm.size() == 1) return OkStatus();
+  DCP_ASSIGN_OR_RETURN(auto hosts, comm.AllGather(HostName()));
+  std::string encoded = committed ? metadata::Encode(*committed) : std::string();
+  DCP_RETURN_IF_ERROR(comm.Broadcast(encoded, 0));
+  const int me = comm.rank();
+  const bool first_of_host =
+      std::find(hosts.begin(), hosts.end(), hosts[me]) - hosts.begin() == me;
+  Status st;
+  if (me != 0 && first_of_host && hosts[me] != hosts[0]) {
+    auto md = metadata::Decode(encoded);
+    st = md.ok() ? CommitMetadata(fs, dir, *md) : md.status();
+    if (!st.ok()) st = st.Annotate("save to " + dir + " (host " + hosts[me] + "): metadata: ");
+  }
+  return AgreeOnStatus(comm, st);
+}
+
 }  // namespace
 
 void ClearSavePlanCache() { Cache().Clear(); }
@@ -570,6 +592,8 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     if (st.ok()) st = fs.CreateDirs(dir);
     if (st.ok()) st = lock.Acquire(fs, dir, my_id);
     if (st.ok()) RemoveFilesOfDeadSaves(fs, dir);
+  } else if (opts.per_host_directory && st.ok()) {
+    st = fs.CreateDirs(dir);
   }
   std::string encoded = st.ok() ? planner::EncodeLocalPlan(*local) : std::string();
   const uint64_t local_hash = planner::PlanHash(encoded);
@@ -578,7 +602,9 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
       Hello hello,
       ExchangeHello(*comm, st, local_hash, cached ? cached->digest : 0, my_id, dir, &result));
   const uint64_t save_id = hello.save_id;
-  DCP_RETURN_IF_ERROR(CheckEveryRankSeesDirectory(*comm, fs, dir, save_id));
+  if (!opts.per_host_directory) {
+    DCP_RETURN_IF_ERROR(CheckEveryRankSeesDirectory(*comm, fs, dir, save_id));
+  }
 
   // 2. Global plan: from the cache when every rank has it for the same gathered hashes, or
   //    from the distinct local plans.
@@ -606,6 +632,9 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   // 4. Results to rank 0, which commits the metadata; its verdict reaches everyone.
   DCP_ASSIGN_OR_RETURN(std::optional<metadata::Metadata> committed,
                        CommitOnRankZero(*comm, fs, dir, *plan, save_id, st, written));
+  if (opts.per_host_directory) {
+    DCP_RETURN_IF_ERROR(CopyMetadataToHosts(*comm, fs, dir, committed));
+  }
   const auto t3 = Clock::now();
   // The checkpoint is committed and every rank knows it: removing the previous save's files
   // (slow on some file systems) no longer holds anyone up but rank 0.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dcp/checkpoint.h"
+#include "metadata/metadata.h"
 #include "storage/file_system.h"
 
 namespace dcp::checkpoint {
@@ -13,5 +14,11 @@ namespace dcp::checkpoint {
 // chunk's and bytes entry's checksum. The first problem is returned as an error naming
 // the file and the fqn.
 Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir);
+
+// The same checks for data file `file` of `md` (an index into md.files), read at `path`:
+// present, its recorded size, every checksum of the ranges stored in it. Adds the bytes checked.
+Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
+                      const metadata::Metadata& md, uint32_t file,
+                      uint64_t* bytes_checked = nullptr);
 
 }  // namespace dcp::checkpoint

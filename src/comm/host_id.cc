@@ -4,18 +4,19 @@
 #include <xxhash.h>
 
 #include <cstdlib>
-#include <cstring>
 
 namespace dcp {
 
-uint64_t HostId() {
+std::string HostName() {
+  if (const char* id = std::getenv("DCP_HOST_ID")) return id;
   char name[256] = {};
-  if (const char* id = std::getenv("DCP_HOST_ID")) {
-    std::strncpy(name, id, sizeof(name) - 1);
-  } else if (gethostname(name, sizeof(name) - 1) != 0) {
-    std::strcpy(name, "localhost");
-  }
-  return XXH3_64bits(name, std::strlen(name));
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+uint64_t HostId() {
+  const std::string name = HostName();
+  return XXH3_64bits(name.data(), name.size());
 }
 
 }  // namespace dcp

@@ -2,11 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace dcp {
 
-// A hash of the host name, or of $DCP_HOST_ID when set (tests use it to pretend that the
-// processes of one machine run on several).
+// The host name, or $DCP_HOST_ID when set (tests use it to pretend that the processes of one
+// machine run on several).
+std::string HostName();
+
+// A hash of HostName().
 uint64_t HostId();
 
 }  // namespace dcp

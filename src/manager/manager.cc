@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <future>
+#include <numeric>
 #include <cstdio>
 #include <sstream>
 
@@ -18,31 +20,16 @@
 #include "checkpoint/save.h"
 #include "checkpoint/save_lock.h"
 #include "comm/exchange.h"
+#include "tier/memory_tier.h"
 
 namespace dcp {
 
 // ---- Names and the pure retention rule ----------------------------------------------------
 
-std::string StepDirName(int64_t step) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "step_%09lld", static_cast<long long>(step));
-  return buf;
-}
+std::string StepDirName(int64_t step) { return checkpoint::StepDirName(step); }
 
 std::optional<int64_t> ParseStepDirName(const std::string& name) {
-  constexpr std::string_view kPrefix = "step_";
-  if (name.size() < kPrefix.size() + 9 || name.compare(0, kPrefix.size(), kPrefix) != 0) {
-    return std::nullopt;
-  }
-  int64_t v = 0;
-  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
-    char c = name[i];
-    if (c < '0' || c > '9') return std::nullopt;
-    if (v > (INT64_MAX - 9) / 10) return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  if (StepDirName(v) != name) return std::nullopt;  // one spelling per step
-  return v;
+  return checkpoint::ParseStepDirName(name);
 }
 
 std::vector<int64_t> StepsToRemove(const std::vector<int64_t>& steps_in,
@@ -330,6 +317,34 @@ class RootLock {
 
 // ---- The manager --------------------------------------------------------------------------
 
+namespace {
+
+// What happened to a step saved into the memory tier, in the order it happens.
+struct TierOutcome {
+  Status saved;
+  Status replicated;
+  bool drain_due = false;
+  Status drained;
+};
+
+// An upper bound of the bytes a rank writes when saving `sd` (its whole state: replicas are
+// written once, by one holder, so this overestimates; headers are small beside a margin).
+uint64_t StateBytesBound(const StateDict& sd) {
+  uint64_t n = uint64_t{1} << 16;
+  for (const auto& e : sd.entries()) {
+    if (e.kind == StateEntry::Kind::kBytes) {
+      n += e.bytes.size() + 64;
+      continue;
+    }
+    for (const auto& c : e.chunks) {
+      if (auto b = DTypeBytes(e.dtype, c.box.NumElements())) n += *b + 256;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 struct CheckpointManager::Impl {
   std::string root;
   ManagerOptions opts;
@@ -345,6 +360,15 @@ struct CheckpointManager::Impl {
   std::unique_ptr<AsyncSaver> saver;
   dcp::AsyncSave pending;
   int64_t pending_step = -1;
+  // The memory tier (ManagerOptions::memory_tier), its pair groups on `comm`, and for async
+  // saves a communicator of its own with its groups, used by the background tier job only.
+  std::unique_ptr<tier::MemoryTier> tier;
+  std::unique_ptr<tier::PairGroups> fg_groups;
+  std::shared_ptr<Comm> bg_comm;
+  std::unique_ptr<tier::PairGroups> bg_groups;
+  std::future<TierOutcome> tier_job;
+  std::vector<int64_t> memory_steps;  // restorable from the tiers, ascending
+  std::set<int64_t> saved_in_memory;  // by this manager (it can drain them)
 
   Impl(std::string r, ManagerOptions o, FileSystem& f)
       : root(std::move(r)), opts(std::move(o)), fs(f) {
@@ -406,6 +430,106 @@ struct CheckpointManager::Impl {
       }
     }
     steps = DecodeSteps(ValueOrThrow(BroadcastOrFail(*comm, 0, st, payload)));
+    if (opts.memory_tier) {
+      tier = ValueOrThrow(tier::MemoryTier::Open(root, *opts.memory_tier, *comm));
+      fg_groups = std::make_unique<tier::PairGroups>(comm);
+      const auto inventories = ValueOrThrow(tier->Survey(*comm));
+      memory_steps =
+          tier::RestorableSteps(inventories, std::set<int64_t>(steps.begin(), steps.end()));
+    }
+  }
+
+  // The newest step saved: in the root or, restorable, in the memory tiers.
+  std::optional<int64_t> NewestStep() const {
+    std::optional<int64_t> newest;
+    if (!steps.empty()) newest = steps.back();
+    if (!memory_steps.empty() && (!newest || memory_steps.back() > *newest)) {
+      newest = memory_steps.back();
+    }
+    return newest;
+  }
+
+  // ---- The memory tier ----
+
+  SaveOptions TierSaveOptions() const {
+    SaveOptions o = opts.save;
+    o.per_host_directory = true;
+    o.recycle_dir.clear();
+    return o;
+  }
+
+  // Whether `step` goes to the memory tier: room is made (each host keeps keep_last - 1 older
+  // steps beside it) and the budget checked; a step over it is saved to the root, with a warning.
+  bool TierTakes(int64_t step, const StateDict& sd) {
+    if (!tier) return false;
+    const auto keep = static_cast<size_t>(tier->options().keep_last - 1);
+    tier->Retain(keep);
+    while (memory_steps.size() > keep) memory_steps.erase(memory_steps.begin());
+    const std::string over = ValueOrThrow(tier->CheckBudget(*comm, StateBytesBound(sd), keep));
+    if (over.empty()) return true;
+    if (rank == 0) {
+      std::fprintf(stderr, "dcp manager: step %lld is not kept in memory (%s); saving it to %s\n",
+                   static_cast<long long>(step), over.c_str(), root.c_str());
+    }
+    return false;
+  }
+
+  // After the save of `step` into the tier ended with `saved` (the same on every rank):
+  // replication to partner hosts, then the drain to the root when due. Collective on `c`.
+  TierOutcome RunTierSteps(Comm& c, tier::PairGroups& groups, int64_t step, const Status& saved) {
+    TierOutcome o;
+    o.saved = saved;
+    if (!saved.ok()) return o;
+    tier::TransferStats stats;
+    o.replicated = AgreeOnStatus(c, tier->Replicate(groups, step, &stats));
+    const int64_t every = tier->options().persist_every;
+    o.drain_due = every > 0 && step % every == 0;
+    if (o.drain_due) o.drained = tier->Drain(c, step, fs, Dir(step));
+    return o;
+  }
+
+  void FinalizeTier(int64_t step, const TierOutcome& o) {
+    Status agreed = AgreeOnStatus(*comm, o.saved);
+    if (!agreed.ok()) {
+      throw Error(agreed.Annotate("checkpoint manager: step " + std::to_string(step) +
+                                  " (memory tier): "));
+    }
+    memory_steps.push_back(step);
+    saved_in_memory.insert(step);
+    const auto keep = static_cast<size_t>(tier->options().keep_last);
+    tier->Retain(keep);
+    while (memory_steps.size() > keep) memory_steps.erase(memory_steps.begin());
+    if (!o.replicated.ok() && rank == 0) {
+      std::fprintf(stderr,
+                   "dcp manager: step %lld is in memory on the hosts that saved it only: "
+                   "replication failed: %s\n",
+                   static_cast<long long>(step), o.replicated.message().c_str());
+    }
+    if (o.drain_due) Finalize(step, o.drained);
+  }
+
+  void EnsureBackgroundComm() {
+    if (bg_comm) return;
+    if (comm->size() > 1) {
+      ThrowIfError(comm->CheckConcurrentUse());
+      std::vector<int> all(comm->size());
+      std::iota(all.begin(), all.end(), 0);
+      bg_comm = ValueOrThrow(comm->CreateGroup(all));
+      bg_comm->set_timeout(comm->timeout());
+    } else {
+      bg_comm = LocalComm();
+    }
+    bg_groups = std::make_unique<tier::PairGroups>(bg_comm);
+  }
+
+  // Drains the newest step this manager saved to memory, when the root lacks it.
+  void Persist() {
+    Finish();
+    if (!tier || saved_in_memory.empty()) return;
+    const int64_t s = *saved_in_memory.rbegin();
+    if (!steps.empty() && s <= steps.back()) return;
+    if (!memory_steps.empty() && memory_steps.back() != s) return;
+    Finalize(s, tier->Drain(*comm, s, fs, Dir(s)));
   }
 
   // A step a load found corrupt: no longer complete, on every rank; rank 0 records why in the
@@ -428,10 +552,10 @@ struct CheckpointManager::Impl {
 
   void CheckNewStep(int64_t step) {
     if (step < 0) ThrowIfError(InvalidArgument("step " + std::to_string(step) + " is negative"));
-    if (!steps.empty() && step <= steps.back()) {
+    if (auto newest = NewestStep(); newest && step <= *newest) {
       ThrowIfError(InvalidArgument("step " + std::to_string(step) +
                                    " is not newer than the newest saved step " +
-                                   std::to_string(steps.back()) + " under " + root));
+                                   std::to_string(*newest) + " under " + root));
     }
   }
 
@@ -481,7 +605,11 @@ struct CheckpointManager::Impl {
     int64_t step = pending_step;
     pending = dcp::AsyncSave();
     pending_step = -1;
-    Finalize(step, h.status());
+    if (tier_job.valid()) {
+      FinalizeTier(step, tier_job.get());
+    } else {
+      Finalize(step, h.status());
+    }
   }
 };
 
@@ -517,6 +645,7 @@ CheckpointManager::~CheckpointManager() {
   if (!impl_) return;
   try {
     impl_->Finish();
+    if (impl_->tier && impl_->tier->options().persist_at_exit) impl_->Persist();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dcp manager: the last save under %s failed: %s\n", impl_->root.c_str(),
                  e.what());
@@ -528,6 +657,12 @@ SaveResult CheckpointManager::Save(int64_t step, const StateDict& sd) {
   Impl& m = *impl_;
   m.Finish();
   m.CheckNewStep(step);
+  if (m.TierTakes(step, sd)) {
+    auto r = checkpoint::Save(sd, m.tier->StepDir(step), m.TierSaveOptions(),
+                              storage::PosixFileSystem());
+    m.FinalizeTier(step, m.RunTierSteps(*m.comm, *m.fg_groups, step, r.status()));
+    return std::move(r).value();
+  }
   // Save creates the step's directory; `latest`'s atomic write syncs the root, which makes the
   // directory's entry durable before `latest` names it.
   auto r = checkpoint::Save(sd, m.Dir(step), m.opts.save, m.fs);
@@ -540,9 +675,30 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
   m.Finish();
   m.CheckNewStep(step);
   if (!m.saver) m.saver = std::make_unique<AsyncSaver>(m.opts.async);
+  if (m.TierTakes(step, sd)) {
+    m.EnsureBackgroundComm();
+    m.pending = async::SaveWithFileSystem(*m.saver, sd, m.tier->StepDir(step),
+                                          m.TierSaveOptions(), {}, storage::PosixFileSystem());
+    m.pending_step = step;
+    // Replication and the drain follow in the background, on the tier's own communicator.
+    m.tier_job = std::async(std::launch::async, [&m, h = m.pending, step] {
+      try {
+        return m.RunTierSteps(*m.bg_comm, *m.bg_groups, step, h.status());
+      } catch (const std::exception& e) {
+        TierOutcome o;
+        o.saved = Internal(std::string("memory tier job: ") + e.what());
+        return o;
+      }
+    });
+    return;
+  }
   m.pending = async::SaveWithFileSystem(*m.saver, sd, m.Dir(step), m.opts.save, {}, m.fs);
   m.pending_step = step;
 }
+
+void CheckpointManager::Persist() { impl_->Persist(); }
+
+std::vector<int64_t> CheckpointManager::memory_steps() const { return impl_->memory_steps; }
 
 void CheckpointManager::Wait() { impl_->Finish(); }
 
@@ -552,16 +708,21 @@ void CheckpointManager::PrepareAsyncSave(const StateDict& sd) {
   m.saver->Prepare(sd, m.opts.save);
 }
 
-std::optional<int64_t> CheckpointManager::latest_step() const {
-  if (impl_->steps.empty()) return std::nullopt;
-  return impl_->steps.back();
-}
+std::optional<int64_t> CheckpointManager::latest_step() const { return impl_->NewestStep(); }
 
 std::vector<int64_t> CheckpointManager::steps() const { return impl_->steps; }
 
 LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
   Impl& m = *impl_;
   m.Finish();
+  if (m.tier) {
+    // From the hosts' memory unless the root holds a newer step.
+    tier::DurableSteps durable{std::set<int64_t>(m.steps.begin(), m.steps.end()),
+                               [&m](int64_t s) { return m.Dir(s); }, &m.fs};
+    std::string fell_back;
+    auto r = ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &fell_back));
+    if (r) return *std::move(r);
+  }
   if (step) {
     if (!std::binary_search(m.steps.begin(), m.steps.end(), *step)) {
       ThrowIfError(

@@ -1,0 +1,232 @@
+#include "tier/file_transfer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <thread>
+
+namespace dcp::tier {
+
+Status PairGroups::Ensure(const std::vector<Transfer>& transfers) {
+  const int me = world_->rank();
+  std::set<std::pair<int, int>> pairs;
+  for (const Transfer& t : transfers) {
+    if (t.from == kFromStorage || t.from == t.to) continue;
+    pairs.insert({std::min(t.from, t.to), std::max(t.from, t.to)});
+  }
+  // In ascending order on every rank: creation is collective over the two members, and a
+  // global order keeps any rank from waiting on a member busy creating a later pair.
+  for (const auto& p : pairs) {
+    if ((p.first != me && p.second != me) || groups_.count(p)) continue;
+    DCP_ASSIGN_OR_RETURN(auto g, world_->CreateGroup({p.first, p.second}));
+    groups_[p] = std::move(g);
+  }
+  return OkStatus();
+}
+
+Comm& PairGroups::Of(int a, int b) { return *groups_.at({std::min(a, b), std::max(a, b)}); }
+
+Status CopyFile(storage::FileSystem& from_fs, const std::string& from, storage::FileSystem& to_fs,
+                const std::string& to, uint64_t piece_bytes) {
+  DCP_ASSIGN_OR_RETURN(auto in, from_fs.OpenReadable(from));
+  DCP_ASSIGN_OR_RETURN(auto out, to_fs.NewWritableFile(to));
+  std::vector<std::byte> buf(std::min<uint64_t>(piece_bytes, std::max<uint64_t>(in->size(), 1)));
+  in->WillRead(std::vector<storage::ByteRange>{{0, in->size()}});
+  for (uint64_t at = 0; at < in->size();) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), in->size() - at);
+    DCP_RETURN_IF_ERROR(in->ReadAt(at, std::span(buf.data(), n)));
+    DCP_RETURN_IF_ERROR(out->Append(std::span(buf.data(), n)));
+    at += n;
+  }
+  DCP_RETURN_IF_ERROR(out->Sync());
+  return out->Close();
+}
+
+namespace {
+
+// One piece of one transfer, as this rank sees it.
+struct Piece {
+  const Transfer* t;
+  uint64_t offset;
+  uint64_t length;
+  bool send;  // this rank sends it (else receives)
+};
+
+// The transfers' pieces this rank takes part in, in the global order.
+std::vector<Piece> PiecesOf(const std::vector<Transfer>& transfers, int me, uint64_t piece) {
+  std::vector<Piece> out;
+  for (const Transfer& t : transfers) {
+    if (t.from == kFromStorage || (t.from != me && t.to != me)) continue;
+    for (uint64_t at = 0; at < t.size; at += piece) {
+      out.push_back({&t, at, std::min(piece, t.size - at), t.from == me});
+    }
+  }
+  return out;
+}
+
+class Mover {
+ public:
+  Mover(PairGroups& groups, const TransferDirs& dirs, const TransferOptions& opts,
+        const std::function<Status(const std::string&, const std::string&)>& check,
+        TransferStats* stats)
+      : groups_(groups), dirs_(dirs), opts_(opts), check_(check), stats_(stats) {}
+
+  Status Run(const std::vector<Transfer>& transfers) {
+    const int me = groups_.world().rank();
+    // Copies from storage first: no peer waits on them.
+    for (const Transfer& t : transfers) {
+      if (t.to != me) continue;
+      if (t.from == kFromStorage) {
+        Keep(Receive(t, [&](const std::string& part) {
+          if (!dirs_.storage_fs || dirs_.storage_dir.empty()) {
+            return FailedPrecondition("no durable copy of the step to copy from");
+          }
+          return CopyFile(*dirs_.storage_fs, storage::JoinPath(dirs_.storage_dir, t.file),
+                          *dirs_.local_fs, part);
+        }));
+      } else if (t.size == 0) {
+        Keep(Receive(t, [&](const std::string& part) {
+          DCP_ASSIGN_OR_RETURN(auto f, dirs_.local_fs->NewWritableFile(part));
+          DCP_RETURN_IF_ERROR(f->Sync());
+          return f->Close();
+        }));
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (const Piece& p : PiecesOf(transfers, me, std::max<uint64_t>(opts_.piece_bytes, 1))) {
+      while (in_flight_.size() >= static_cast<size_t>(std::max(opts_.window, 1))) {
+        DCP_RETURN_IF_ERROR(CompleteOldest());
+      }
+      Op op{p, std::vector<std::byte>(p.length), nullptr};
+      if (p.send) {
+        if (failed_.ok()) Keep(ReadPiece(p, op.buf));
+      }
+      const int root = p.t->from < p.t->to ? 0 : 1;
+      DCP_ASSIGN_OR_RETURN(op.request,
+                           groups_.Of(p.t->from, p.t->to).IBroadcast(std::span(op.buf), root));
+      in_flight_.push_back(std::move(op));
+      if (p.send) {
+        stats_->bytes_sent += p.length;
+        if (opts_.max_bytes_per_second > 0) {  // paced: never ahead of the allowed rate
+          std::this_thread::sleep_until(
+              start + std::chrono::duration<double>(static_cast<double>(stats_->bytes_sent) /
+                                                    static_cast<double>(opts_.max_bytes_per_second)));
+        }
+      }
+    }
+    while (!in_flight_.empty()) DCP_RETURN_IF_ERROR(CompleteOldest());
+    stats_->local_failure = failed_;
+    return OkStatus();
+  }
+
+ private:
+  struct Op {
+    Piece piece;
+    std::vector<std::byte> buf;
+    std::unique_ptr<CommRequest> request;
+  };
+
+  void Keep(const Status& s) {
+    if (failed_.ok() && !s.ok()) failed_ = s;
+  }
+
+  // Writes `t.file` through `fill(part path)`, checks it and gives it its name.
+  Status Receive(const Transfer& t, const std::function<Status(const std::string&)>& fill) {
+    const std::string path = storage::JoinPath(dirs_.local_dir, t.file);
+    const std::string part = path + ".part";
+    Status s = fill(part);
+    if (s.ok() && check_) s = check_(t.file, part);
+    if (s.ok()) s = dirs_.local_fs->Rename(part, path);
+    if (!s.ok()) {
+      (void)dirs_.local_fs->Remove(part);
+      stats_->failed.push_back(t);
+      return s.Annotate("receiving " + t.file + " from " +
+                        (t.from == kFromStorage ? std::string("storage")
+                                                : "rank " + std::to_string(t.from)) +
+                        ": ");
+    }
+    ++stats_->files_received;
+    if (t.from == kFromStorage) {
+      ++stats_->files_from_storage;
+      stats_->bytes_copied_from_storage += t.size;
+    }
+    return OkStatus();
+  }
+
+  Status ReadPiece(const Piece& p, std::vector<std::byte>& buf) {
+    if (!reading_ || reading_->path() != storage::JoinPath(dirs_.local_dir, p.t->file)) {
+      auto f = dirs_.local_fs->OpenReadable(storage::JoinPath(dirs_.local_dir, p.t->file));
+      if (!f.ok()) return f.status().Annotate("sending to rank " + std::to_string(p.t->to) + ": ");
+      reading_ = std::move(f).value();
+    }
+    return reading_->ReadAt(p.offset, buf).Annotate("sending to rank " +
+                                                     std::to_string(p.t->to) + ": ");
+  }
+
+  Status CompleteOldest() {
+    Op op = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    if (Status s = op.request->Wait(); !s.ok()) {
+      // The backend may still write into the buffer (MPI cannot cancel): leave it allocated.
+      new std::vector<std::byte>(std::move(op.buf));
+      return s.Annotate("file transfer with rank " +
+                        std::to_string(op.piece.send ? op.piece.t->to : op.piece.t->from) + ": ");
+    }
+    if (op.piece.send) return OkStatus();
+    stats_->bytes_received += op.piece.length;
+    const Transfer& t = *op.piece.t;
+    const std::string path = storage::JoinPath(dirs_.local_dir, t.file);
+    if (op.piece.offset == 0) {
+      writing_.reset();
+      writing_ok_ = true;
+      auto f = dirs_.local_fs->NewWritableFile(path + ".part");
+      if (f.ok()) {
+        writing_ = std::move(f).value();
+      } else {
+        writing_ok_ = false;
+        stats_->failed.push_back(t);
+        Keep(f.status().Annotate("receiving " + t.file + ": "));
+      }
+    }
+    if (writing_ok_ && writing_) {
+      Status s = writing_->Append(op.buf);
+      if (!s.ok()) {
+        writing_ok_ = false;
+        stats_->failed.push_back(t);
+        Keep(s.Annotate("receiving " + t.file + ": "));
+      }
+    }
+    if (op.piece.offset + op.piece.length == t.size && writing_ok_ && writing_) {
+      auto file = std::move(writing_);
+      Keep(Receive(t, [&](const std::string&) {
+        DCP_RETURN_IF_ERROR(file->Sync());
+        return file->Close();
+      }));
+    }
+    return OkStatus();
+  }
+
+  PairGroups& groups_;
+  const TransferDirs& dirs_;
+  const TransferOptions& opts_;
+  const std::function<Status(const std::string&, const std::string&)>& check_;
+  TransferStats* stats_;
+  std::deque<Op> in_flight_;
+  std::unique_ptr<storage::ReadableFile> reading_;
+  std::unique_ptr<storage::WritableFile> writing_;
+  bool writing_ok_ = true;
+  Status failed_;
+};
+
+}  // namespace
+
+Status TransferFiles(PairGroups& groups, const std::vector<Transfer>& transfers,
+                     const TransferDirs& dirs, const TransferOptions& opts,
+                     const std::function<Status(const std::string&, const std::string&)>& check,
+                     TransferStats* stats) {
+  DCP_RETURN_IF_ERROR(groups.Ensure(transfers));
+  Mover mover(groups, dirs, opts, check, stats);
+  return mover.Run(transfers);
+}
+
+}  // namespace dcp::tier

@@ -1,0 +1,97 @@
+// A manager root's memory tier (DESIGN.md section 12): this host's directory of recent steps in
+// memory, and the collective operations over every host's -- replication after a save, the
+// drain to durable storage, and the restore from whatever survives.
+//
+// Layout on each host: DIR/<root key>/<host name>/step_N/, an ordinary dcp checkpoint
+// directory holding the metadata, the files this host's ranks wrote (a save with
+// SaveOptions::per_host_directory) and the files partner hosts replicated to it. The host
+// name is part of the path, so hosts that share DIR by mistake (or emulated hosts of one
+// machine) never mix their files. What a host holds is read from its directory, never
+// remembered: a tier survives the processes that wrote it, and a restarted job finds it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dcp/checkpoint.h"
+#include "dcp/comm.h"
+#include "dcp/memory_tier.h"
+#include "dcp/state_dict.h"
+#include "storage/file_system.h"
+#include "tier/file_transfer.h"
+#include "tier/tier_plan.h"
+
+namespace dcp::tier {
+
+// Where a restore finds durable steps: the complete ones, their directories, the file system.
+struct DurableSteps {
+  std::set<int64_t> complete;
+  std::function<std::string(int64_t)> dir_of;
+  storage::FileSystem* fs = nullptr;
+};
+
+class MemoryTier {
+ public:
+  // Collective over `comm` (every rank learns every rank's host); the first rank of each host
+  // creates its directory. kInvalidArgument for options that make no sense.
+  static Result<std::unique_ptr<MemoryTier>> Open(const std::string& root,
+                                                  const MemoryTierOptions& opts, Comm& comm);
+
+  const MemoryTierOptions& options() const { return opts_; }
+  const Hosts& hosts() const { return hosts_; }
+  int my_host() const { return hosts_.host_of_rank[rank_]; }
+  // The lowest rank of this host: it scans and tidies the host's directory.
+  bool first_of_host() const { return hosts_.ranks[my_host()].front() == rank_; }
+  std::string HostDir() const { return host_dir_; }
+  std::string StepDir(int64_t step) const;
+
+  // Collective: every host's inventory (its first rank scans it), by host index.
+  Result<std::vector<Inventory>> Survey(Comm& comm) const;
+
+  // Collective: whether the state dicts about to be saved (`my_bytes` on this rank, an upper
+  // bound of what it writes) fit every host's budget, counting what partners will send and the
+  // `kept` newest steps each host keeps beside it. Same answer on every rank; the reason when
+  // not.
+  Result<std::string> CheckBudget(Comm& comm, uint64_t my_bytes, size_t kept) const;
+
+  // Collective on groups.world(): each rank's files of `step` (just saved here) go to the
+  // partner hosts. Returns this rank's failure (callers agree).
+  Status Replicate(PairGroups& groups, int64_t step, TransferStats* stats) const;
+
+  // Collective: `step` written into the durable directory `dst` (on `fs`): every rank copies
+  // the files it wrote from this host's tier, then rank 0 commits the metadata. Agreed.
+  Status Drain(Comm& comm, int64_t step, storage::FileSystem& fs, const std::string& dst) const;
+
+  // This host (its first rank; others return at once): removes step directories but the
+  // newest `keep`, and pieces of interrupted transfers.
+  void Retain(size_t keep) const;
+
+  // Collective on groups.world(): loads into `sd` the newest step the tiers (with the durable
+  // steps filling files no tier holds) can restore -- or `only_step` -- unless a durable step
+  // is newer: then nullopt, and the caller loads from storage. Copies are verified before use;
+  // a bad one is passed over for another copy, then for an older step (`*fell_back` says why).
+  Result<std::optional<LoadResult>> Restore(PairGroups& groups, StateDict& sd,
+                                            const LoadOptions& opts, const DurableSteps& durable,
+                                            std::optional<int64_t> only_step,
+                                            std::string* fell_back) const;
+
+ private:
+  MemoryTier(MemoryTierOptions opts, std::string host_dir, Hosts hosts, int rank)
+      : opts_(std::move(opts)), host_dir_(std::move(host_dir)), hosts_(std::move(hosts)),
+        rank_(rank) {}
+
+  MemoryTierOptions opts_;
+  std::string host_dir_;
+  Hosts hosts_;
+  int rank_;
+};
+
+// This host's tier of `root` under `base` without a job (`dcp ls`): its inventory.
+Result<Inventory> ScanHostTier(const std::string& base, const std::string& root);
+std::string HostTierDir(const std::string& base, const std::string& root);
+
+}  // namespace dcp::tier

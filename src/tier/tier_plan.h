@@ -1,0 +1,115 @@
+// The memory tier's decisions, as pure functions of what every rank gathered (DESIGN.md
+// section 12): which hosts partner which, what moves where after a save, which step a restore
+// takes and where each of its files comes from. Every rank computes the same answers from the
+// same inputs; nothing here touches storage or the communicator.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dcp/status.h"
+
+namespace dcp::tier {
+
+// The hosts of a job, in name order, each with its ranks (ascending).
+struct Hosts {
+  std::vector<std::string> names;
+  std::vector<std::vector<int>> ranks;
+  std::vector<int> host_of_rank;
+
+  static Hosts From(const std::vector<std::string>& name_of_rank);
+  int size() const { return static_cast<int>(names.size()); }
+  // The index of `name`, or -1.
+  int Find(std::string_view name) const;
+};
+
+// The partner hosts of host `h`: the next `replicas` hosts in name order, wrapping, never `h`
+// itself; fewer when the job has fewer other hosts.
+std::vector<int> PartnersOf(const Hosts& hosts, int h, int replicas);
+
+struct FileRef {
+  std::string name;
+  uint64_t size = 0;
+  bool operator==(const FileRef&) const = default;
+};
+
+// One whole file moving to rank `to`: from rank `from`'s host directory, or from durable
+// storage (from == kFromStorage, copied by `to` itself).
+inline constexpr int kFromStorage = -1;
+struct Transfer {
+  int from = kFromStorage;
+  int to = 0;
+  std::string file;
+  uint64_t size = 0;
+};
+
+// After a save into the tier: every file written by rank r (files_of_rank[r]) goes to one rank
+// of each partner host of r's host, the partner's ranks taking turns (r's position on its host,
+// modulo the partner's rank count). Sorted by (from, to, file).
+std::vector<Transfer> PlanReplication(const Hosts& hosts, int replicas,
+                                      const std::vector<std::vector<FileRef>>& files_of_rank);
+
+// What one host's tier holds of one step.
+struct StepCopy {
+  int64_t step = 0;
+  // A digest of the step's metadata as this host holds it; 0 when it has none that decodes.
+  uint64_t metadata_digest = 0;
+  std::vector<FileRef> required;  // the data files its metadata names (empty without one)
+  std::vector<FileRef> present;   // the data files in the directory, with their sizes
+};
+using Inventory = std::vector<StepCopy>;  // one host's, any order
+
+std::string EncodeInventory(const Inventory& inv);
+Result<Inventory> DecodeInventory(std::string_view data);
+
+// A copy found damaged (by its checksums, or while being sent): never used again.
+struct BadCopy {
+  int host = 0;
+  int64_t step = 0;
+  std::string file;
+  auto operator<=>(const BadCopy&) const = default;
+};
+
+// The step a restore takes from the tiers, and who holds each of its files.
+struct MemoryStep {
+  int64_t step = -1;
+  uint64_t metadata_digest = 0;
+  std::vector<int> metadata_hosts;      // hosts holding that metadata, ascending
+  std::vector<FileRef> files;           // the data files it names
+  std::vector<std::vector<int>> holders;  // per file: hosts with an intact-looking copy
+  // Files no tier holds, taken from durable storage (only when `step` is there, complete).
+  std::vector<bool> from_storage;
+  uint64_t bytes_from_storage = 0;
+};
+
+// The newest step below `below` that the surviving tiers can restore: its metadata (the digest
+// most hosts agree on; ties to the first host in name order) and every data file it names on
+// some host with the recorded size, not among `bad`. A step in `durable` (complete in durable
+// storage) may lack files in the tiers: they come from storage. nullopt when no step qualifies.
+std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host,
+                                           const std::set<BadCopy>& bad,
+                                           const std::set<int64_t>& durable,
+                                           int64_t below = INT64_MAX);
+
+// Every step the tiers could restore (ChooseMemoryStep's test, no bad copies), ascending.
+std::vector<int64_t> RestorableSteps(const std::vector<Inventory>& by_host,
+                                     const std::set<int64_t>& durable);
+
+// The copies a restore of `step` reads: for every host, each file one of its ranks needs
+// (needed_by_host[h]: indices into step.files) is read where it lies when the host holds it,
+// else sent by a holder -- the one with the fewest bytes assigned so far, ties to the first
+// after the receiving host in name order --
+// or copied from storage. Sender and receiver ranks take turns on their hosts.
+struct RestorePlan {
+  std::vector<Transfer> fetches;               // sorted by (from, to, file)
+  std::vector<std::vector<uint32_t>> used_on;  // per host: its own copies that are read or sent
+};
+RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
+                        const std::vector<std::set<uint32_t>>& needed_by_host);
+
+}  // namespace dcp::tier
