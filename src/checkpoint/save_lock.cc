@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <unordered_set>
@@ -39,8 +40,17 @@ int64_t NowUnix() {
 
 bool ProcessAlive(int64_t pid) {
   if (pid <= 0) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) == 0) return true;
-  return errno == EPERM;  // exists, owned by someone else
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  // It exists (EPERM: owned by someone else), unless it is a zombie: a killed process whose
+  // parent has not reaped it yet (a SIGKILLed rank of a job whose launcher is gone) holds
+  // nothing any more. /proc/<pid>/stat: "pid (comm) S ...", comm may hold spaces or ')'.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  const char state = line[close + 2];
+  return state != 'Z' && state != 'X';
 }
 
 // Why `info` is stale, or "" when its save may still be running (or cannot be checked).
