@@ -20,7 +20,7 @@ from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
 from ._dcp import __version__
 from ._metadata import Metadata, TensorInfo, read_metadata
 from ._open import load_all
-from .manager import CheckpointManager
+from .manager import CheckpointManager, MemoryTier
 
 
 def from_torch_dcp(src, dst, allow_pickle: bool = False) -> SaveResult:
@@ -63,7 +63,8 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "AsyncSaveHandle", "CheckpointManager", "DcpError", "LoadResult", "Metadata", "SaveFuture",
+    "AsyncSaveHandle", "CheckpointManager", "DcpError", "LoadResult", "MemoryTier", "Metadata",
+    "SaveFuture",
     "SaveResult", "StagingStats", "TensorChunk", "TensorInfo", "__version__", "async_save",
     "from_torch_dcp", "load", "load_all", "prepare_async_save", "read_metadata", "save",
     "set_async_options", "set_timeout",

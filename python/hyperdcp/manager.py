@@ -20,12 +20,50 @@ on by default; see the README). Under torchrun every rank creates it (with the d
 threads take turns; the manager is closed at exit (a save in flight finishes first).
 """
 
+import dataclasses
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from . import _boundary, _dcp
 from ._comm import comm_for
 from ._prepare import finish_load, prepare_on_every_rank, release
+
+
+@dataclasses.dataclass
+class MemoryTier:
+    """The manager's memory tier (README, "Memory tier"): recent steps in every host's memory
+    and on `replicas` partner hosts, a step that is a multiple of `persist_every` also written
+    to the root (0: only by persist() and at close), restored after a host is lost from what
+    the others hold, onto any layout. `dir` is a tmpfs directory of every host; `max_bytes`
+    bounds each host's tier (0: no bound; a step over it is saved to the root instead)."""
+
+    dir: str = "/dev/shm/dcp-tier"
+    replicas: int = 1
+    keep_last: int = 2
+    max_bytes: int = 0
+    persist_every: int = 1
+    persist_at_exit: bool = True
+    replication_bytes_per_second: int = 0
+
+    def _options(self) -> "_dcp.MemoryTierOptions":
+        o = _dcp.MemoryTierOptions()
+        for f in dataclasses.fields(self):
+            setattr(o, f.name, getattr(self, f.name))
+        return o
+
+
+def _tier_options(memory_tier: "Union[MemoryTier, Dict[str, Any], bool, None]"
+                  ) -> "Optional[_dcp.MemoryTierOptions]":
+    if memory_tier is None or memory_tier is False:
+        return None
+    if memory_tier is True:
+        return MemoryTier()._options()
+    if isinstance(memory_tier, dict):
+        return MemoryTier(**memory_tier)._options()
+    if isinstance(memory_tier, MemoryTier):
+        return memory_tier._options()
+    raise TypeError("memory_tier must be a hyperdcp.MemoryTier, a dict of its fields, True or "
+                    f"None, not {type(memory_tier).__name__}")
 
 
 class CheckpointManager:
@@ -37,17 +75,21 @@ class CheckpointManager:
                  allow_partial: bool = False, verify_checksums: bool = True,
                  max_open_files: int = 8, max_staging_bytes: int = 0,
                  staging_threads: int = 0, persist_nice: int = 10,
-                 allow_pickle: bool = False) -> None:
+                 allow_pickle: bool = False,
+                 memory_tier: "Union[MemoryTier, Dict[str, Any], bool, None]" = None) -> None:
         """`allow_partial`, `verify_checksums`, `max_open_files`: as load's, for every load of
         the manager; `max_staging_bytes`, `staging_threads`, `persist_nice`: its async
-        saver's (see the README); `allow_pickle`: as save's and load's."""
+        saver's (see the README); `allow_pickle`: as save's and load's; `memory_tier`: a
+        MemoryTier (or a dict of its fields, or True for the defaults) to keep recent steps in
+        the hosts' memory."""
+        tier = _tier_options(memory_tier)
         self._comm = comm_for(process_group, no_dist)
         self._root = os.fspath(root)
         self._allow_pickle = allow_pickle
         self._mgr = _boundary.call(
             self._comm, _dcp.CheckpointManager, self._root, keep_last, keep_every, self._comm,
             recycle_files, allow_partial, verify_checksums, max_open_files, max_staging_bytes,
-            staging_threads, persist_nice)
+            staging_threads, persist_nice, tier)
         _boundary.register_closable(self)
 
     def _call(self, fn: Any, *args: Any) -> Any:
@@ -95,14 +137,25 @@ class CheckpointManager:
         self._call(self._mgr.wait)
 
     def latest_step(self) -> Optional[int]:
-        """The newest complete step, or None before the first one."""
+        """The newest complete step (in the root or the hosts' memory), or None before the
+        first one."""
         with _boundary.serial():
             return self._mgr.latest_step()
 
     def steps(self) -> List[int]:
-        """The complete steps on disk, ascending."""
+        """The complete steps on disk (in the root), ascending."""
         with _boundary.serial():
             return self._mgr.steps()
+
+    def memory_steps(self) -> List[int]:
+        """With a memory tier: the steps the hosts' memory can restore, ascending."""
+        with _boundary.serial():
+            return self._mgr.memory_steps()
+
+    def persist(self) -> None:
+        """With a memory tier: writes the newest step saved to memory into the root, if the
+        root lacks it (close() does it too unless persist_at_exit is off)."""
+        self._call(self._mgr.persist)
 
     def load(self, state_dict: Dict[str, Any], step: Optional[int] = None) -> _dcp.LoadResult:
         """Loads `step` (default: the newest complete one) into `state_dict`, in place."""

@@ -21,12 +21,14 @@ class Manager {
   // The load and async-saver options are the ones load() and set_async_options() take.
   Manager(const std::string& root, std::optional<int64_t> keep_last,
           std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm, bool recycle_files,
-          LoadOptions load, AsyncSaverOptions async) {
+          LoadOptions load, AsyncSaverOptions async, std::optional<MemoryTierOptions> tier)
+      : persist_at_close_(tier && tier->persist_at_exit) {
     ManagerOptions o{.policy = {.keep_last = keep_last, .keep_every = keep_every},
                      .comm = std::move(comm),
                      .recycle_files = recycle_files,
                      .load = load,
-                     .async = async};
+                     .async = async,
+                     .memory_tier = std::move(tier)};
     py::gil_scoped_release release;
     mgr_ = std::make_unique<CheckpointManager>(root, std::move(o));
   }
@@ -48,6 +50,8 @@ class Manager {
     std::unique_ptr<CheckpointManager> m = std::move(mgr_);
     try {
       m->Wait();
+      // Here rather than in the destructor, so that its error is raised.
+      if (persist_at_close_) m->Persist();
     } catch (...) {
       m.reset();
       throw;
@@ -56,17 +60,29 @@ class Manager {
 
  private:
   std::unique_ptr<CheckpointManager> mgr_;
+  bool persist_at_close_ = false;
 };
 
 }  // namespace
 
 void BindManager(py::module_& m) {
+  py::class_<MemoryTierOptions>(m, "MemoryTierOptions")
+      .def(py::init<>())
+      .def_readwrite("dir", &MemoryTierOptions::dir)
+      .def_readwrite("replicas", &MemoryTierOptions::replicas)
+      .def_readwrite("keep_last", &MemoryTierOptions::keep_last)
+      .def_readwrite("max_bytes", &MemoryTierOptions::max_bytes)
+      .def_readwrite("persist_every", &MemoryTierOptions::persist_every)
+      .def_readwrite("persist_at_exit", &MemoryTierOptions::persist_at_exit)
+      .def_readwrite("replication_bytes_per_second",
+                     &MemoryTierOptions::replication_bytes_per_second);
+
   py::class_<Manager>(m, "CheckpointManager")
       .def(py::init([](const std::string& root, std::optional<int64_t> keep_last,
                        std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm,
                        bool recycle_files, bool allow_partial, bool verify_checksums,
                        int max_open_files, uint64_t max_staging_bytes, int staging_threads,
-                       int persist_nice) {
+                       int persist_nice, std::optional<MemoryTierOptions> tier) {
              LoadOptions load;
              load.allow_partial = allow_partial;
              load.verify_checksums = verify_checksums;
@@ -75,12 +91,13 @@ void BindManager(py::module_& m) {
                  root, keep_last, keep_every, std::move(comm), recycle_files, load,
                  AsyncSaverOptions{.max_staging_bytes = max_staging_bytes,
                                    .staging_threads = staging_threads,
-                                   .persist_nice = persist_nice});
+                                   .persist_nice = persist_nice},
+                 std::move(tier));
            }),
            py::arg("root"), py::arg("keep_last"), py::arg("keep_every"), py::arg("comm"),
            py::arg("recycle_files"), py::arg("allow_partial"), py::arg("verify_checksums"),
            py::arg("max_open_files"), py::arg("max_staging_bytes"), py::arg("staging_threads"),
-           py::arg("persist_nice"))
+           py::arg("persist_nice"), py::arg("memory_tier"))
       .def(
           "save",
           [](Manager& self, int64_t step, const StateDict& sd) {
@@ -109,6 +126,12 @@ void BindManager(py::module_& m) {
            })
       .def("latest_step", [](Manager& self) { return self.get().latest_step(); })
       .def("steps", [](Manager& self) { return self.get().steps(); })
+      .def("memory_steps", [](Manager& self) { return self.get().memory_steps(); })
+      .def("persist",
+           [](Manager& self) {
+             py::gil_scoped_release release;
+             self.get().Persist();
+           })
       .def(
           "load",
           [](Manager& self, StateDict& sd, std::optional<int64_t> step) {

@@ -159,3 +159,29 @@ def test_resume_falls_back_past_a_corrupt_step(tmp_path):
         assert torch.equal(got["w"], state(1)["w"]) and got["meta"]["step"] == 1
         assert mgr.steps() == [1]
     assert (tmp_path / "step_000000002" / "dcp.bad").exists()  # marked, not deleted
+
+
+def test_memory_tier_in_one_process(tmp_path):
+    """Steps in memory, every 2nd in the root; a new manager restores the newest from memory;
+    with the memory gone, from the root."""
+    tier = dcp.MemoryTier(dir=str(tmp_path / "shm"), persist_every=2, persist_at_exit=False)
+    with dcp.CheckpointManager(tmp_path / "ckpt", memory_tier=tier) as mgr:
+        for step in (1, 2, 3):
+            mgr.async_save(step, state(step))
+        mgr.wait()
+        assert mgr.steps() == [2] and mgr.memory_steps() == [2, 3]
+    with dcp.CheckpointManager(tmp_path / "ckpt",
+                               memory_tier={"dir": str(tmp_path / "shm")}) as mgr:
+        got = state(0)
+        r = mgr.load(got)
+        assert (r.step, r.from_memory, r.files_from_storage) == (3, True, 0)
+        assert torch.equal(got["w"], state(3)["w"]) and got["meta"] == {"step": 3}
+    import shutil
+    shutil.rmtree(tmp_path / "shm")
+    with dcp.CheckpointManager(tmp_path / "ckpt", memory_tier=tier) as mgr:
+        got = state(0)
+        r = mgr.load(got)
+        assert (r.step, r.from_memory) == (2, False)
+        assert torch.equal(got["w"], state(2)["w"])
+    with pytest.raises(TypeError, match="memory_tier must be"):
+        dcp.CheckpointManager(tmp_path / "other", memory_tier="yes")

@@ -108,3 +108,17 @@ def test_sharded_tensor_saves_as_boxes(torchrun, tmp_path):
     whole = {"w": torch.zeros(6, 8)}
     dcp.load(whole, tmp_path / "st", allow_partial=True)
     assert torch.equal(whole["w"], torch.arange(48, dtype=torch.float32).reshape(6, 8))
+
+
+def test_memory_tier_restores_after_losing_a_host(torchrun, tmp_path):
+    """4 ranks, each its own host: async saves to the memory tier; host h2's memory is lost;
+    3 ranks on the surviving hosts restore the newest step with another layout, from memory."""
+    import glob
+    import shutil
+    root, tier = tmp_path / "ckpt", tmp_path / "shm"
+    torchrun(4, "tier_job.py", root, tier, "h0,h1,h2,h3", "save")
+    lost = glob.glob(str(tier / "root-*" / "h2"))
+    assert len(lost) == 1, lost
+    shutil.rmtree(lost[0])
+    out = torchrun(3, "tier_job.py", root, tier, "h0,h1,h3", "restore")
+    assert "restored step 3 from memory" in out, out
