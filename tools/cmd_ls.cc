@@ -16,6 +16,28 @@ std::string JoinSteps(const std::vector<int64_t>& steps) {
   return out.empty() ? "nothing" : out;
 }
 
+std::string JoinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out.empty() ? "-" : out;
+}
+
+void PrintMemoryTier(const std::string& root, const std::string& tier_dir) {
+  const HostTierInfo t = inspect_memory_tier(root, tier_dir);
+  std::printf("memory tier of this host: %s\n", t.dir.c_str());
+  std::printf("%-14s %12s  %-9s %s\n", "STEP", "SIZE", "FILES", "WRITERS (ranks whose files are here)");
+  for (const MemoryStepInfo& s : t.steps) {
+    const std::string files = std::to_string(s.files) + "/" +
+                              (s.has_metadata ? std::to_string(s.files_named) : "?");
+    std::printf("%-14lld %12s  %-9s %s%s\n", static_cast<long long>(s.step),
+                HumanBytes(s.bytes).c_str(), files.c_str(), JoinRanks(s.writers).c_str(),
+                s.has_metadata ? "" : " (no metadata here)");
+  }
+  std::printf("%zu steps in this host's memory; a step is restorable when the hosts' files "
+              "together cover it (a job's restore decides)\n",
+              t.steps.size());
+}
+
 }  // namespace
 
 void AddLs(CLI::App& app, int* exit_code) {
@@ -25,6 +47,7 @@ void AddLs(CLI::App& app, int* exit_code) {
     std::string root;
     int64_t keep_last = 0;
     int64_t keep_every = 0;
+    std::string memory_tier;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("root", a->root, "the manager's root directory")->required();
@@ -32,6 +55,9 @@ void AddLs(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--keep-every", a->keep_every, "retention to preview: keep multiples of M")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--memory-tier", a->memory_tier,
+                  "also list what this host's memory tier under DIR holds of the root "
+                  "(MemoryTierOptions::dir, e.g. /dev/shm/dcp-tier)");
   cmd->callback([=] {
     const RootInfo info = inspect_root(a->root);
     std::printf("%-14s %12s  %s\n", "STEP", "SIZE", "STATE");
@@ -65,6 +91,7 @@ void AddLs(CLI::App& app, int* exit_code) {
       std::printf("retention would remove: %s\n",
                   JoinSteps(StepsToRemove(complete, info.latest, p)).c_str());
     }
+    if (!a->memory_tier.empty()) PrintMemoryTier(a->root, a->memory_tier);
     *exit_code = 0;
   });
 }

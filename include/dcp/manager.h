@@ -100,6 +100,22 @@ struct RootInfo {
 };
 RootInfo inspect_root(const std::string& root);
 
+// What this host's memory tier holds of a root (`dcp ls --memory-tier`): read-only.
+struct MemoryStepInfo {
+  int64_t step = 0;
+  bool has_metadata = false;
+  uint64_t files = 0;        // data files here
+  uint64_t files_named = 0;  // data files the step's metadata names
+  uint64_t bytes = 0;        // of the data files here
+  std::vector<int> writers;  // the ranks that wrote the files here (own ranks and partners')
+};
+struct HostTierInfo {
+  std::string dir;  // this host's directory of the root's tier
+  std::vector<MemoryStepInfo> steps;  // ascending
+};
+// Throws dcp::Error (kNotFound) when this host holds no tier of `root` under `tier_dir`.
+HostTierInfo inspect_memory_tier(const std::string& root, const std::string& tier_dir);
+
 struct ManagerOptions {
   RetentionPolicy policy;
   std::shared_ptr<Comm> comm;  // null: a world of one

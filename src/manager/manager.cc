@@ -825,6 +825,28 @@ RootInfo inspect_root(const std::string& root) {
   return info;
 }
 
+HostTierInfo inspect_memory_tier(const std::string& root, const std::string& tier_dir) {
+  HostTierInfo info;
+  info.dir = tier::HostTierDir(tier_dir, root);
+  for (const tier::StepCopy& c : ValueOrThrow(tier::ScanHostTier(tier_dir, root))) {
+    MemoryStepInfo s;
+    s.step = c.step;
+    s.has_metadata = c.metadata_digest != 0;
+    s.files = c.present.size();
+    s.files_named = c.required.size();
+    std::set<int> writers;
+    for (const auto& f : c.present) {
+      s.bytes += f.size;
+      if (int w = checkpoint::DataFileRank(f.name); w >= 0) writers.insert(w);
+    }
+    s.writers.assign(writers.begin(), writers.end());
+    info.steps.push_back(std::move(s));
+  }
+  std::sort(info.steps.begin(), info.steps.end(),
+            [](const MemoryStepInfo& a, const MemoryStepInfo& b) { return a.step < b.step; });
+  return info;
+}
+
 namespace manager {
 
 std::unique_ptr<CheckpointManager> NewManager(const std::string& root, ManagerOptions opts,

@@ -65,14 +65,15 @@ void RemoveTree(const std::string& dir) {
 
 bool IsPartName(std::string_view n) { return n.ends_with(".part"); }
 
-// What a host directory holds of one step; pieces of interrupted transfers are removed.
-StepCopy ScanStep(int64_t step, const std::string& dir) {
+// What a host directory holds of one step; with `tidy`, pieces of interrupted transfers are
+// removed.
+StepCopy ScanStep(int64_t step, const std::string& dir, bool tidy) {
   StepCopy c;
   c.step = step;
   if (auto names = Local().List(dir); names.ok()) {
     for (const auto& n : *names) {
       if (IsPartName(n)) {
-        (void)Local().Remove(JoinPath(dir, n));
+        if (tidy) (void)Local().Remove(JoinPath(dir, n));
       } else if (checkpoint::IsDcpDataFileName(n)) {
         if (auto size = Local().FileSize(JoinPath(dir, n)); size.ok()) c.present.push_back({n, *size});
       }
@@ -87,9 +88,9 @@ StepCopy ScanStep(int64_t step, const std::string& dir) {
   return c;
 }
 
-Inventory ScanHost(const std::string& host_dir) {
+Inventory ScanHost(const std::string& host_dir, bool tidy) {
   Inventory inv;
-  for (const auto& [step, dir] : StepDirs(host_dir)) inv.push_back(ScanStep(step, dir));
+  for (const auto& [step, dir] : StepDirs(host_dir)) inv.push_back(ScanStep(step, dir, tidy));
   return inv;
 }
 
@@ -146,7 +147,7 @@ std::string HostTierDir(const std::string& base, const std::string& root) {
 Result<Inventory> ScanHostTier(const std::string& base, const std::string& root) {
   const std::string dir = HostTierDir(base, root);
   if (!Local().List(dir).ok()) return NotFound("no memory tier of " + root + " on this host (" + dir + ")");
-  return ScanHost(dir);
+  return ScanHost(dir, /*tidy=*/false);
 }
 
 Result<std::unique_ptr<MemoryTier>> MemoryTier::Open(const std::string& root,
@@ -173,7 +174,8 @@ std::string MemoryTier::StepDir(int64_t step) const {
 }
 
 Result<std::vector<Inventory>> MemoryTier::Survey(Comm& comm) const {
-  const std::string mine = first_of_host() ? EncodeInventory(ScanHost(host_dir_)) : std::string();
+  const std::string mine =
+      first_of_host() ? EncodeInventory(ScanHost(host_dir_, /*tidy=*/true)) : std::string();
   DCP_ASSIGN_OR_RETURN(auto all, comm.AllGather(mine));
   std::vector<Inventory> by_host(hosts_.size());
   for (int h = 0; h < hosts_.size(); ++h) {

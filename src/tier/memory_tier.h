@@ -90,8 +90,9 @@ class MemoryTier {
   int rank_;
 };
 
-// This host's tier of `root` under `base` without a job (`dcp ls`): its inventory.
-Result<Inventory> ScanHostTier(const std::string& base, const std::string& root);
+// This host's directory of the tier of `root` under `base`.
 std::string HostTierDir(const std::string& base, const std::string& root);
+// Its inventory, read-only, without a job (`dcp ls --memory-tier`); kNotFound when absent.
+Result<Inventory> ScanHostTier(const std::string& base, const std::string& root);
 
 }  // namespace dcp::tier
