@@ -71,7 +71,7 @@ TEST(MemoryTier, RecentStepsInMemoryEveryNthInTheRootRestoreFromMemory) {
       s == 2 ? mgr.Save(s, st.sd) : (mgr.AsyncSave(s, st.sd), SaveResult());
     }
     mgr.Wait();
-    EXPECT_EQ(mgr.steps(), (std::vector<int64_t>{2}));  // persist_every 2
+    EXPECT_EQ(mgr.steps(), (std::vector<int64_t>{2}));            // persist_every 2
     EXPECT_EQ(mgr.memory_steps(), (std::vector<int64_t>{2, 3}));  // keep_last 2
     EXPECT_EQ(mgr.latest_step(), 3);
     EXPECT_THROW(mgr.Save(3, st.sd), Error);  // not newer than step 3 in memory

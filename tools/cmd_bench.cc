@@ -57,7 +57,8 @@ void AddBench(CLI::App& app, int* exit_code) {
   bench::BenchOptions& o = a->opts;
   AddWorkloadFlags(cmd, &o.workload, "e.g. dp4, tp2,dp2 (default dp<ranks>)",
                    "reshard phase layout (default tp<ranks>)");
-  cmd->add_option("--phases", a->phases, "comma-separated: save, load, reshard, async, manager")
+  cmd->add_option("--phases", a->phases,
+                  "comma-separated: save, load, reshard, async, manager, tier")
       ->capture_default_str();
   cmd->add_option("--cache", a->cache, "cold (dropped, checked with mincore) or warm (just read)")
       ->capture_default_str();

@@ -25,17 +25,19 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 void PrintMemoryTier(const std::string& root, const std::string& tier_dir) {
   const HostTierInfo t = inspect_memory_tier(root, tier_dir);
   std::printf("memory tier of this host: %s\n", t.dir.c_str());
-  std::printf("%-14s %12s  %-9s %s\n", "STEP", "SIZE", "FILES", "WRITERS (ranks whose files are here)");
+  std::printf("%-14s %12s  %-9s %s\n", "STEP", "SIZE", "FILES",
+              "WRITERS (ranks whose files are here)");
   for (const MemoryStepInfo& s : t.steps) {
-    const std::string files = std::to_string(s.files) + "/" +
-                              (s.has_metadata ? std::to_string(s.files_named) : "?");
+    const std::string files =
+        std::to_string(s.files) + "/" + (s.has_metadata ? std::to_string(s.files_named) : "?");
     std::printf("%-14lld %12s  %-9s %s%s\n", static_cast<long long>(s.step),
                 HumanBytes(s.bytes).c_str(), files.c_str(), JoinRanks(s.writers).c_str(),
                 s.has_metadata ? "" : " (no metadata here)");
   }
-  std::printf("%zu steps in this host's memory; a step is restorable when the hosts' files "
-              "together cover it (a job's restore decides)\n",
-              t.steps.size());
+  std::printf(
+      "%zu steps in this host's memory; a step is restorable when the hosts' files "
+      "together cover it (a job's restore decides)\n",
+      t.steps.size());
 }
 
 }  // namespace

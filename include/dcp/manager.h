@@ -110,7 +110,7 @@ struct MemoryStepInfo {
   std::vector<int> writers;  // the ranks that wrote the files here (own ranks and partners')
 };
 struct HostTierInfo {
-  std::string dir;  // this host's directory of the root's tier
+  std::string dir;                    // this host's directory of the root's tier
   std::vector<MemoryStepInfo> steps;  // ascending
 };
 // Throws dcp::Error (kNotFound) when this host holds no tier of `root` under `tier_dir`.

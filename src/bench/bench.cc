@@ -14,6 +14,7 @@
 
 #include "async/staging_pool.h"
 #include "bench/physical.h"
+#include "bench/runner.h"
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/save.h"
@@ -28,12 +29,8 @@
 #include "workload/populate.h"
 
 namespace dcp::bench {
-namespace {
+namespace internal {
 
-using Clock = std::chrono::steady_clock;
-constexpr double kGiB = double(uint64_t{1} << 30);
-
-// The public API throws dcp::Error; the runner agrees on Status values.
 Status StatusOf(const std::function<void()>& fn) {
   try {
     fn();
@@ -52,7 +49,6 @@ double Median(std::vector<double> v) {
 
 double GiBps(uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / kGiB : 0; }
 
-// Sums of per-rank counters, gathered at rank 0.
 Result<std::vector<uint64_t>> SumAtRoot(Comm& comm, const std::vector<uint64_t>& mine) {
   std::string enc;
   wire::Writer w(enc);
@@ -67,127 +63,6 @@ Result<std::vector<uint64_t>> SumAtRoot(Comm& comm, const std::vector<uint64_t>&
   return sum;
 }
 
-class Runner {
- public:
-  Runner(std::shared_ptr<Comm> comm, const BenchOptions& opts)
-      : comm_ptr_(std::move(comm)), comm_(*comm_ptr_), o_(opts) {}
-
-  Result<BenchReport> Run();
-
- private:
-  bool Wants(std::string_view phase) const {
-    return std::find(o_.phases.begin(), o_.phases.end(), phase) != o_.phases.end();
-  }
-  // Barrier to barrier around `fn`; every rank learns whether every rank succeeded. On
-  // object storage, the requests all ranks made meanwhile go to last_requests_ (rank 0).
-  Result<double> Timed(const std::function<Status()>& fn) {
-    DCP_RETURN_IF_ERROR(comm_.Barrier());
-    const uint64_t r0 = Requests();
-    const auto t0 = Clock::now();
-    Status st = fn();
-    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (report_.object_store) {
-      DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {Requests() - r0}));
-      last_requests_ = rank_ == 0 ? sums[0] : 0;
-    }
-    return s;
-  }
-  uint64_t Requests() const {
-    if (!report_.object_store) return 0;
-    auto client = storage::s3::DefaultS3Client();
-    return client.ok() ? (*client)->counts().requests : 0;
-  }
-  // A directory and everything under it; on object storage, through the backend.
-  Status RemoveTree(const std::string& path) {
-    if (!report_.object_store) {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-      return ec ? Unavailable("bench: remove " + path + ": " + ec.message()) : OkStatus();
-    }
-    DCP_ASSIGN_OR_RETURN(auto names, fs_->List(path));
-    for (const std::string& n : names) DCP_RETURN_IF_ERROR(RemoveTree(path + "/" + n));
-    DCP_RETURN_IF_ERROR(fs_->DropUnfinishedWrites(path));
-    return fs_->Remove(path);
-  }
-  // Rank 0 runs `fn`; everyone gets its status.
-  Status OnRoot(const std::function<Status()>& fn) {
-    return AgreeOnStatus(comm_, rank_ == 0 ? fn() : OkStatus());
-  }
-  // DESIGN.md section 7, trap 1: writes into freshly freed blocks are slow, so every timed
-  // write follows the same delete + sync + pause.
-  Status DeleteAndSettle(const std::string& path) {
-    DCP_RETURN_IF_ERROR(OnRoot([&] {
-      DCP_RETURN_IF_ERROR(RemoveTree(path));
-      DCP_RETURN_IF_ERROR(fs_->CreateDirs(path).Annotate("bench: "));
-      ::sync();
-      return OkStatus();
-    }));
-    std::this_thread::sleep_for(std::chrono::duration<double>(o_.pause_seconds));
-    return comm_.Barrier();
-  }
-  // Cold: every file of `dir` written back and dropped from the page cache. Warm: every
-  // file read right now (ranks share the files). Returns the resident fraction measured
-  // right after, i.e. right before the timed phase (rank 0; 0 elsewhere).
-  Result<double> PrepareCache(const std::string& dir, bool cold) {
-    if (report_.object_store) return 0.0;  // no page cache in between: every read is cold
-    std::vector<std::string> files;
-    if (rank_ == 0 || !cold) {
-      auto f = FilesIn(dir);
-      if (!f.ok()) return f.status();
-      files = std::move(f).value();
-    }
-    Status st;
-    if (cold) {
-      if (rank_ == 0) {
-        for (const auto& f : files) {
-          st = DropFromPageCache(f);
-          if (!st.ok()) break;
-        }
-      }
-    } else {
-      uint64_t n = 0;
-      for (size_t i = rank_; i < files.size() && st.ok(); i += comm_.size()) {
-        st = ReadSequential(storage::PosixFileSystem(), files[i], &n);
-      }
-    }
-    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
-    double fraction = 0;
-    if (rank_ == 0) {
-      auto res = MeasureResidency(files);
-      st = res.status();
-      if (res.ok()) fraction = res->Fraction();
-    }
-    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
-    return fraction;
-  }
-
-  Status Setup();
-  Status RunSave(int rep, PhaseReport* p);
-  Status RunAsyncSave(PhaseReport* p);
-  Status RunManagerSequences(PhaseReport* recycled, PhaseReport* plain);
-  Result<double> MemcpyStagedBytes();
-  Status RunReferenceWrite();
-  Status RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layout);
-  Status RunReferenceReads(int rep);
-  void Finish();
-
-  std::shared_ptr<Comm> comm_ptr_;
-  Comm& comm_;
-  const BenchOptions& o_;
-  int rank_ = 0;
-  BenchReport report_;
-  workload::ModelSpec model_;
-  workload::LayoutSpec save_layout_, load_layout_;
-  std::string ckpt_, ref_dir_, throttle_path_;
-  std::unique_ptr<testfs::BandwidthLimiter> limiter_;
-  std::unique_ptr<testfs::ThrottledFileSystem> throttled_;
-  storage::FileSystem* fs_ = &storage::PosixFileSystem();
-  uint64_t last_requests_ = 0;  // see Timed
-  workload::OwnedStateDict source_;
-  std::unique_ptr<AsyncSaver> saver_;  // one for all repetitions: its staging pool is reused
-};
-
 Status Runner::Setup() {
   rank_ = comm_.rank();
   const int n = comm_.size();
@@ -195,9 +70,10 @@ Status Runner::Setup() {
   report_.ranks = n;
   report_.backend = std::string(comm_.backend());
   for (const std::string& p : o_.phases) {
-    if (p != "save" && p != "load" && p != "reshard" && p != "async" && p != "manager") {
+    if (p != "save" && p != "load" && p != "reshard" && p != "async" && p != "manager" &&
+        p != "tier") {
       return InvalidArgument("bench: unknown phase '" + p +
-                             "' (save, load, reshard, async, manager)");
+                             "' (save, load, reshard, async, manager, tier)");
     }
   }
   if (o_.repeat < 1) return InvalidArgument("bench: --repeat must be >= 1");
@@ -536,6 +412,11 @@ void Runner::Finish() {
     }
     p.reference_seconds = Median(*ref_s);
     p.ratio_to_reference = p.reference_seconds > 0 ? p.median_seconds / p.reference_seconds : 0;
+    if (p.kind == "tier_save") {  // what a tier save costs the caller: its blocking vs memcpy
+      p.reference = "memcpy";
+      p.reference_seconds = p.median_memcpy_seconds;
+      p.ratio_to_reference = p.blocked_ratio_to_memcpy;
+    }
   }
 }
 
@@ -578,6 +459,12 @@ Result<BenchReport> Runner::Run() {
   }
   // Sequences of `repeat` timed saves each, after the loop: the write reference is measured.
   if (Wants("manager")) DCP_RETURN_IF_ERROR(RunManagerSequences(&recycled, &plain));
+  PhaseReport tier_save{.name = "tier.save", .kind = "tier_save", .layout = report_.save_layout};
+  PhaseReport tier_memory{
+      .name = "tier.restore_memory", .kind = "tier_restore", .layout = report_.load_layout};
+  PhaseReport tier_root{
+      .name = "tier.restore_root", .kind = "tier_restore", .layout = report_.load_layout};
+  if (Wants("tier")) DCP_RETURN_IF_ERROR(RunTierPhase(&tier_save, &tier_memory, &tier_root));
   if (Wants("save")) report_.phases.push_back(std::move(save));
   if (!async.seconds.empty()) report_.phases.push_back(std::move(async));
   if (Wants("manager")) {
@@ -585,6 +472,11 @@ Result<BenchReport> Runner::Run() {
     report_.phases.push_back(std::move(plain));
   }
   for (PhaseReport& p : loads) report_.phases.push_back(std::move(p));
+  if (!tier_save.seconds.empty()) {
+    report_.phases.push_back(std::move(tier_save));
+    report_.phases.push_back(std::move(tier_memory));
+    report_.phases.push_back(std::move(tier_root));
+  }
   Finish();
 
   // Clean up: the scratch data (unless the caller named the directory) and the throttle.
@@ -604,12 +496,51 @@ std::string Fixed(double v, int digits) {
   return b;
 }
 
-}  // namespace
+}  // namespace internal
+
+using internal::Fixed;
+using internal::GiBps;
+using internal::Runner;
 
 Result<BenchReport> RunBench(std::shared_ptr<Comm> comm, const BenchOptions& opts) {
   Runner runner(std::move(comm), opts);
   return runner.Run();
 }
+
+namespace {
+
+// The memory tier's lines: blocking against memcpy, the copies in memory, restore speed-up.
+std::string TierSummary(const BenchReport& r) {
+  const PhaseReport *save = nullptr, *memory = nullptr, *root = nullptr;
+  for (const PhaseReport& p : r.phases) {
+    if (p.name == "tier.save") save = &p;
+    if (p.name == "tier.restore_memory") memory = &p;
+    if (p.name == "tier.restore_root") root = &p;
+  }
+  if (!save || !memory || !root) return "";
+  char line[640];
+  std::string out;
+  std::snprintf(
+      line, sizeof(line),
+      "tier: %d host(s), replicas %d; a save blocked the caller %.3f s = %.2fx a memcpy "
+      "of the staged bytes (%.3f s), then replication took it to %.3f s; the last step "
+      "occupies %s in the hosts' memory = %.2f copies of the checkpoint\n",
+      r.tier_hosts, r.tier_replicas, save->median_blocked_seconds, save->blocked_ratio_to_memcpy,
+      save->median_memcpy_seconds, save->median_seconds, HumanBytes(r.tier_bytes_in_memory).c_str(),
+      r.unique_bytes ? static_cast<double>(r.tier_bytes_in_memory) / r.unique_bytes : 0.0);
+  out += line;
+  std::snprintf(line, sizeof(line),
+                "tier: restore %s (new manager + load, %s layout): from memory %.3f s (%llu "
+                "file(s) fetched), from the root %.3f s: %.2fx faster from memory\n",
+                r.tier_host_lost ? "after losing the last host's memory" : "on one host",
+                memory->layout.c_str(), memory->median_seconds,
+                static_cast<unsigned long long>(memory->files_opened), root->median_seconds,
+                memory->median_seconds > 0 ? root->median_seconds / memory->median_seconds : 0.0);
+  out += line;
+  return out;
+}
+
+}  // namespace
 
 std::string FormatTable(const BenchReport& r) {
   const BenchOptions& o = r.options;
@@ -699,6 +630,7 @@ std::string FormatTable(const BenchReport& r) {
                   static_cast<unsigned long long>(p.files_recycled));
     out += line;
   }
+  out += TierSummary(r);
   out +=
       "\nGiB/s = unique bytes / seconds; ratio = seconds / reference seconds (1.00 = at the "
       "physical limit)\n";
@@ -775,6 +707,15 @@ std::string ReportJson(const BenchReport& r) {
   }
   j["phases"] = phases;
   j["notes"] = r.notes;
+  if (r.tier_hosts > 0) {
+    j["tier"] = {{"hosts", r.tier_hosts},
+                 {"replicas", r.tier_replicas},
+                 {"bytes_in_memory", r.tier_bytes_in_memory},
+                 {"copies", r.unique_bytes ? static_cast<double>(r.tier_bytes_in_memory) /
+                                                 static_cast<double>(r.unique_bytes)
+                                           : 0.0},
+                 {"host_lost", r.tier_host_lost}};
+  }
   j["scratch_in_memory"] = r.scratch_in_memory;
   j["object_store"] = r.object_store;
   return j.dump(2) + "\n";

@@ -20,7 +20,9 @@ namespace dcp::bench {
 struct BenchOptions {
   // Save layout default "dp<ranks>"; the reshard phase's load layout default "tp<ranks>".
   workload::WorkloadOptions workload{.layers = 2, .width_scale = 0.1};
-  // and/or "async", "manager" (sequences of saves with retention, with/without recycling)
+  // and/or "async", "manager" (sequences of saves with retention, with/without recycling),
+  // "tier" (async saves to the memory tier with replication; restore after losing the last
+  // host's memory, from memory and from the root)
   std::vector<std::string> phases = {"save", "load", "reshard"};
   bool cold = true;  // cold page cache before loads (else warm: read just before)
   int repeat = 1;
@@ -93,6 +95,13 @@ struct BenchReport {
   std::vector<std::string> notes;  // skipped phases and the like
   bool scratch_in_memory = false;  // tmpfs/ramfs: "cold" cannot be cold (see notes)
   bool object_store = false;       // s3:// scratch: references are raw PUTs and GETs
+  // tier: hosts (by host name, DCP_HOST_ID to emulate them), the partner copies kept, the
+  // bytes of the last saved step in all hosts' memory (own files + replicas), and whether a
+  // host's memory was removed before each restore (more than one host).
+  int tier_hosts = 0;
+  int tier_replicas = 0;
+  uint64_t tier_bytes_in_memory = 0;
+  bool tier_host_lost = false;
 };
 
 Result<BenchReport> RunBench(std::shared_ptr<Comm> comm, const BenchOptions& opts);

@@ -557,8 +557,7 @@ Status CopyMetadataToHosts(Comm& comm, storage::FileSystem& fs, const std::strin
   std::string encoded = committed ? metadata::Encode(*committed) : std::string();
   DCP_RETURN_IF_ERROR(comm.Broadcast(encoded, 0));
   const int me = comm.rank();
-  const bool first_of_host =
-      std::find(hosts.begin(), hosts.end(), hosts[me]) - hosts.begin() == me;
+  const bool first_of_host = std::find(hosts.begin(), hosts.end(), hosts[me]) - hosts.begin() == me;
   Status st;
   if (me != 0 && first_of_host && hosts[me] != hosts[0]) {
     auto md = metadata::Decode(encoded);

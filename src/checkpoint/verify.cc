@@ -61,8 +61,9 @@ Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
     // Streamed through a bounded buffer; every block checksum, or the one checksum.
     Status s = storage::VerifyRange(**f, r.range, buf, &checked);
     if (!s.ok()) {
-      std::string what = r.bytes ? "bytes entry '" + r.bytes->fqn + "'"
-                                 : "tensor '" + r.tensor->fqn + "' chunk " + r.chunk->box.ToString();
+      std::string what = r.bytes
+                             ? "bytes entry '" + r.bytes->fqn + "'"
+                             : "tensor '" + r.tensor->fqn + "' chunk " + r.chunk->box.ToString();
       return s.Annotate(path + ": " + what + ": ");
     }
   }

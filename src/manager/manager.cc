@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <future>
 #include <numeric>
-#include <cstdio>
 #include <sstream>
 
 #include "async/async_saver.h"
@@ -491,8 +491,8 @@ struct CheckpointManager::Impl {
   void FinalizeTier(int64_t step, const TierOutcome& o) {
     Status agreed = AgreeOnStatus(*comm, o.saved);
     if (!agreed.ok()) {
-      throw Error(agreed.Annotate("checkpoint manager: step " + std::to_string(step) +
-                                  " (memory tier): "));
+      throw Error(
+          agreed.Annotate("checkpoint manager: step " + std::to_string(step) + " (memory tier): "));
     }
     memory_steps.push_back(step);
     saved_in_memory.insert(step);
@@ -677,8 +677,8 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
   if (!m.saver) m.saver = std::make_unique<AsyncSaver>(m.opts.async);
   if (m.TierTakes(step, sd)) {
     m.EnsureBackgroundComm();
-    m.pending = async::SaveWithFileSystem(*m.saver, sd, m.tier->StepDir(step),
-                                          m.TierSaveOptions(), {}, storage::PosixFileSystem());
+    m.pending = async::SaveWithFileSystem(*m.saver, sd, m.tier->StepDir(step), m.TierSaveOptions(),
+                                          {}, storage::PosixFileSystem());
     m.pending_step = step;
     // Replication and the drain follow in the background, on the tier's own communicator.
     m.tier_job = std::async(std::launch::async, [&m, h = m.pending, step] {
@@ -720,7 +720,8 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
     tier::DurableSteps durable{std::set<int64_t>(m.steps.begin(), m.steps.end()),
                                [&m](int64_t s) { return m.Dir(s); }, &m.fs};
     std::string fell_back;
-    auto r = ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &fell_back));
+    auto r =
+        ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &fell_back));
     if (r) return *std::move(r);
   }
   if (step) {

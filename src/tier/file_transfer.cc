@@ -109,8 +109,9 @@ class Mover {
         stats_->bytes_sent += p.length;
         if (opts_.max_bytes_per_second > 0) {  // paced: never ahead of the allowed rate
           std::this_thread::sleep_until(
-              start + std::chrono::duration<double>(static_cast<double>(stats_->bytes_sent) /
-                                                    static_cast<double>(opts_.max_bytes_per_second)));
+              start +
+              std::chrono::duration<double>(static_cast<double>(stats_->bytes_sent) /
+                                            static_cast<double>(opts_.max_bytes_per_second)));
         }
       }
     }
@@ -140,10 +141,10 @@ class Mover {
     if (!s.ok()) {
       (void)dirs_.local_fs->Remove(part);
       stats_->failed.push_back(t);
-      return s.Annotate("receiving " + t.file + " from " +
-                        (t.from == kFromStorage ? std::string("storage")
-                                                : "rank " + std::to_string(t.from)) +
-                        ": ");
+      return s.Annotate(
+          "receiving " + t.file + " from " +
+          (t.from == kFromStorage ? std::string("storage") : "rank " + std::to_string(t.from)) +
+          ": ");
     }
     ++stats_->files_received;
     if (t.from == kFromStorage) {
@@ -159,8 +160,8 @@ class Mover {
       if (!f.ok()) return f.status().Annotate("sending to rank " + std::to_string(p.t->to) + ": ");
       reading_ = std::move(f).value();
     }
-    return reading_->ReadAt(p.offset, buf).Annotate("sending to rank " +
-                                                     std::to_string(p.t->to) + ": ");
+    return reading_->ReadAt(p.offset, buf)
+        .Annotate("sending to rank " + std::to_string(p.t->to) + ": ");
   }
 
   Status CompleteOldest() {

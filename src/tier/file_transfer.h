@@ -51,7 +51,7 @@ struct TransferStats {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;  // by the network
   uint64_t bytes_copied_from_storage = 0;
-  uint64_t files_received = 0;      // from peers and from storage
+  uint64_t files_received = 0;  // from peers and from storage
   uint64_t files_from_storage = 0;
   // This rank's first storage failure (reading a file it sends, writing or checking one it
   // receives), and the transfers it could not receive.

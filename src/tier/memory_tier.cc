@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
@@ -12,6 +13,7 @@
 #include "checkpoint/verify.h"
 #include "comm/exchange.h"
 #include "comm/host_id.h"
+#include "core/log.h"
 #include "core/wire.h"
 #include "metadata/codec.h"
 #include "planner/load_plan.h"
@@ -75,7 +77,8 @@ StepCopy ScanStep(int64_t step, const std::string& dir, bool tidy) {
       if (IsPartName(n)) {
         if (tidy) (void)Local().Remove(JoinPath(dir, n));
       } else if (checkpoint::IsDcpDataFileName(n)) {
-        if (auto size = Local().FileSize(JoinPath(dir, n)); size.ok()) c.present.push_back({n, *size});
+        if (auto size = Local().FileSize(JoinPath(dir, n)); size.ok())
+          c.present.push_back({n, *size});
       }
     }
   }
@@ -146,7 +149,8 @@ std::string HostTierDir(const std::string& base, const std::string& root) {
 
 Result<Inventory> ScanHostTier(const std::string& base, const std::string& root) {
   const std::string dir = HostTierDir(base, root);
-  if (!Local().List(dir).ok()) return NotFound("no memory tier of " + root + " on this host (" + dir + ")");
+  if (!Local().List(dir).ok())
+    return NotFound("no memory tier of " + root + " on this host (" + dir + ")");
   return ScanHost(dir, /*tidy=*/false);
 }
 
@@ -159,8 +163,7 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::Open(const std::string& root,
   if (opts.persist_every < 0) st = InvalidArgument("memory tier: persist_every must be 0 or more");
   const std::string host_dir = HostTierDir(opts.dir, root);
   DCP_ASSIGN_OR_RETURN(auto names, AllGatherOrFail(comm, st, HostName()));
-  std::unique_ptr<MemoryTier> tier(
-      new MemoryTier(opts, host_dir, Hosts::From(names), comm.rank()));
+  std::unique_ptr<MemoryTier> tier(new MemoryTier(opts, host_dir, Hosts::From(names), comm.rank()));
   Status made;
   if (tier->first_of_host()) {
     made = Local().CreateDirs(host_dir).Annotate("memory tier on host " + HostName() + ": ");
@@ -213,7 +216,8 @@ Result<std::string> MemoryTier::CheckBudget(Comm& comm, uint64_t my_bytes, size_
     if (need[h] > opts_.max_bytes) {
       return "host " + hosts_.names[h] + " would hold up to " + std::to_string(need[h]) +
              " bytes of memory tier (its ranks' state, its partners' and the steps it keeps), "
-             "over max_bytes " + std::to_string(opts_.max_bytes);
+             "over max_bytes " +
+             std::to_string(opts_.max_bytes);
     }
   }
   return std::string();
@@ -245,8 +249,8 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs,
   const int me = comm.rank();
   Status st;
   if (me == 0) st = fs.CreateDirs(dst);
-  DCP_RETURN_IF_ERROR(BroadcastStatus(comm, 0, st.Annotate("persist step " +
-                                                           std::to_string(step) + ": ")));
+  DCP_RETURN_IF_ERROR(
+      BroadcastStatus(comm, 0, st.Annotate("persist step " + std::to_string(step) + ": ")));
   auto md = ReadStepMetadata(StepDir(step));
   Status copied = md.status();
   for (size_t f = 0; copied.ok() && f < md->first.files.size(); ++f) {
@@ -280,7 +284,18 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
                                                       std::string* fell_back) const {
   Comm& comm = groups.world();
   const int me = comm.rank(), host = my_host();
+  using Clock = std::chrono::steady_clock;
+  auto t = Clock::now();
+  std::string timings;  // DCP_LOG=1: where the time went
+  auto lap = [&](const char* what) {
+    const auto now = Clock::now();
+    char b[64];
+    std::snprintf(b, sizeof(b), " %s %.3f s", what, std::chrono::duration<double>(now - t).count());
+    timings += b;
+    t = now;
+  };
   DCP_ASSIGN_OR_RETURN(const std::vector<Inventory> inventories, Survey(comm));
+  lap("survey");
   std::set<BadCopy> bad;
   int64_t below = only_step ? *only_step + 1 : INT64_MAX;
   auto pass_over = [&](int64_t step, const Status& why) {
@@ -304,7 +319,8 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     std::string raw;
     Status st;
     if (me == md_rank) {
-      auto r = storage::ReadWholeFile(Local(), JoinPath(dir, std::string(checkpoint::kMetadataName)));
+      auto r =
+          storage::ReadWholeFile(Local(), JoinPath(dir, std::string(checkpoint::kMetadataName)));
       st = r.status();
       if (r.ok() && Digest(*r) != choice->metadata_digest) {
         st = DataLoss(dir + ": metadata changed while restoring");
@@ -323,7 +339,8 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       auto plan = planner::PlanLoad(sd, *md, opts.allow_partial, dir);
       planned = plan.status();
       if (plan.ok()) {
-        for (const auto& item : plan->reads) needed.insert(md->tensors[item.tensor].chunks[item.stored].file);
+        for (const auto& item : plan->reads)
+          needed.insert(md->tensors[item.tensor].chunks[item.stored].file);
         for (const auto& b : plan->bytes) needed.insert(md->bytes[b.bytes].file);
       }
     }
@@ -334,6 +351,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       needed_by_host[hosts_.host_of_rank[r]].merge(s);
     }
     const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
+    lap("plan");
 
     // 3. Every copy to be read or sent is verified first, by its host's ranks in turn.
     std::string my_bad;
@@ -361,6 +379,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
         ++found;
       }
     }
+    lap("verify");
     if (found > 0) continue;  // choose again without them
 
     // 4. The metadata where it is missing or differs, then the files each host lacks.
@@ -371,8 +390,9 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     st = OkStatus();
     if (first_of_host() && (!held || held->metadata_digest != choice->metadata_digest)) {
       st = Local().CreateDirs(dir);
-      if (st.ok()) st = Local().WriteAtomic(JoinPath(dir, std::string(checkpoint::kMetadataName)),
-                                            raw, ".tmp-restore");
+      if (st.ok())
+        st = Local().WriteAtomic(JoinPath(dir, std::string(checkpoint::kMetadataName)), raw,
+                                 ".tmp-restore");
     }
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
     TransferStats stats;
@@ -381,7 +401,9 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     const metadata::Metadata& meta = *md;
     DCP_RETURN_IF_ERROR(TransferFiles(
         groups, plan.fetches, dirs, {},
-        [&](const std::string& name, const std::string& path) { return CheckFile(meta, name, path); },
+        [&](const std::string& name, const std::string& path) {
+          return CheckFile(meta, name, path);
+        },
         &stats));
     // Copies that arrived damaged are passed over next time; other failures end the restore.
     std::string my_failed;
@@ -415,8 +437,14 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     }
     if (found > 0) continue;
 
+    lap("fetch");
     // 5. The load itself: every rank reads its host's directory, now holding all it needs.
     Result<LoadResult> loaded = checkpoint::Load(sd, dir, opts, Local());
+    lap("load");
+    if (LogEnabled()) {
+      std::fprintf(stderr, "dcp restore from memory, rank %d (host %s), step %lld:%s\n", me,
+                   hosts_.names[host].c_str(), static_cast<long long>(step), timings.c_str());
+    }
     if (loaded.ok()) {
       loaded->step = step;
       loaded->from_memory = true;

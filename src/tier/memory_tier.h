@@ -81,7 +81,9 @@ class MemoryTier {
 
  private:
   MemoryTier(MemoryTierOptions opts, std::string host_dir, Hosts hosts, int rank)
-      : opts_(std::move(opts)), host_dir_(std::move(host_dir)), hosts_(std::move(hosts)),
+      : opts_(std::move(opts)),
+        host_dir_(std::move(host_dir)),
+        hosts_(std::move(hosts)),
         rank_(rank) {}
 
   MemoryTierOptions opts_;

@@ -209,7 +209,8 @@ RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
       auto after_me = [&](int c) { return (c - h - 1 + hosts.size()) % hosts.size(); };
       int g = holders.front();
       for (int c : holders) {
-        if (assigned[c] < assigned[g] || (assigned[c] == assigned[g] && after_me(c) < after_me(g))) {
+        if (assigned[c] < assigned[g] ||
+            (assigned[c] == assigned[g] && after_me(c) < after_me(g))) {
           g = c;
         }
       }

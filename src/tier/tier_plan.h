@@ -79,8 +79,8 @@ struct BadCopy {
 struct MemoryStep {
   int64_t step = -1;
   uint64_t metadata_digest = 0;
-  std::vector<int> metadata_hosts;      // hosts holding that metadata, ascending
-  std::vector<FileRef> files;           // the data files it names
+  std::vector<int> metadata_hosts;        // hosts holding that metadata, ascending
+  std::vector<FileRef> files;             // the data files it names
   std::vector<std::vector<int>> holders;  // per file: hosts with an intact-looking copy
   // Files no tier holds, taken from durable storage (only when `step` is there, complete).
   std::vector<bool> from_storage;

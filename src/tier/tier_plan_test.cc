@@ -22,7 +22,7 @@ TEST(TierPlanTest, PartnersAreTheNextHostsNeverItself) {
   const Hosts h = FourHosts();
   EXPECT_EQ(PartnersOf(h, 3, 1), (std::vector<int>{0}));
   EXPECT_EQ(PartnersOf(h, 1, 2), (std::vector<int>{2, 3}));
-  EXPECT_EQ(PartnersOf(h, 0, 9), (std::vector<int>{1, 2, 3}));  // only 3 other hosts
+  EXPECT_EQ(PartnersOf(h, 0, 9), (std::vector<int>{1, 2, 3}));     // only 3 other hosts
   EXPECT_TRUE(PartnersOf(Hosts::From({"x", "x"}), 0, 1).empty());  // one host: nowhere to go
 }
 
@@ -95,7 +95,9 @@ TEST(TierPlanTest, ChoosesTheNewestStepWhoseFilesSomeHostHolds) {
 
 TEST(TierPlanTest, MetadataOfTheMajorityWinsAndOtherCopiesDoNotCount) {
   // Host 1 holds a different save of step 5 (another metadata): its files do not count.
-  std::vector<Inventory> hosts = {{Copy(5, 1, {0})}, {Copy(5, 2, {1, 2})}, {Copy(5, 1, {1})},
+  std::vector<Inventory> hosts = {{Copy(5, 1, {0})},
+                                  {Copy(5, 2, {1, 2})},
+                                  {Copy(5, 1, {1})},
                                   {Copy(5, 0, {2})}};  // host 3: files, no metadata yet
   auto m = ChooseMemoryStep(hosts, {}, {});
   ASSERT_TRUE(m);

@@ -92,15 +92,24 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) Fail(rank, f + " needs a value");
       return std::string(argv[++i]);
     };
-    if (f == "--persist-every") a.persist_every = std::atoll(next().c_str());
-    else if (f == "--no-persist-at-exit") a.persist_at_exit = false;
-    else if (f == "--async") a.async = true;
-    else if (f == "--die-after-ms") a.die_after_ms = std::atoi(next().c_str());
-    else if (f == "--expect-step") a.expect_step = std::atoll(next().c_str());
-    else if (f == "--expect-at-least") a.expect_at_least = std::atoll(next().c_str());
-    else if (f == "--expect-memory") a.expect_memory = next();
-    else if (f == "--expect-no-storage") a.expect_no_storage = true;
-    else Fail(rank, "unknown flag " + f);
+    if (f == "--persist-every")
+      a.persist_every = std::atoll(next().c_str());
+    else if (f == "--no-persist-at-exit")
+      a.persist_at_exit = false;
+    else if (f == "--async")
+      a.async = true;
+    else if (f == "--die-after-ms")
+      a.die_after_ms = std::atoi(next().c_str());
+    else if (f == "--expect-step")
+      a.expect_step = std::atoll(next().c_str());
+    else if (f == "--expect-at-least")
+      a.expect_at_least = std::atoll(next().c_str());
+    else if (f == "--expect-memory")
+      a.expect_memory = next();
+    else if (f == "--expect-no-storage")
+      a.expect_no_storage = true;
+    else
+      Fail(rank, "unknown flag " + f);
   }
   if (a.die_after_ms >= 0) {
     std::thread([ms = a.die_after_ms] {
@@ -112,7 +121,8 @@ int main(int argc, char** argv) {
   auto model = dcp::workload::MakeModel("qwen3-30b-a3b", 2, 1.0 / 16);
   auto layout = dcp::workload::ParseLayout(a.layout);
   if (!model.ok() || !layout.ok()) Fail(rank, "bad model or layout " + a.layout);
-  if (layout->WorldSize() != world->size()) Fail(rank, "layout " + a.layout + " is not of this world size");
+  if (layout->WorldSize() != world->size())
+    Fail(rank, "layout " + a.layout + " is not of this world size");
 
   dcp::ManagerOptions opts;
   opts.comm = world;
@@ -154,7 +164,8 @@ int main(int argc, char** argv) {
       dcp::LoadResult r = mgr.Load(owned->sd);
       const auto* e = owned->sd.find("train/step");
       const std::string text(reinterpret_cast<const char*>(e->bytes.data()), e->bytes.size());
-      if (text != std::to_string(r.step)) Fail(rank, "step entry says " + text + ", load says " + std::to_string(r.step));
+      if (text != std::to_string(r.step))
+        Fail(rank, "step entry says " + text + ", load says " + std::to_string(r.step));
       XorStep(*owned, r.step);
       if (auto v = dcp::workload::VerifyStateDict(owned->sd); !v.ok()) {
         Fail(rank, "step " + std::to_string(r.step) + " loaded wrong data: " + v.ToString());
@@ -164,12 +175,14 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         std::printf("restored %lld from %s: files from peers %llu, from storage %llu%s%s\n",
                     static_cast<long long>(r.step), r.from_memory ? "memory" : "root",
-                    static_cast<unsigned long long>(peers), static_cast<unsigned long long>(storage),
+                    static_cast<unsigned long long>(peers),
+                    static_cast<unsigned long long>(storage),
                     r.fell_back.empty() ? "" : "; fell back: ", r.fell_back.c_str());
         std::fflush(stdout);
       }
       if (a.expect_step >= 0 && r.step != a.expect_step) {
-        Fail(rank, "restored step " + std::to_string(r.step) + ", expected " + std::to_string(a.expect_step));
+        Fail(rank, "restored step " + std::to_string(r.step) + ", expected " +
+                       std::to_string(a.expect_step));
       }
       if (a.expect_at_least >= 0 && r.step < a.expect_at_least) {
         Fail(rank, "restored step " + std::to_string(r.step) + ", but step " +
