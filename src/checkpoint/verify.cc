@@ -42,6 +42,20 @@ std::vector<Range> RangesOfFile(const metadata::Metadata& md, uint32_t file) {
 
 Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
                       const metadata::Metadata& md, uint32_t file, uint64_t* bytes_checked) {
+  return VerifyDataFileSpans(fs, path, md, file, {}, bytes_checked);
+}
+
+Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
+                           const metadata::Metadata& md, uint32_t file,
+                           const std::vector<std::pair<uint64_t, uint64_t>>& spans,
+                           uint64_t* bytes_checked) {
+  auto inside = [&](const storage::StoredRange& r) {
+    if (spans.empty()) return true;
+    for (const auto& [offset, length] : spans) {
+      if (r.byte_offset >= offset && r.byte_offset + r.byte_length <= offset + length) return true;
+    }
+    return false;
+  };
   auto f = fs.OpenReadable(path);
   if (!f.ok()) {
     if (f.status().code() == StatusCode::kNotFound) {
@@ -58,6 +72,7 @@ Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
   std::vector<std::byte> buf;
   uint64_t checked = 0;
   for (const Range& r : RangesOfFile(md, file)) {
+    if (!inside(r.range)) continue;
     // Streamed through a bounded buffer; every block checksum, or the one checksum.
     Status s = storage::VerifyRange(**f, r.range, buf, &checked);
     if (!s.ok()) {

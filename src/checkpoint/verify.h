@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dcp/checkpoint.h"
 #include "metadata/metadata.h"
@@ -20,5 +22,11 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir);
 Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
                       const metadata::Metadata& md, uint32_t file,
                       uint64_t* bytes_checked = nullptr);
+// The same for the ranges that lie wholly inside `spans` ((offset, length) pairs) only: a
+// sparse copy holding some stored chunks of the file; every range when `spans` is empty.
+Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
+                           const metadata::Metadata& md, uint32_t file,
+                           const std::vector<std::pair<uint64_t, uint64_t>>& spans,
+                           uint64_t* bytes_checked = nullptr);
 
 }  // namespace dcp::checkpoint

@@ -1,7 +1,12 @@
 #include "tier/file_transfer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <thread>
 
@@ -49,7 +54,9 @@ struct Piece {
   const Transfer* t;
   uint64_t offset;
   uint64_t length;
-  bool send;  // this rank sends it (else receives)
+  bool send;   // this rank sends it (else receives)
+  bool first;  // of its transfer
+  bool last;
 };
 
 // The transfers' pieces this rank takes part in, in the global order.
@@ -57,18 +64,91 @@ std::vector<Piece> PiecesOf(const std::vector<Transfer>& transfers, int me, uint
   std::vector<Piece> out;
   for (const Transfer& t : transfers) {
     if (t.from == kFromStorage || (t.from != me && t.to != me)) continue;
-    for (uint64_t at = 0; at < t.size; at += piece) {
-      out.push_back({&t, at, std::min(piece, t.size - at), t.from == me});
+    const std::vector<Span> whole{{0, t.size}};
+    const size_t begin = out.size();
+    for (const Span& s : t.spans.empty() ? whole : t.spans) {
+      for (uint64_t at = s.offset; at < s.offset + s.length; at += piece) {
+        out.push_back(
+            {&t, at, std::min(piece, s.offset + s.length - at), t.from == me, false, false});
+      }
+    }
+    if (out.size() > begin) {
+      out[begin].first = true;
+      out.back().last = true;
     }
   }
   return out;
 }
 
+// A received file on the local (POSIX: the tier is tmpfs) directory, written at offsets: a
+// sparse copy of `size` bytes when only some spans come.
+class LocalWriter {
+ public:
+  ~LocalWriter() { Close(); }
+  Status Open(const std::string& path, uint64_t size) {
+    Close();
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd_ < 0) return ErrnoStatus("create", path, errno);
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return ErrnoStatus("size", path, errno);
+    return OkStatus();
+  }
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) {
+    while (!data.empty()) {
+      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return ErrnoStatus("write", path_, n < 0 ? errno : EIO);
+      data = data.subspan(static_cast<size_t>(n));
+      offset += static_cast<uint64_t>(n);
+    }
+    return OkStatus();
+  }
+  Status Finish() {
+    Status s = ::fdatasync(fd_) == 0 ? OkStatus() : ErrnoStatus("sync", path_, errno);
+    if (::close(fd_) != 0 && s.ok()) s = ErrnoStatus("close", path_, errno);
+    fd_ = -1;
+    return s;
+  }
+  bool open() const { return fd_ >= 0; }
+
+ private:
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  std::string path_;
+  int fd_ = -1;
+};
+
+Status CopySpans(storage::FileSystem& from_fs, const std::string& from, const std::string& to,
+                 const Transfer& t, uint64_t piece_bytes) {
+  DCP_ASSIGN_OR_RETURN(auto in, from_fs.OpenReadable(from));
+  if (in->size() != t.size) {
+    return DataLoss(from + " is " + std::to_string(in->size()) + " bytes, expected " +
+                    std::to_string(t.size));
+  }
+  std::vector<storage::ByteRange> hint;
+  for (const Span& s : t.spans) hint.push_back({s.offset, s.length});
+  in->WillRead(hint);
+  LocalWriter out;
+  DCP_RETURN_IF_ERROR(out.Open(to, t.size));
+  std::vector<std::byte> buf;
+  for (const Span& s : t.spans) {
+    for (uint64_t at = s.offset; at < s.offset + s.length;) {
+      const uint64_t n = std::min(piece_bytes, s.offset + s.length - at);
+      buf.resize(n);
+      DCP_RETURN_IF_ERROR(in->ReadAt(at, buf));
+      DCP_RETURN_IF_ERROR(out.WriteAt(at, buf));
+      at += n;
+    }
+  }
+  return out.Finish();
+}
+
 class Mover {
  public:
   Mover(PairGroups& groups, const TransferDirs& dirs, const TransferOptions& opts,
-        const std::function<Status(const std::string&, const std::string&)>& check,
-        TransferStats* stats)
+        const CheckReceived& check, TransferStats* stats)
       : groups_(groups), dirs_(dirs), opts_(opts), check_(check), stats_(stats) {}
 
   Status Run(const std::vector<Transfer>& transfers) {
@@ -81,19 +161,23 @@ class Mover {
           if (!dirs_.storage_fs || dirs_.storage_dir.empty()) {
             return FailedPrecondition("no durable copy of the step to copy from");
           }
-          return CopyFile(*dirs_.storage_fs, storage::JoinPath(dirs_.storage_dir, t.file),
-                          *dirs_.local_fs, part);
+          const std::string from = storage::JoinPath(dirs_.storage_dir, t.file);
+          if (!t.spans.empty()) {
+            return CopySpans(*dirs_.storage_fs, from, part, t, opts_.piece_bytes);
+          }
+          return CopyFile(*dirs_.storage_fs, from, *dirs_.local_fs, part);
         }));
-      } else if (t.size == 0) {
+      } else if (t.bytes() == 0) {
         Keep(Receive(t, [&](const std::string& part) {
-          DCP_ASSIGN_OR_RETURN(auto f, dirs_.local_fs->NewWritableFile(part));
-          DCP_RETURN_IF_ERROR(f->Sync());
-          return f->Close();
+          LocalWriter w;
+          DCP_RETURN_IF_ERROR(w.Open(part, t.size));
+          return w.Finish();
         }));
       }
     }
     const auto start = std::chrono::steady_clock::now();
-    for (const Piece& p : PiecesOf(transfers, me, std::max<uint64_t>(opts_.piece_bytes, 1))) {
+    const auto pieces = PiecesOf(transfers, me, std::max<uint64_t>(opts_.piece_bytes, 1));
+    for (const Piece& p : pieces) {
       while (in_flight_.size() >= static_cast<size_t>(std::max(opts_.window, 1))) {
         DCP_RETURN_IF_ERROR(CompleteOldest());
       }
@@ -131,12 +215,20 @@ class Mover {
     if (failed_.ok() && !s.ok()) failed_ = s;
   }
 
-  // Writes `t.file` through `fill(part path)`, checks it and gives it its name.
+  // Writes `t.file` through `fill(part path)`, checks it and gives it its name. A sparse copy
+  // is marked first (SparseMarkerName), so that no inventory takes it for a copy of the file.
   Status Receive(const Transfer& t, const std::function<Status(const std::string&)>& fill) {
     const std::string path = storage::JoinPath(dirs_.local_dir, t.file);
     const std::string part = path + ".part";
-    Status s = fill(part);
-    if (s.ok() && check_) s = check_(t.file, part);
+    Status s;
+    if (!t.spans.empty()) {
+      LocalWriter marker;
+      s = marker.Open(storage::JoinPath(dirs_.local_dir, SparseMarkerName(t.file)), 0);
+      if (s.ok()) s = marker.Finish();
+      if (s.ok()) stats_->sparse_files.push_back(t.file);
+    }
+    if (s.ok()) s = fill(part);
+    if (s.ok() && check_) s = check_(t, part);
     if (s.ok()) s = dirs_.local_fs->Rename(part, path);
     if (!s.ok()) {
       (void)dirs_.local_fs->Remove(part);
@@ -176,33 +268,24 @@ class Mover {
     if (op.piece.send) return OkStatus();
     stats_->bytes_received += op.piece.length;
     const Transfer& t = *op.piece.t;
-    const std::string path = storage::JoinPath(dirs_.local_dir, t.file);
-    if (op.piece.offset == 0) {
-      writing_.reset();
+    const std::string part = storage::JoinPath(dirs_.local_dir, t.file) + ".part";
+    if (op.piece.first) {
       writing_ok_ = true;
-      auto f = dirs_.local_fs->NewWritableFile(path + ".part");
-      if (f.ok()) {
-        writing_ = std::move(f).value();
-      } else {
-        writing_ok_ = false;
-        stats_->failed.push_back(t);
-        Keep(f.status().Annotate("receiving " + t.file + ": "));
-      }
-    }
-    if (writing_ok_ && writing_) {
-      Status s = writing_->Append(op.buf);
-      if (!s.ok()) {
+      if (Status s = writer_.Open(part, t.size); !s.ok()) {
         writing_ok_ = false;
         stats_->failed.push_back(t);
         Keep(s.Annotate("receiving " + t.file + ": "));
       }
     }
-    if (op.piece.offset + op.piece.length == t.size && writing_ok_ && writing_) {
-      auto file = std::move(writing_);
-      Keep(Receive(t, [&](const std::string&) {
-        DCP_RETURN_IF_ERROR(file->Sync());
-        return file->Close();
-      }));
+    if (writing_ok_) {
+      if (Status s = writer_.WriteAt(op.piece.offset, op.buf); !s.ok()) {
+        writing_ok_ = false;
+        stats_->failed.push_back(t);
+        Keep(s.Annotate("receiving " + t.file + ": "));
+      }
+    }
+    if (op.piece.last && writing_ok_) {
+      Keep(Receive(t, [&](const std::string&) { return writer_.Finish(); }));
     }
     return OkStatus();
   }
@@ -210,21 +293,22 @@ class Mover {
   PairGroups& groups_;
   const TransferDirs& dirs_;
   const TransferOptions& opts_;
-  const std::function<Status(const std::string&, const std::string&)>& check_;
+  const CheckReceived& check_;
   TransferStats* stats_;
   std::deque<Op> in_flight_;
   std::unique_ptr<storage::ReadableFile> reading_;
-  std::unique_ptr<storage::WritableFile> writing_;
+  LocalWriter writer_;
   bool writing_ok_ = true;
   Status failed_;
 };
 
 }  // namespace
 
+std::string SparseMarkerName(const std::string& file) { return file + ".sparse"; }
+
 Status TransferFiles(PairGroups& groups, const std::vector<Transfer>& transfers,
                      const TransferDirs& dirs, const TransferOptions& opts,
-                     const std::function<Status(const std::string&, const std::string&)>& check,
-                     TransferStats* stats) {
+                     const CheckReceived& check, TransferStats* stats) {
   DCP_RETURN_IF_ERROR(groups.Ensure(transfers));
   Mover mover(groups, dirs, opts, check, stats);
   return mover.Run(transfers);

@@ -57,7 +57,15 @@ struct TransferStats {
   // receives), and the transfers it could not receive.
   Status local_failure;
   std::vector<Transfer> failed;
+  // Sparse copies received (Transfer::spans), by name: for one load, removed after it.
+  std::vector<std::string> sparse_files;
 };
+
+// Beside a sparse copy `file`: the marker saying it is not a copy of the file.
+std::string SparseMarkerName(const std::string& file);
+
+// Run on each received file (at `path`, before it takes its name): OK, or why it is damaged.
+using CheckReceived = std::function<Status(const Transfer&, const std::string& path)>;
 
 // Where this rank reads and writes the files of one transfer list.
 struct TransferDirs {
@@ -69,13 +77,13 @@ struct TransferDirs {
 };
 
 // Moves every transfer of `transfers` (the same list on every rank of groups.world()) that
-// involves this rank; `check(name, path)` is run on each received file before it takes its
-// name. Returns a communication failure (the job's communicator is then unusable); storage
-// failures are in stats->local_failure and stats->failed, naming the file and the peer.
+// involves this rank (its spans only, when it has some: the receiver writes a sparse copy);
+// `check` is run on each received file before it takes its name. Returns a communication failure
+// (the job's communicator is then unusable); storage failures are in stats->local_failure and
+// stats->failed, naming the file and the peer.
 Status TransferFiles(PairGroups& groups, const std::vector<Transfer>& transfers,
                      const TransferDirs& dirs, const TransferOptions& opts,
-                     const std::function<Status(const std::string&, const std::string&)>& check,
-                     TransferStats* stats);
+                     const CheckReceived& check, TransferStats* stats);
 
 // Copies `from` (on from_fs) to `to` (on to_fs) in bounded pieces, durable on return.
 Status CopyFile(storage::FileSystem& from_fs, const std::string& from, storage::FileSystem& to_fs,

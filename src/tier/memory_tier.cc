@@ -73,12 +73,22 @@ StepCopy ScanStep(int64_t step, const std::string& dir, bool tidy) {
   StepCopy c;
   c.step = step;
   if (auto names = Local().List(dir); names.ok()) {
+    const std::set<std::string> all(names->begin(), names->end());
     for (const auto& n : *names) {
-      if (IsPartName(n)) {
+      // A sparse copy (a restore's, for one load) is no copy: without a tidy it is skipped,
+      // with one it goes, its marker last.
+      const bool sparse = all.count(SparseMarkerName(n)) > 0;
+      if (IsPartName(n) || (sparse && tidy)) {
         if (tidy) (void)Local().Remove(JoinPath(dir, n));
-      } else if (checkpoint::IsDcpDataFileName(n)) {
-        if (auto size = Local().FileSize(JoinPath(dir, n)); size.ok())
+      } else if (checkpoint::IsDcpDataFileName(n) && !sparse) {
+        if (auto size = Local().FileSize(JoinPath(dir, n)); size.ok()) {
           c.present.push_back({n, *size});
+        }
+      }
+    }
+    if (tidy) {
+      for (const auto& n : *names) {
+        if (n.ends_with(".sparse")) (void)Local().Remove(JoinPath(dir, n));
       }
     }
   }
@@ -106,29 +116,64 @@ Result<std::pair<metadata::Metadata, std::string>> ReadStepMetadata(const std::s
   return std::make_pair(std::move(md), std::move(raw));
 }
 
-// Verifies a file received or about to be used against `md` (found by name).
-Status CheckFile(const metadata::Metadata& md, const std::string& name, const std::string& path) {
+// Verifies a file received or about to be used against `md` (found by name); of a sparse
+// copy, the stored chunks inside its spans.
+Status CheckFile(const metadata::Metadata& md, const std::string& name, const std::string& path,
+                 const std::vector<Span>& spans = {}) {
+  std::vector<std::pair<uint64_t, uint64_t>> pairs;
+  for (const Span& s : spans) pairs.push_back({s.offset, s.length});
   for (uint32_t f = 0; f < md.files.size(); ++f) {
-    if (md.files[f].name == name) return checkpoint::VerifyDataFile(Local(), path, md, f);
+    if (md.files[f].name == name) {
+      return checkpoint::VerifyDataFileSpans(Local(), path, md, f, pairs);
+    }
   }
   return DataLoss(path + ": not a data file of the step's metadata");
 }
 
-std::string EncodeIndices(const std::set<uint32_t>& s) {
-  std::string out;
-  wire::Writer w(out);
-  for (uint32_t v : s) w.Varint(v);
+// The bytes this rank's load may read: every stored chunk it takes anything from, whole (it
+// may be the one reading a shared chunk for others), and its bytes entries; by file.
+NeededSpans SpansOfPlan(const metadata::Metadata& md, const planner::LocalLoadPlan& plan) {
+  NeededSpans out;
+  for (const auto& item : plan.reads) {
+    const auto& c = md.tensors[item.tensor].chunks[item.stored];
+    out[c.file].push_back({c.byte_offset, c.byte_length});
+  }
+  for (const auto& b : plan.bytes) {
+    const auto& e = md.bytes[b.bytes];
+    out[e.file].push_back({e.byte_offset, e.byte_length});
+  }
+  for (auto& [f, spans] : out) spans = MergeSpans(std::move(spans));
   return out;
 }
 
-Result<std::set<uint32_t>> DecodeIndices(std::string_view data) {
-  std::set<uint32_t> out;
-  wire::Reader r(data);
-  while (!r.AtEnd()) {
-    out.insert(static_cast<uint32_t>(r.Varint()));
-    if (!r.ok()) return DataLoss("corrupt file list received");
+std::string EncodeSpans(const NeededSpans& needed) {
+  std::string out;
+  wire::Writer w(out);
+  for (const auto& [f, spans] : needed) {
+    w.Varint(f);
+    w.Varint(spans.size());
+    for (const Span& s : spans) {
+      w.Varint(s.offset);
+      w.Varint(s.length);
+    }
   }
   return out;
+}
+
+// Adds the decoded spans to `into`.
+Status DecodeSpans(std::string_view data, NeededSpans* into) {
+  wire::Reader r(data);
+  while (!r.AtEnd() && r.ok()) {
+    const auto f = static_cast<uint32_t>(r.Varint());
+    const uint64_t n = r.Varint();
+    auto& spans = (*into)[f];
+    for (uint64_t i = 0; i < n && r.ok(); ++i) {
+      const uint64_t offset = r.Varint();
+      spans.push_back({offset, r.Varint()});
+    }
+  }
+  if (!r.ok()) return DataLoss("corrupt file list received");
+  return OkStatus();
 }
 
 }  // namespace
@@ -239,7 +284,7 @@ Status MemoryTier::Replicate(PairGroups& groups, int64_t step, TransferStats* st
   const metadata::Metadata& meta = md->first;
   DCP_RETURN_IF_ERROR(TransferFiles(
       groups, transfers, dirs, topts,
-      [&](const std::string& name, const std::string& path) { return CheckFile(meta, name, path); },
+      [&](const Transfer& t, const std::string& path) { return CheckFile(meta, t.file, path); },
       stats));
   return stats->local_failure;
 }
@@ -332,23 +377,18 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     auto md = checkpoint::DecodeMetadata(raw, dir);
     if (md.ok()) md = checkpoint::WithRenamedTensors(std::move(md).value(), opts, dir);
 
-    // 2. The files this rank's load reads, gathered per host.
-    std::set<uint32_t> needed;
+    // 2. The bytes this rank's load may read, gathered per host.
+    NeededSpans needed;
     Status planned = md.status();
     if (planned.ok()) {
       auto plan = planner::PlanLoad(sd, *md, opts.allow_partial, dir);
       planned = plan.status();
-      if (plan.ok()) {
-        for (const auto& item : plan->reads)
-          needed.insert(md->tensors[item.tensor].chunks[item.stored].file);
-        for (const auto& b : plan->bytes) needed.insert(md->bytes[b.bytes].file);
-      }
+      if (plan.ok()) needed = SpansOfPlan(*md, *plan);
     }
-    DCP_ASSIGN_OR_RETURN(auto lists, AllGatherOrFail(comm, planned, EncodeIndices(needed)));
-    std::vector<std::set<uint32_t>> needed_by_host(hosts_.size());
+    DCP_ASSIGN_OR_RETURN(auto lists, AllGatherOrFail(comm, planned, EncodeSpans(needed)));
+    std::vector<NeededSpans> needed_by_host(hosts_.size());
     for (int r = 0; r < comm.size(); ++r) {
-      DCP_ASSIGN_OR_RETURN(auto s, DecodeIndices(lists[r]));
-      needed_by_host[hosts_.host_of_rank[r]].merge(s);
+      DCP_RETURN_IF_ERROR(DecodeSpans(lists[r], &needed_by_host[hosts_.host_of_rank[r]]));
     }
     const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
     lap("plan");
@@ -401,8 +441,8 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     const metadata::Metadata& meta = *md;
     DCP_RETURN_IF_ERROR(TransferFiles(
         groups, plan.fetches, dirs, {},
-        [&](const std::string& name, const std::string& path) {
-          return CheckFile(meta, name, path);
+        [&](const Transfer& t, const std::string& path) {
+          return CheckFile(meta, t.file, path, t.spans);
         },
         &stats));
     // Copies that arrived damaged are passed over next time; other failures end the restore.
@@ -441,6 +481,11 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     // 5. The load itself: every rank reads its host's directory, now holding all it needs.
     Result<LoadResult> loaded = checkpoint::Load(sd, dir, opts, Local());
     lap("load");
+    // Sparse copies served this load only; a crash before this leaves them marked (Survey).
+    for (const std::string& f : stats.sparse_files) {
+      (void)Local().Remove(JoinPath(dir, f));
+      (void)Local().Remove(JoinPath(dir, SparseMarkerName(f)));
+    }
     if (LogEnabled()) {
       std::fprintf(stderr, "dcp restore from memory, rank %d (host %s), step %lld:%s\n", me,
                    hosts_.names[host].c_str(), static_cast<long long>(step), timings.c_str());

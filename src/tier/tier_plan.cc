@@ -28,6 +28,29 @@ const StepCopy* FindStep(const Inventory& inv, int64_t step) {
 
 }  // namespace
 
+std::vector<Span> MergeSpans(std::vector<Span> spans) {
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.offset < b.offset; });
+  std::vector<Span> out;
+  for (const Span& s : spans) {
+    if (s.length == 0) continue;
+    if (!out.empty() && s.offset <= out.back().offset + out.back().length) {
+      const uint64_t end = std::max(out.back().offset + out.back().length, s.offset + s.length);
+      out.back().length = end - out.back().offset;
+    } else {
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+uint64_t Transfer::bytes() const {
+  if (spans.empty()) return size;
+  uint64_t n = 0;
+  for (const Span& s : spans) n += s.length;
+  return n;
+}
+
 Hosts Hosts::From(const std::vector<std::string>& name_of_rank) {
   Hosts h;
   h.names = name_of_rank;
@@ -185,14 +208,14 @@ std::vector<int64_t> RestorableSteps(const std::vector<Inventory>& by_host,
 }
 
 RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
-                        const std::vector<std::set<uint32_t>>& needed_by_host) {
+                        const std::vector<NeededSpans>& needed_by_host, double whole_fraction) {
   RestorePlan plan;
   plan.used_on.resize(hosts.size());
   std::vector<uint64_t> assigned(hosts.size(), 0);
   std::vector<size_t> send_turn(hosts.size(), 0), receive_turn(hosts.size(), 0);
   std::vector<std::set<uint32_t>> used(hosts.size());
   for (int h = 0; h < hosts.size(); ++h) {
-    for (uint32_t f : needed_by_host[h]) {
+    for (const auto& [f, needed] : needed_by_host[h]) {
       const auto& holders = step.holders[f];
       if (std::find(holders.begin(), holders.end(), h) != holders.end()) {
         used[h].insert(f);
@@ -200,8 +223,12 @@ RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
       }
       const auto& to_ranks = hosts.ranks[h];
       const int to = to_ranks[receive_turn[h]++ % to_ranks.size()];
+      Transfer t{kFromStorage, to, step.files[f].name, step.files[f].size, MergeSpans(needed)};
+      if (static_cast<double>(t.bytes()) >= whole_fraction * static_cast<double>(t.size)) {
+        t.spans.clear();
+      }
       if (holders.empty()) {  // from durable storage
-        plan.fetches.push_back({kFromStorage, to, step.files[f].name, step.files[f].size});
+        plan.fetches.push_back(std::move(t));
         continue;
       }
       // The least loaded holder; ties to the first after this host in name order, so that
@@ -214,11 +241,11 @@ RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
           g = c;
         }
       }
-      assigned[g] += step.files[f].size;
+      assigned[g] += t.bytes();
       used[g].insert(f);
       const auto& from_ranks = hosts.ranks[g];
-      const int from = from_ranks[send_turn[g]++ % from_ranks.size()];
-      plan.fetches.push_back({from, to, step.files[f].name, step.files[f].size});
+      t.from = from_ranks[send_turn[g]++ % from_ranks.size()];
+      plan.fetches.push_back(std::move(t));
     }
   }
   for (int h = 0; h < hosts.size(); ++h) plan.used_on[h].assign(used[h].begin(), used[h].end());

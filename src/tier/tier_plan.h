@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -38,14 +39,27 @@ struct FileRef {
   bool operator==(const FileRef&) const = default;
 };
 
-// One whole file moving to rank `to`: from rank `from`'s host directory, or from durable
-// storage (from == kFromStorage, copied by `to` itself).
+// Bytes [offset, offset + length) of a file.
+struct Span {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const Span&) const = default;
+};
+// Sorted, overlapping and touching spans joined.
+std::vector<Span> MergeSpans(std::vector<Span> spans);
+
+// A file moving to rank `to`: from rank `from`'s host directory, or from durable storage
+// (from == kFromStorage, copied by `to` itself). With `spans`, only those bytes move: the
+// receiver holds a sparse copy of `size` bytes for one load, not a copy of the file.
 inline constexpr int kFromStorage = -1;
 struct Transfer {
   int from = kFromStorage;
   int to = 0;
   std::string file;
   uint64_t size = 0;
+  std::vector<Span> spans;  // empty: the whole file
+
+  uint64_t bytes() const;  // that move
 };
 
 // After a save into the tier: every file written by rank r (files_of_rank[r]) goes to one rank
@@ -101,15 +115,19 @@ std::vector<int64_t> RestorableSteps(const std::vector<Inventory>& by_host,
                                      const std::set<int64_t>& durable);
 
 // The copies a restore of `step` reads: for every host, each file one of its ranks needs
-// (needed_by_host[h]: indices into step.files) is read where it lies when the host holds it,
-// else sent by a holder -- the one with the fewest bytes assigned so far, ties to the first
-// after the receiving host in name order --
-// or copied from storage. Sender and receiver ranks take turns on their hosts.
+// (needed_by_host[h]: index into step.files -> the merged spans its ranks read, whole stored
+// chunks) is read where it lies when the host holds it, else sent by a holder -- the one with
+// the fewest bytes assigned so far, ties to the first after the receiving host in name order
+// -- or copied from storage. Only the spans move when they are less than `whole_fraction` of
+// the file; else the whole file (the host then holds one more copy). Sender and receiver
+// ranks take turns on their hosts.
 struct RestorePlan {
   std::vector<Transfer> fetches;               // sorted by (from, to, file)
   std::vector<std::vector<uint32_t>> used_on;  // per host: its own copies that are read or sent
 };
+using NeededSpans = std::map<uint32_t, std::vector<Span>>;
 RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
-                        const std::vector<std::set<uint32_t>>& needed_by_host);
+                        const std::vector<NeededSpans>& needed_by_host,
+                        double whole_fraction = 0.75);
 
 }  // namespace dcp::tier

@@ -114,8 +114,10 @@ TEST(TierPlanTest, RestoreReadsLocalCopiesAndBalancesSenders) {
   m.files = {{"f0", 100}, {"f1", 100}, {"f2", 100}, {"f3", 50}};
   m.holders = {{0, 1}, {1, 2}, {0, 2}, {}};  // f3 from storage
   m.from_storage = {false, false, false, true};
-  // Every host needs every file.
-  std::vector<std::set<uint32_t>> need(3, {0, 1, 2, 3});
+  // Every host needs every file whole.
+  NeededSpans all;
+  for (uint32_t f = 0; f < 4; ++f) all[f] = {{0, m.files[f].size}};
+  std::vector<NeededSpans> need(3, all);
   const RestorePlan p = PlanRestore(h, m, need);
   // Each host lacks one of f0..f2 and f3: 3 network fetches, 3 storage copies.
   int from_storage = 0, network = 0;
@@ -139,6 +141,25 @@ TEST(TierPlanTest, RestoreReadsLocalCopiesAndBalancesSenders) {
     if (t.from >= 0) ++sent[h.host_of_rank[t.from]];
   }
   EXPECT_EQ(sent, (std::vector<int>{1, 1, 1}));
+}
+
+TEST(TierPlanTest, OnlyTheNeededSpansMoveUnlessTheyAreMostOfTheFile) {
+  const Hosts h = Hosts::From({"a", "b"});
+  MemoryStep m;
+  m.step = 1;
+  m.files = {{"f0", 1000}, {"f1", 1000}};
+  m.holders = {{0}, {0}};
+  m.from_storage = {false, false};
+  std::vector<NeededSpans> need(2);
+  need[1][0] = {{500, 100}, {0, 100}, {90, 20}};  // 210 bytes of 1000, out of order
+  need[1][1] = {{0, 800}};                        // most of it: the whole file moves
+  const RestorePlan p = PlanRestore(h, m, need);
+  ASSERT_EQ(p.fetches.size(), 2u);
+  EXPECT_EQ(p.fetches[0].spans, (std::vector<Span>{{0, 110}, {500, 100}}));
+  EXPECT_EQ(p.fetches[0].bytes(), 210u);
+  EXPECT_TRUE(p.fetches[1].spans.empty());
+  EXPECT_EQ(p.fetches[1].bytes(), 1000u);
+  EXPECT_EQ(MergeSpans({{10, 5}, {15, 5}, {0, 0}}), (std::vector<Span>{{10, 10}}));
 }
 
 }  // namespace
