@@ -69,7 +69,8 @@ planner::LoadIdentity IdentityOf(const StateDict& sd, const metadata::Metadata& 
 Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan_status,
                                                   const planner::LoadIdentity& id,
                                                   const metadata::Metadata* md,
-                                                  const LoadOptions& opts) {
+                                                  const LoadOptions& opts,
+                                                  const std::vector<std::vector<bool>>* readable) {
   const std::string encoded = plan_status.ok() ? planner::EncodeLoadIdentity(id) : std::string();
   const bool verify = opts.verify_checksums && md && md->has_checksums;
   std::string hello;
@@ -106,7 +107,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   }
   return planner::PlanBroadcast(distinct, classes.holders, world,
                                 {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank,
-                                 opts.broadcast_slab_bytes});
+                                 opts.broadcast_slab_bytes, readable});
 }
 
 // This rank's part in the shared phase: its memory for each shared shard or slab of its
@@ -191,10 +192,43 @@ void MapToThisRank(const StateDict& sd, const metadata::Metadata& md,
   }
 }
 
+// What this rank reads from storage under the plan: whole stored chunks (of its private
+// items, of the slabs it reads for others, of the shared chunks it reads) and bytes entries.
+std::vector<ReadSpan> StorageReadsOf(const metadata::Metadata& md,
+                                     const planner::LocalLoadPlan& plan,
+                                     const std::vector<bool>& not_from_storage,
+                                     const planner::LocalLoadPlan& shared_reads,
+                                     const planner::BroadcastPlan& bplan, int me) {
+  std::vector<ReadSpan> out;
+  auto chunk = [&](uint32_t t, uint32_t s) {
+    const auto& c = md.tensors[t].chunks[s];
+    out.push_back({c.file, c.byte_offset, c.byte_length});
+  };
+  for (size_t r = 0; r < plan.reads.size(); ++r) {
+    if (not_from_storage.empty() || !not_from_storage[r]) {
+      chunk(plan.reads[r].tensor, plan.reads[r].stored);
+    }
+  }
+  for (const auto& item : shared_reads.reads) chunk(item.tensor, item.stored);
+  for (const auto& c : bplan.chunks) {
+    if (c.reader == me) chunk(c.tensor, c.stored);
+  }
+  for (const auto& b : plan.bytes) {
+    const auto& e = md.bytes[b.bytes];
+    out.push_back({e.file, e.byte_offset, e.byte_length});
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
                         storage::FileSystem& fs) {
+  return Load(sd, dir, opts, fs, nullptr);
+}
+
+Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
+                        storage::FileSystem& fs, const LoadHooks* hooks) {
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int me = comm->rank();
   LoadResult result;
@@ -234,14 +268,20 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
     Destinations dests;
     if (plan.ok()) dests = DestinationsOf(sd, *md);
     DCP_ASSIGN_OR_RETURN(
-        bplan, ExchangeIdentities(*comm, plan.status(),
-                                  plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
-                                  md.ok() ? &*md : nullptr, opts));
+        bplan,
+        ExchangeIdentities(*comm, plan.status(),
+                           plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
+                           md.ok() ? &*md : nullptr, opts, hooks ? hooks->readable : nullptr));
     DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
     MapToThisRank(sd, *md, *plan, bplan, groups, dests, me, &mine, &my_chunks, &shared_reads,
                   &not_from_storage);
   } else {
     DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, plan.status()));
+  }
+  if (hooks && hooks->before_reads) {
+    DCP_RETURN_IF_ERROR(
+        AgreeOnStatus(*comm, hooks->before_reads(StorageReadsOf(*md, *plan, not_from_storage,
+                                                                shared_reads, bplan, me))));
   }
   const auto t3 = Clock::now();
 

@@ -1,7 +1,9 @@
 // Load, through the metadata -> planner -> storage layers, on any Comm.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "dcp/checkpoint.h"
 #include "storage/file_system.h"
@@ -10,5 +12,26 @@ namespace dcp::checkpoint {
 
 Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
                         storage::FileSystem& fs);
+
+// Bytes [offset, offset + length) of data file `file` (an index into the metadata's files).
+struct ReadSpan {
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// A load whose ranks cannot all read every file where it is (the memory tier's restore: each
+// host holds some files): the plan prefers readers that can, and the caller brings the rest.
+struct LoadHooks {
+  // [rank][file]: see planner::BroadcastPlanOptions::readable.
+  const std::vector<std::vector<bool>>* readable = nullptr;
+  // Called on every rank at the same point, once the plan says what each rank reads from
+  // storage and before any read, with this rank's reads (whole stored chunks and bytes
+  // entries). May use the communicator (every rank calls it). A failure on any rank fails the
+  // load on every rank.
+  std::function<Status(const std::vector<ReadSpan>& reads)> before_reads;
+};
+Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
+                        storage::FileSystem& fs, const LoadHooks* hooks);
 
 }  // namespace dcp::checkpoint

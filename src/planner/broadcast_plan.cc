@@ -111,9 +111,13 @@ void ShareStoredChunks(
     for (const auto& [r, c] : per_rank) ranks.push_back(r);
     if (separately <= nbytes || !SpansHosts(ranks, sharing.host_of_rank)) continue;
     for (const auto& [r, c] : per_rank) reads[r] -= c;
-    int reader = ranks[0];
+    const uint32_t file = md.tensors[key.first].chunks[key.second].file;
+    auto can_read = [&](int r) { return !sharing.readable || (*sharing.readable)[r][file]; };
+    const bool any = std::any_of(ranks.begin(), ranks.end(), can_read);
+    int reader = -1;
     for (int r : ranks) {
-      if (reads[r] < reads[reader]) reader = r;
+      if (any && !can_read(r)) continue;
+      if (reader < 0 || reads[r] < reads[reader]) reader = r;
     }
     reads[reader] += nbytes;
     auto [it, inserted] =

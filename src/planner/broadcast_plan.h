@@ -94,6 +94,10 @@ struct BroadcastPlanOptions {
   // ShareStoredChunks then broadcast the whole chunk instead); cutting at block boundaries
   // there is not done yet.
   uint64_t slab_bytes = 0;
+  // [rank][file of md]: whether the rank can read the file where it is (a memory tier's
+  // restore: its host holds a copy); null: every rank reads every file. A shared stored
+  // chunk is read by one of its consumers that can read its file, when any can.
+  const std::vector<std::vector<bool>>* readable = nullptr;
 };
 
 inline constexpr uint64_t kSlabsPerShare = 8;

@@ -130,22 +130,6 @@ Status CheckFile(const metadata::Metadata& md, const std::string& name, const st
   return DataLoss(path + ": not a data file of the step's metadata");
 }
 
-// The bytes this rank's load may read: every stored chunk it takes anything from, whole (it
-// may be the one reading a shared chunk for others), and its bytes entries; by file.
-NeededSpans SpansOfPlan(const metadata::Metadata& md, const planner::LocalLoadPlan& plan) {
-  NeededSpans out;
-  for (const auto& item : plan.reads) {
-    const auto& c = md.tensors[item.tensor].chunks[item.stored];
-    out[c.file].push_back({c.byte_offset, c.byte_length});
-  }
-  for (const auto& b : plan.bytes) {
-    const auto& e = md.bytes[b.bytes];
-    out[e.file].push_back({e.byte_offset, e.byte_length});
-  }
-  for (auto& [f, spans] : out) spans = MergeSpans(std::move(spans));
-  return out;
-}
-
 std::string EncodeSpans(const NeededSpans& needed) {
   std::string out;
   wire::Writer w(out);
@@ -206,6 +190,11 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::Open(const std::string& root,
   if (opts.replicas < 0) st = InvalidArgument("memory tier: replicas must be 0 or more");
   if (opts.keep_last < 1) st = InvalidArgument("memory tier: keep_last must be 1 or more");
   if (opts.persist_every < 0) st = InvalidArgument("memory tier: persist_every must be 0 or more");
+  if (comm.size() > 1 && !comm.moves_tensor_data()) {
+    st = InvalidArgument("memory tier: the " + std::string(comm.backend()) +
+                         " communicator carries no data between ranks; replication and restore "
+                         "need one that does (MPI, or the torch process group)");
+  }
   const std::string host_dir = HostTierDir(opts.dir, root);
   DCP_ASSIGN_OR_RETURN(auto names, AllGatherOrFail(comm, st, HostName()));
   std::unique_ptr<MemoryTier> tier(new MemoryTier(opts, host_dir, Hosts::From(names), comm.rank()));
@@ -377,31 +366,20 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     auto md = checkpoint::DecodeMetadata(raw, dir);
     if (md.ok()) md = checkpoint::WithRenamedTensors(std::move(md).value(), opts, dir);
 
-    // 2. The bytes this rank's load may read, gathered per host.
-    NeededSpans needed;
-    Status planned = md.status();
-    if (planned.ok()) {
-      auto plan = planner::PlanLoad(sd, *md, opts.allow_partial, dir);
-      planned = plan.status();
-      if (plan.ok()) needed = SpansOfPlan(*md, *plan);
-    }
-    DCP_ASSIGN_OR_RETURN(auto lists, AllGatherOrFail(comm, planned, EncodeSpans(needed)));
-    std::vector<NeededSpans> needed_by_host(hosts_.size());
-    for (int r = 0; r < comm.size(); ++r) {
-      DCP_RETURN_IF_ERROR(DecodeSpans(lists[r], &needed_by_host[hosts_.host_of_rank[r]]));
-    }
-    const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
-    lap("plan");
-
-    // 3. Every copy to be read or sent is verified first, by its host's ranks in turn.
+    // 2. Every copy this host holds of the step is verified, by its ranks in turn; a
+    //    damaged one is passed over (choose again without it).
     std::string my_bad;
     {
       wire::Writer w(my_bad);
-      const auto& used = plan.used_on[host];
       const auto& local = hosts_.ranks[host];
       const size_t mine = std::lower_bound(local.begin(), local.end(), me) - local.begin();
-      for (size_t i = mine; i < used.size(); i += local.size()) {
-        const std::string& name = choice->files[used[i]].name;
+      std::vector<uint32_t> held;
+      for (uint32_t f = 0; f < choice->files.size(); ++f) {
+        const auto& h = choice->holders[f];
+        if (std::find(h.begin(), h.end(), host) != h.end()) held.push_back(f);
+      }
+      for (size_t i = mine; i < held.size() && md.ok(); i += local.size()) {
+        const std::string& name = choice->files[held[i]].name;
         Status ok = CheckFile(*md, name, JoinPath(dir, name));
         if (!ok.ok()) {
           std::fprintf(stderr, "dcp manager: memory tier copy on host %s: %s\n",
@@ -410,7 +388,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
         }
       }
     }
-    DCP_ASSIGN_OR_RETURN(auto bad_lists, comm.AllGather(my_bad));
+    DCP_ASSIGN_OR_RETURN(auto bad_lists, AllGatherOrFail(comm, md.status(), my_bad));
     size_t found = 0;
     for (int r = 0; r < comm.size(); ++r) {
       wire::Reader rd(bad_lists[r]);
@@ -420,9 +398,9 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       }
     }
     lap("verify");
-    if (found > 0) continue;  // choose again without them
+    if (found > 0) continue;
 
-    // 4. The metadata where it is missing or differs, then the files each host lacks.
+    // 3. The metadata where it is missing or differs.
     const StepCopy* held = nullptr;
     for (const StepCopy& c : inventories[host]) {
       if (c.step == step) held = &c;
@@ -430,56 +408,75 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     st = OkStatus();
     if (first_of_host() && (!held || held->metadata_digest != choice->metadata_digest)) {
       st = Local().CreateDirs(dir);
-      if (st.ok())
+      if (st.ok()) {
         st = Local().WriteAtomic(JoinPath(dir, std::string(checkpoint::kMetadataName)), raw,
                                  ".tmp-restore");
+      }
     }
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+
+    // 4. The load, planned so that a stored chunk several ranks need is read on a host that
+    //    holds its file and broadcast; before any read, each host receives the bytes its
+    //    ranks still read from files it lacks (from a partner's memory, or the root).
+    std::vector<std::vector<bool>> readable(comm.size(), std::vector<bool>(md->files.size()));
+    for (int r = 0; r < comm.size(); ++r) {
+      for (uint32_t f = 0; f < choice->files.size() && f < md->files.size(); ++f) {
+        const auto& h = choice->holders[f];
+        readable[r][f] = std::find(h.begin(), h.end(), hosts_.host_of_rank[r]) != h.end();
+      }
+    }
     TransferStats stats;
-    TransferDirs dirs{&Local(), dir, durable.fs,
-                      durable.complete.count(step) ? durable.dir_of(step) : std::string()};
+    std::set<BadCopy> arrived_bad;
+    bool storage_failed = false;
     const metadata::Metadata& meta = *md;
-    DCP_RETURN_IF_ERROR(TransferFiles(
-        groups, plan.fetches, dirs, {},
-        [&](const Transfer& t, const std::string& path) {
-          return CheckFile(meta, t.file, path, t.spans);
-        },
-        &stats));
-    // Copies that arrived damaged are passed over next time; other failures end the restore.
-    std::string my_failed;
-    {
+    checkpoint::LoadHooks hooks;
+    hooks.readable = &readable;
+    hooks.before_reads = [&](const std::vector<checkpoint::ReadSpan>& reads) -> Status {
+      NeededSpans needed;
+      for (const auto& r : reads) needed[r.file].push_back({r.offset, r.length});
+      for (auto& [f, spans] : needed) spans = MergeSpans(std::move(spans));
+      DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(EncodeSpans(needed)));
+      std::vector<NeededSpans> needed_by_host(hosts_.size());
+      for (int r = 0; r < comm.size(); ++r) {
+        DCP_RETURN_IF_ERROR(DecodeSpans(lists[r], &needed_by_host[hosts_.host_of_rank[r]]));
+      }
+      const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
+      lap("plan");
+      TransferDirs dirs{&Local(), dir, durable.fs,
+                        durable.complete.count(step) ? durable.dir_of(step) : std::string()};
+      DCP_RETURN_IF_ERROR(TransferFiles(
+          groups, plan.fetches, dirs, {},
+          [&](const Transfer& t, const std::string& path) {
+            return CheckFile(meta, t.file, path, t.spans);
+          },
+          &stats));
+      // Copies that arrived damaged are passed over next time; the same verdict everywhere.
+      std::string my_failed;
       wire::Writer w(my_failed);
       for (const Transfer& t : stats.failed) {
         w.Varint(static_cast<uint64_t>(t.from + 1));
         w.String(t.file);
       }
-    }
-    DCP_ASSIGN_OR_RETURN(auto failed_lists, comm.AllGather(my_failed));
-    found = 0;
-    bool storage_failed = false;
-    for (const std::string& f : failed_lists) {
-      wire::Reader rd(f);
-      while (!rd.AtEnd() && rd.ok()) {
-        const int from = static_cast<int>(rd.Varint()) - 1;
-        const std::string file(rd.String());
-        if (from == kFromStorage) {
-          storage_failed = true;
-        } else {
-          bad.insert({hosts_.host_of_rank[from], step, file});
+      DCP_ASSIGN_OR_RETURN(auto failed_lists, comm.AllGather(my_failed));
+      for (const std::string& f : failed_lists) {
+        wire::Reader rd(f);
+        while (!rd.AtEnd() && rd.ok()) {
+          const int from = static_cast<int>(rd.Varint()) - 1;
+          const std::string file(rd.String());
+          if (from == kFromStorage) {
+            storage_failed = true;
+          } else {
+            arrived_bad.insert({hosts_.host_of_rank[from], step, file});
+          }
         }
-        ++found;
       }
-    }
-    if (storage_failed) {
-      pass_over(step, DataLoss("a file could not be copied from durable storage"));
-      below = step;
-      continue;
-    }
-    if (found > 0) continue;
-
-    lap("fetch");
-    // 5. The load itself: every rank reads its host's directory, now holding all it needs.
-    Result<LoadResult> loaded = checkpoint::Load(sd, dir, opts, Local());
+      lap("fetch");
+      if (storage_failed || !arrived_bad.empty()) {
+        return DataLoss("memory tier: copies of step " + std::to_string(step) + " arrived damaged");
+      }
+      return OkStatus();
+    };
+    Result<LoadResult> loaded = checkpoint::Load(sd, dir, opts, Local(), &hooks);
     lap("load");
     // Sparse copies served this load only; a crash before this leaves them marked (Survey).
     for (const std::string& f : stats.sparse_files) {
@@ -497,6 +494,15 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       loaded->files_from_storage = stats.files_from_storage;
       loaded->fell_back = *fell_back;
       return std::optional<LoadResult>(*std::move(loaded));
+    }
+    if (!arrived_bad.empty() && !storage_failed) {
+      bad.merge(arrived_bad);
+      continue;
+    }
+    if (storage_failed) {
+      pass_over(step, DataLoss("a file could not be copied from durable storage"));
+      below = step;
+      continue;
     }
     const StatusCode code = loaded.status().code();
     if (only_step || (code != StatusCode::kDataLoss && code != StatusCode::kNotFound)) {

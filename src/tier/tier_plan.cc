@@ -210,17 +210,12 @@ std::vector<int64_t> RestorableSteps(const std::vector<Inventory>& by_host,
 RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
                         const std::vector<NeededSpans>& needed_by_host, double whole_fraction) {
   RestorePlan plan;
-  plan.used_on.resize(hosts.size());
   std::vector<uint64_t> assigned(hosts.size(), 0);
   std::vector<size_t> send_turn(hosts.size(), 0), receive_turn(hosts.size(), 0);
-  std::vector<std::set<uint32_t>> used(hosts.size());
   for (int h = 0; h < hosts.size(); ++h) {
     for (const auto& [f, needed] : needed_by_host[h]) {
       const auto& holders = step.holders[f];
-      if (std::find(holders.begin(), holders.end(), h) != holders.end()) {
-        used[h].insert(f);
-        continue;
-      }
+      if (std::find(holders.begin(), holders.end(), h) != holders.end()) continue;
       const auto& to_ranks = hosts.ranks[h];
       const int to = to_ranks[receive_turn[h]++ % to_ranks.size()];
       Transfer t{kFromStorage, to, step.files[f].name, step.files[f].size, MergeSpans(needed)};
@@ -242,13 +237,11 @@ RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
         }
       }
       assigned[g] += t.bytes();
-      used[g].insert(f);
       const auto& from_ranks = hosts.ranks[g];
       t.from = from_ranks[send_turn[g]++ % from_ranks.size()];
       plan.fetches.push_back(std::move(t));
     }
   }
-  for (int h = 0; h < hosts.size(); ++h) plan.used_on[h].assign(used[h].begin(), used[h].end());
   std::sort(plan.fetches.begin(), plan.fetches.end(), TransferOrder);
   return plan;
 }

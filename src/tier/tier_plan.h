@@ -114,16 +114,15 @@ std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host
 std::vector<int64_t> RestorableSteps(const std::vector<Inventory>& by_host,
                                      const std::set<int64_t>& durable);
 
-// The copies a restore of `step` reads: for every host, each file one of its ranks needs
-// (needed_by_host[h]: index into step.files -> the merged spans its ranks read, whole stored
-// chunks) is read where it lies when the host holds it, else sent by a holder -- the one with
+// What a restore of `step` moves before its load: for every host, each file its ranks read
+// from (needed_by_host[h]: index into step.files -> the spans they read, whole stored chunks)
+// is read where it lies when the host holds it, else sent by a holder -- the one with
 // the fewest bytes assigned so far, ties to the first after the receiving host in name order
 // -- or copied from storage. Only the spans move when they are less than `whole_fraction` of
 // the file; else the whole file (the host then holds one more copy). Sender and receiver
 // ranks take turns on their hosts.
 struct RestorePlan {
-  std::vector<Transfer> fetches;               // sorted by (from, to, file)
-  std::vector<std::vector<uint32_t>> used_on;  // per host: its own copies that are read or sent
+  std::vector<Transfer> fetches;  // sorted by (from, to, file)
 };
 using NeededSpans = std::map<uint32_t, std::vector<Span>>;
 RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
