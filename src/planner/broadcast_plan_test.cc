@@ -155,6 +155,26 @@ TEST(PlanBroadcastTest, ReshardWithChecksumsSharesEachStoredChunkOnce) {
   EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{128, 0, 128, 0}));
 }
 
+TEST(PlanBroadcastTest, ASharedChunkIsReadWhereItsFileIs) {
+  // As above, but only ranks 1 and 3 can read the file where they are (a memory tier's
+  // restore: their hosts hold it): they read the halves for their partners.
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};
+  const std::vector<std::vector<bool>> readable{{false}, {true}, {false}, {true}};
+  BroadcastPlanOptions o{&md, /*whole_chunk_reads=*/true};
+  o.readable = &readable;
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(4), 4, o);
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].reader, 1);
+  EXPECT_EQ(p.chunks[1].reader, 3);
+  // Nobody can: the balanced choice, as without the constraint.
+  const std::vector<std::vector<bool>> none(4, std::vector<bool>{false});
+  o.readable = &none;
+  p = PlanBroadcast(ids, Singletons(4), 4, o);
+  EXPECT_EQ(p.chunks[0].reader, 0);
+  EXPECT_EQ(p.chunks[1].reader, 2);
+}
+
 TEST(PlanBroadcastTest, ContiguousPartialReadsWithoutChecksumsAreNotShared) {
   const auto md = TwoRowHalves();
   std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};

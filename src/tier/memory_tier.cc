@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
@@ -311,6 +312,51 @@ void MemoryTier::Retain(size_t keep) const {
   }
 }
 
+Status MemoryTier::VerifyCopiesInUse(Comm& comm, const MemoryStep& choice,
+                                     const metadata::Metadata& md, const NeededSpans& read_here,
+                                     const std::vector<Transfer>& fetches, const std::string& dir,
+                                     std::set<BadCopy>* bad) const {
+  const int me = comm.rank(), host = my_host();
+  std::map<std::string, std::vector<Span>> in_use;
+  for (const auto& [f, spans] : read_here) {
+    const auto& h = choice.holders[f];
+    if (std::find(h.begin(), h.end(), host) == h.end()) continue;
+    auto& v = in_use[choice.files[f].name];
+    v.insert(v.end(), spans.begin(), spans.end());
+  }
+  for (const Transfer& t : fetches) {
+    if (t.from == kFromStorage || hosts_.host_of_rank[t.from] != host) continue;
+    auto& v = in_use[t.file];
+    if (t.spans.empty()) {
+      v.push_back({0, t.size});
+    } else {
+      v.insert(v.end(), t.spans.begin(), t.spans.end());
+    }
+  }
+  std::string mine;
+  wire::Writer w(mine);
+  const auto& local = hosts_.ranks[host];
+  const size_t my_turn = std::lower_bound(local.begin(), local.end(), me) - local.begin();
+  size_t i = 0;
+  for (const auto& [name, spans] : in_use) {
+    if (i++ % local.size() != my_turn) continue;
+    Status ok = CheckFile(md, name, JoinPath(dir, name), MergeSpans(spans));
+    if (!ok.ok()) {
+      std::fprintf(stderr, "dcp manager: memory tier copy on host %s: %s\n",
+                   hosts_.names[host].c_str(), ok.message().c_str());
+      w.String(name);
+    }
+  }
+  DCP_ASSIGN_OR_RETURN(auto all, comm.AllGather(mine));
+  for (int r = 0; r < comm.size(); ++r) {
+    wire::Reader rd(all[r]);
+    while (!rd.AtEnd() && rd.ok()) {
+      bad->insert({hosts_.host_of_rank[r], choice.step, std::string(rd.String())});
+    }
+  }
+  return OkStatus();
+}
+
 Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateDict& sd,
                                                       const LoadOptions& opts,
                                                       const DurableSteps& durable,
@@ -366,41 +412,9 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     auto md = checkpoint::DecodeMetadata(raw, dir);
     if (md.ok()) md = checkpoint::WithRenamedTensors(std::move(md).value(), opts, dir);
 
-    // 2. Every copy this host holds of the step is verified, by its ranks in turn; a
-    //    damaged one is passed over (choose again without it).
-    std::string my_bad;
-    {
-      wire::Writer w(my_bad);
-      const auto& local = hosts_.ranks[host];
-      const size_t mine = std::lower_bound(local.begin(), local.end(), me) - local.begin();
-      std::vector<uint32_t> held;
-      for (uint32_t f = 0; f < choice->files.size(); ++f) {
-        const auto& h = choice->holders[f];
-        if (std::find(h.begin(), h.end(), host) != h.end()) held.push_back(f);
-      }
-      for (size_t i = mine; i < held.size() && md.ok(); i += local.size()) {
-        const std::string& name = choice->files[held[i]].name;
-        Status ok = CheckFile(*md, name, JoinPath(dir, name));
-        if (!ok.ok()) {
-          std::fprintf(stderr, "dcp manager: memory tier copy on host %s: %s\n",
-                       hosts_.names[host].c_str(), ok.message().c_str());
-          w.String(name);
-        }
-      }
-    }
-    DCP_ASSIGN_OR_RETURN(auto bad_lists, AllGatherOrFail(comm, md.status(), my_bad));
-    size_t found = 0;
-    for (int r = 0; r < comm.size(); ++r) {
-      wire::Reader rd(bad_lists[r]);
-      while (!rd.AtEnd() && rd.ok()) {
-        bad.insert({hosts_.host_of_rank[r], step, std::string(rd.String())});
-        ++found;
-      }
-    }
-    lap("verify");
-    if (found > 0) continue;
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, md.status()));
 
-    // 3. The metadata where it is missing or differs.
+    // 2. The metadata where it is missing or differs.
     const StepCopy* held = nullptr;
     for (const StepCopy& c : inventories[host]) {
       if (c.step == step) held = &c;
@@ -415,9 +429,11 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     }
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
 
-    // 4. The load, planned so that a stored chunk several ranks need is read on a host that
-    //    holds its file and broadcast; before any read, each host receives the bytes its
-    //    ranks still read from files it lacks (from a partner's memory, or the root).
+    // 3. The load, planned so that a stored chunk several ranks need is read on a host that
+    //    holds its file and broadcast. Before any read, every copy about to be read or sent
+    //    is verified (a damaged one is passed over: choose again without it), then each host
+    //    receives the bytes its ranks read from files it lacks (from a partner's memory, or
+    //    from the root).
     std::vector<std::vector<bool>> readable(comm.size(), std::vector<bool>(md->files.size()));
     for (int r = 0; r < comm.size(); ++r) {
       for (uint32_t f = 0; f < choice->files.size() && f < md->files.size(); ++f) {
@@ -426,7 +442,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       }
     }
     TransferStats stats;
-    std::set<BadCopy> arrived_bad;
+    std::set<BadCopy> found_bad, arrived_bad;
     bool storage_failed = false;
     const metadata::Metadata& meta = *md;
     checkpoint::LoadHooks hooks;
@@ -442,6 +458,10 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       }
       const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
       lap("plan");
+      DCP_RETURN_IF_ERROR(VerifyCopiesInUse(comm, *choice, meta, needed_by_host[host], plan.fetches,
+                                            dir, &found_bad));
+      lap("verify");
+      if (!found_bad.empty()) return DataLoss("memory tier: damaged copies passed over");
       TransferDirs dirs{&Local(), dir, durable.fs,
                         durable.complete.count(step) ? durable.dir_of(step) : std::string()};
       DCP_RETURN_IF_ERROR(TransferFiles(
@@ -495,7 +515,8 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       loaded->fell_back = *fell_back;
       return std::optional<LoadResult>(*std::move(loaded));
     }
-    if (!arrived_bad.empty() && !storage_failed) {
+    if (!found_bad.empty() || (!arrived_bad.empty() && !storage_failed)) {
+      bad.merge(found_bad);
       bad.merge(arrived_bad);
       continue;
     }

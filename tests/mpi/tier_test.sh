@@ -79,17 +79,20 @@ job "h0 h3" restore "$root" "$tier" tp2 --expect-step 2 || fail "restore after l
 grep restored "$log"
 grep -q 'from storage 0' "$log" && fail "step 2's lost files cannot have come from memory"
 
-echo "== a flipped byte in one copy: the other copy is used"
+echo "== flipped bytes in one copy: the other copy is used"
 root=$work/c/ckpt tier=$work/c/tier
-job "h0 h1 h2 h3" save "$root" "$tier" ep4 2 --persist-every 0 --no-persist-at-exit ||
+job "h0 h1 h2 h3" save "$root" "$tier" tp4 2 --persist-every 0 --no-persist-at-exit ||
   fail "save job"
 [ -d "$root/step_000000002" ] && fail "nothing should be in the root"
 victim=$(ls "$tier"/root-*/h0/step_000000002/data-*-r00000.safetensors | head -1)
 [ -n "$victim" ] || fail "h0 holds no file of its rank 0"
+# One byte in every MiB past the header: whatever rank 0 reads of its own file is damaged.
 size=$(stat -c %s "$victim")
-printf '\xff' | dd of="$victim" bs=1 seek=$((size - 100)) conv=notrunc status=none
+for ((at = 65536; at < size; at += 1048576)); do
+  printf '\xff' | dd of="$victim" bs=1 seek=$at conv=notrunc status=none
+done
 job "h0 h1 h2 h3" restore "$root" "$tier" tp4 --expect-step 2 --expect-memory yes \
-  --expect-no-storage || fail "restore with a flipped byte"
+  --expect-no-storage || fail "restore with flipped bytes"
 grep restored "$log"
 grep -q "memory tier copy on host h0" "$log" || fail "the damaged copy was not reported"
 
