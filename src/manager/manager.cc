@@ -1,17 +1,9 @@
 #include "manager/manager.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <future>
 #include <numeric>
-#include <sstream>
 
 #include "async/async_saver.h"
 #include "checkpoint/load.h"
@@ -20,6 +12,8 @@
 #include "checkpoint/save.h"
 #include "checkpoint/save_lock.h"
 #include "comm/exchange.h"
+#include "manager/root_lock.h"
+#include "manager/root_state.h"
 #include "tier/memory_tier.h"
 
 namespace dcp {
@@ -57,263 +51,17 @@ std::vector<int64_t> StepsToRemove(const std::vector<int64_t>& steps_in,
   return out;
 }
 
-namespace {
-
+using manager::CheckComplete;
+using manager::DecodeSteps;
+using manager::EncodeSteps;
+using manager::HasNoMetadata;
+using manager::ReadLatestRecord;
+using manager::RemoveStepDir;
+using manager::RootLock;
+using manager::ScanRoot;
+using manager::TidyRecycleDir;
 using storage::FileSystem;
 using storage::JoinPath;
-
-// ---- On-disk state ------------------------------------------------------------------------
-
-// Whether `dir` holds a complete checkpoint: committed metadata that decodes, and every data
-// file it names present with its recorded size. OK, or why not.
-Status CheckComplete(FileSystem& fs, const std::string& dir) {
-  if (auto bad = fs.FileSize(JoinPath(dir, manager::kBadName)); bad.ok()) {
-    auto why = *bad <= 4096 ? storage::ReadWholeFile(fs, JoinPath(dir, manager::kBadName))
-                            : Result<std::string>(DataLoss("too long to show"));
-    std::string reason = why.ok() ? *why : std::string("(unreadable)");
-    while (!reason.empty() && reason.back() == '\n') reason.pop_back();
-    return DataLoss(dir + ": marked bad by a load: " + reason);
-  }
-  auto md = checkpoint::ReadMetadata(fs, dir);
-  if (!md.ok()) return md.status();
-  for (const auto& f : md->files) {
-    auto size = fs.FileSize(JoinPath(dir, f.name));
-    if (!size.ok()) return size.status().Annotate(dir + ": ");
-    if (*size != f.size) {
-      return DataLoss(dir + ": data file " + f.name + " has " + std::to_string(*size) +
-                      " bytes, the metadata says " + std::to_string(f.size));
-    }
-  }
-  return OkStatus();
-}
-
-// True when `dir` holds no committed metadata at all (neither the global file nor a per-rank
-// one): a save that never committed, or a step whose removal was cut short. Only such
-// directories are cleaned up; one whose metadata is there but names missing or short files
-// (damaged after the fact) or cannot be read is ignored but left for a person to look at.
-bool HasNoMetadata(FileSystem& fs, const std::string& dir) {
-  auto names = fs.List(dir);
-  if (!names.ok()) return false;
-  for (const auto& n : *names) {
-    if (n == checkpoint::kMetadataName || checkpoint::ParseRankMetadataName(n) >= 0) return false;
-  }
-  return true;
-}
-
-struct Scan {
-  struct Entry {
-    int64_t step;
-    Status status;  // OK: complete
-  };
-  std::vector<Entry> entries;  // ascending
-  std::vector<std::string> latest_tmps;
-  std::optional<int64_t> latest_record;
-};
-
-std::optional<int64_t> ReadLatestRecord(FileSystem& fs, const std::string& root) {
-  // A record is a number: anything larger is not one (and is never read whole).
-  auto size = fs.FileSize(JoinPath(root, manager::kLatestName));
-  if (!size.ok() || *size > 64) return std::nullopt;
-  auto data = storage::ReadWholeFile(fs, JoinPath(root, manager::kLatestName));
-  if (!data.ok()) return std::nullopt;
-  std::string s = *data;
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  if (s.empty() || s.size() > 18) return std::nullopt;
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
-Result<Scan> ScanRoot(FileSystem& fs, const std::string& root) {
-  DCP_ASSIGN_OR_RETURN(auto names, fs.List(root));
-  Scan scan;
-  for (const auto& n : names) {
-    if (auto step = ParseStepDirName(n)) {
-      scan.entries.push_back({*step, CheckComplete(fs, JoinPath(root, n))});
-    } else if (n.rfind(std::string(manager::kLatestName) + ".tmp", 0) == 0) {
-      scan.latest_tmps.push_back(n);
-    }
-  }
-  std::sort(scan.entries.begin(), scan.entries.end(),
-            [](const auto& a, const auto& b) { return a.step < b.step; });
-  scan.latest_record = ReadLatestRecord(fs, root);
-  return scan;
-}
-
-// Removes a step directory: metadata first (the step stops being complete in one operation),
-// then the data files, then the empty directory. A crash half-way leaves an incomplete
-// directory, never a damaged one that looks complete. With `recycle_dir` set, tensor data
-// files move there (one per writer rank, replacing an older one) for the next save to
-// overwrite instead of being deleted: they leave the step only after it stopped being one.
-Status RemoveStepDir(FileSystem& fs, const std::string& dir, const std::string& recycle_dir) {
-  // An object store's incomplete uploads under it (a killed save's) go too.
-  (void)fs.DropUnfinishedWrites(dir);
-  auto names = fs.List(dir);
-  if (!names.ok()) {
-    if (names.status().code() == StatusCode::kNotFound) return OkStatus();
-    return names.status();
-  }
-  const std::string meta(checkpoint::kMetadataName);
-  std::vector<std::string> order;
-  for (const auto& n : *names) {
-    if (n == meta) order.insert(order.begin(), n);
-  }
-  for (const auto& n : *names) {
-    if (n.rfind(meta, 0) == 0 && n != meta) order.push_back(n);  // per-rank and tmp metadata
-  }
-  for (const auto& n : *names) {
-    if (n.rfind(meta, 0) != 0) order.push_back(n);
-  }
-  const size_t metadata_files = static_cast<size_t>(std::count_if(
-      order.begin(), order.end(), [&](const std::string& n) { return n.rfind(meta, 0) == 0; }));
-  bool pool_ready = false;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const std::string path = JoinPath(dir, order[i]);
-    const int writer = checkpoint::TensorDataFileRank(order[i]);
-    if (i >= metadata_files && writer >= 0 && !recycle_dir.empty()) {
-      if (!pool_ready) {
-        DCP_RETURN_IF_ERROR(fs.CreateDirs(recycle_dir).Annotate("recycle directory: "));
-        pool_ready = true;
-      }
-      DCP_RETURN_IF_ERROR(
-          fs.Rename(path, JoinPath(recycle_dir, checkpoint::RecycledFileName(writer)))
-              .Annotate("recycle a retired data file: "));
-    } else {
-      DCP_RETURN_IF_ERROR(fs.Remove(path).Annotate("remove step directory: "));
-    }
-    // The step stops being complete durably before any of its data goes: a crash can leave
-    // an incomplete directory (cleaned up by the next Open), never metadata over missing data.
-    if (i + 1 == metadata_files) DCP_RETURN_IF_ERROR(fs.SyncDir(dir));
-  }
-  return fs.Remove(dir).Annotate("remove step directory: ");
-}
-
-// Rank 0 at Open: the recycle directory holds only r<rank>.safetensors of ranks of this job
-// (recycling on), or is gone (off). Best effort: a file left over is only disk space.
-void TidyRecycleDir(FileSystem& fs, const std::string& recycle_dir, bool on, int world) {
-  auto names = fs.List(recycle_dir);
-  if (!names.ok()) return;
-  std::set<std::string> wanted;
-  for (int r = 0; on && r < world; ++r) wanted.insert(checkpoint::RecycledFileName(r));
-  for (const auto& n : *names) {
-    if (!wanted.count(n)) (void)fs.Remove(JoinPath(recycle_dir, n));
-  }
-  if (!on) (void)fs.Remove(recycle_dir);
-}
-
-// ---- What rank 0 decided, for every rank ------------------------------------------------
-
-std::string EncodeSteps(const std::vector<int64_t>& steps) {
-  std::string out;
-  for (int64_t s : steps) out += std::to_string(s) + ' ';
-  return out;
-}
-
-std::vector<int64_t> DecodeSteps(const std::string& d) {
-  std::vector<int64_t> out;
-  std::istringstream in(d);
-  int64_t s;
-  while (in >> s) out.push_back(s);
-  return out;
-}
-
-// ---- The lock -----------------------------------------------------------------------------
-
-// The lock file: flock() keeps a second manager of this host out (released by the kernel when
-// a process dies), its content (host pid) names the holder, and keeps out managers of other
-// hosts, which flock cannot see on every shared file system.
-class RootLock {
- public:
-  ~RootLock() { Release(); }
-
-  Status Acquire(const std::string& root) {
-    path_ = JoinPath(root, manager::kLockName);
-    // Never through a symlink (whose target the lock text and the release's truncate would
-    // overwrite), and only a regular file.
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-    if (fd_ < 0 && errno == ELOOP) {
-      return FailedPrecondition("lock file " + path_ + " is a symlink: refusing to use it; " +
-                                "remove it if nothing else put it there");
-    }
-    if (fd_ < 0) return ErrnoStatus("open lock file", path_, errno);
-    struct stat st;
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      fd_ = -1;
-      return FailedPrecondition("lock file " + path_ + " is not a regular file");
-    }
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      int err = errno;
-      const Holder h = Parse(ReadRaw());
-      const std::string holder =
-          h.host.empty() ? std::string()
-                         : "held by process " + std::to_string(h.pid) + " on host " + h.host;
-      ::close(fd_);
-      fd_ = -1;
-      if (err != EWOULDBLOCK) return ErrnoStatus("lock", path_, err);
-      return FailedPrecondition("checkpoint root " + root + " is in use by another manager (" +
-                                (holder.empty() ? std::string("lock file ") + path_ : holder) +
-                                "); one manager per root");
-    }
-    const std::string me = checkpoint::LockHostName();
-    if (const Holder h = Parse(ReadRaw()); !h.host.empty()) {
-      if (h.host != me) {
-        ::close(fd_);
-        fd_ = -1;
-        return FailedPrecondition("checkpoint root " + root + " is locked by process " +
-                                  std::to_string(h.pid) + " on host " + h.host + " (" + path_ +
-                                  "); if that job is gone, remove the lock file");
-      }
-      // Same host and the flock was free: its holder is dead (a live manager holds the flock).
-    }
-    std::string content = me + " " + std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd_, 0) != 0 ||
-        ::pwrite(fd_, content.data(), content.size(), 0) != static_cast<ssize_t>(content.size()) ||
-        ::fsync(fd_) != 0) {
-      Status s = ErrnoStatus("write lock file", path_, errno);
-      Release();
-      return s;
-    }
-    return OkStatus();
-  }
-
-  void Release() {
-    if (fd_ < 0) return;
-    // The file stays (empty = free): unlinking a locked file races with a process that opened
-    // it just before.
-    (void)::ftruncate(fd_, 0);
-    ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  // The lock file's content: "host pid", or empty when free.
-  std::string ReadRaw() {
-    char buf[512] = {};
-    ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
-    std::string s = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-    return s;
-  }
-  struct Holder {
-    std::string host;  // empty: free
-    long pid = 0;
-  };
-  static Holder Parse(const std::string& raw) {
-    Holder h;
-    std::istringstream in(raw);
-    in >> h.host >> h.pid;
-    return h;
-  }
-
-  std::string path_;
-  int fd_ = -1;
-};
-
-}  // namespace
 
 // ---- The manager --------------------------------------------------------------------------
 
@@ -786,67 +534,6 @@ std::vector<int64_t> CheckpointManager::Prune(bool dry_run) {
 const std::string& CheckpointManager::root() const { return impl_->root; }
 
 std::string CheckpointManager::step_dir(int64_t step) const { return impl_->Dir(step); }
-
-std::vector<int64_t> RootInfo::complete_steps() const {
-  std::vector<int64_t> out;
-  for (const StepInfo& s : steps) {
-    if (s.complete) out.push_back(s.step);
-  }
-  return out;
-}
-
-RootInfo inspect_root(const std::string& root) {
-  FileSystem& fs = *ValueOrThrow(storage::FileSystemFor(root));
-  Scan scan = ValueOrThrow(ScanRoot(fs, root));
-  RootInfo info;
-  info.latest_record = scan.latest_record;
-  for (const auto& e : scan.entries) {
-    StepInfo s;
-    s.step = e.step;
-    s.dir = JoinPath(root, StepDirName(e.step));
-    s.complete = e.status.ok();
-    if (!s.complete) s.problem = e.status.message();
-    if (auto names = fs.List(s.dir); names.ok()) {
-      for (const auto& n : *names) {
-        if (auto size = fs.FileSize(JoinPath(s.dir, n)); size.ok()) s.bytes += *size;
-      }
-    }
-    if (s.complete) info.latest = s.step;
-    info.steps.push_back(std::move(s));
-  }
-  const std::string pool = JoinPath(root, manager::kRecycleName);
-  if (auto names = fs.List(pool); names.ok()) {
-    for (const auto& n : *names) {
-      if (auto size = fs.FileSize(JoinPath(pool, n)); size.ok()) {
-        ++info.recycle_files;
-        info.recycle_bytes += *size;
-      }
-    }
-  }
-  return info;
-}
-
-HostTierInfo inspect_memory_tier(const std::string& root, const std::string& tier_dir) {
-  HostTierInfo info;
-  info.dir = tier::HostTierDir(tier_dir, root);
-  for (const tier::StepCopy& c : ValueOrThrow(tier::ScanHostTier(tier_dir, root))) {
-    MemoryStepInfo s;
-    s.step = c.step;
-    s.has_metadata = c.metadata_digest != 0;
-    s.files = c.present.size();
-    s.files_named = c.required.size();
-    std::set<int> writers;
-    for (const auto& f : c.present) {
-      s.bytes += f.size;
-      if (int w = checkpoint::DataFileRank(f.name); w >= 0) writers.insert(w);
-    }
-    s.writers.assign(writers.begin(), writers.end());
-    info.steps.push_back(std::move(s));
-  }
-  std::sort(info.steps.begin(), info.steps.end(),
-            [](const MemoryStepInfo& a, const MemoryStepInfo& b) { return a.step < b.step; });
-  return info;
-}
 
 namespace manager {
 

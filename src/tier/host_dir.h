@@ -1,0 +1,37 @@
+// One host's directory of a memory tier (tier/memory_tier.h): its step directories, what they
+// hold, and checks of the files in them. Local files only: the tier is the host's tmpfs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dcp/status.h"
+#include "metadata/metadata.h"
+#include "storage/file_system.h"
+#include "tier/tier_plan.h"
+
+namespace dcp::tier {
+
+storage::FileSystem& Local();
+// A host name as one path component.
+std::string PathSafe(std::string s);
+// A digest of metadata bytes, never 0 (0: no metadata).
+uint64_t Digest(std::string_view raw);
+// The step directories of a host directory, newest first.
+std::vector<std::pair<int64_t, std::string>> StepDirs(const std::string& host_dir);
+uint64_t DirBytes(const std::string& dir);
+void RemoveTree(const std::string& dir);
+// What a host directory holds; with `tidy`, pieces of interrupted transfers and sparse copies
+// left by a restore are removed. A sparse copy is never counted as a copy of its file.
+Inventory ScanHost(const std::string& host_dir, bool tidy);
+// The metadata of a step directory and its bytes.
+Result<std::pair<metadata::Metadata, std::string>> ReadStepMetadata(const std::string& dir);
+// Verifies a file received or about to be used against `md` (found by name); of a sparse
+// copy, the stored chunks inside its spans (empty: all of the file).
+Status CheckFile(const metadata::Metadata& md, const std::string& name, const std::string& path,
+                 const std::vector<Span>& spans = {});
+
+}  // namespace dcp::tier

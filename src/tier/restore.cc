@@ -1,0 +1,279 @@
+// The memory tier's restore (MemoryTier::Restore): choose the step, verify the copies in use,
+// move what hosts lack, load through the ordinary engine.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "checkpoint/load.h"
+#include "checkpoint/metadata_io.h"
+#include "checkpoint/names.h"
+#include "comm/exchange.h"
+#include "core/log.h"
+#include "core/wire.h"
+#include "tier/host_dir.h"
+#include "tier/memory_tier.h"
+
+namespace dcp::tier {
+namespace {
+
+using storage::JoinPath;
+
+std::string EncodeSpans(const NeededSpans& needed) {
+  std::string out;
+  wire::Writer w(out);
+  for (const auto& [f, spans] : needed) {
+    w.Varint(f);
+    w.Varint(spans.size());
+    for (const Span& s : spans) {
+      w.Varint(s.offset);
+      w.Varint(s.length);
+    }
+  }
+  return out;
+}
+
+// Adds the decoded spans to `into`.
+Status DecodeSpans(std::string_view data, NeededSpans* into) {
+  wire::Reader r(data);
+  while (!r.AtEnd() && r.ok()) {
+    const auto f = static_cast<uint32_t>(r.Varint());
+    const uint64_t n = r.Varint();
+    auto& spans = (*into)[f];
+    for (uint64_t i = 0; i < n && r.ok(); ++i) {
+      const uint64_t offset = r.Varint();
+      spans.push_back({offset, r.Varint()});
+    }
+  }
+  if (!r.ok()) return DataLoss("corrupt file list received");
+  return OkStatus();
+}
+
+}  // namespace
+
+Status MemoryTier::VerifyCopiesInUse(Comm& comm, const MemoryStep& choice,
+                                     const metadata::Metadata& md, const NeededSpans& read_here,
+                                     const std::vector<Transfer>& fetches, const std::string& dir,
+                                     std::set<BadCopy>* bad) const {
+  const int me = comm.rank(), host = my_host();
+  std::map<std::string, std::vector<Span>> in_use;
+  for (const auto& [f, spans] : read_here) {
+    const auto& h = choice.holders[f];
+    if (std::find(h.begin(), h.end(), host) == h.end()) continue;
+    auto& v = in_use[choice.files[f].name];
+    v.insert(v.end(), spans.begin(), spans.end());
+  }
+  for (const Transfer& t : fetches) {
+    if (t.from == kFromStorage || hosts_.host_of_rank[t.from] != host) continue;
+    auto& v = in_use[t.file];
+    if (t.spans.empty()) {
+      v.push_back({0, t.size});
+    } else {
+      v.insert(v.end(), t.spans.begin(), t.spans.end());
+    }
+  }
+  std::string mine;
+  wire::Writer w(mine);
+  const auto& local = hosts_.ranks[host];
+  const size_t my_turn = std::lower_bound(local.begin(), local.end(), me) - local.begin();
+  size_t i = 0;
+  for (const auto& [name, spans] : in_use) {
+    if (i++ % local.size() != my_turn) continue;
+    Status ok = CheckFile(md, name, JoinPath(dir, name), MergeSpans(spans));
+    if (!ok.ok()) {
+      std::fprintf(stderr, "dcp manager: memory tier copy on host %s: %s\n",
+                   hosts_.names[host].c_str(), ok.message().c_str());
+      w.String(name);
+    }
+  }
+  DCP_ASSIGN_OR_RETURN(auto all, comm.AllGather(mine));
+  for (int r = 0; r < comm.size(); ++r) {
+    wire::Reader rd(all[r]);
+    while (!rd.AtEnd() && rd.ok()) {
+      bad->insert({hosts_.host_of_rank[r], choice.step, std::string(rd.String())});
+    }
+  }
+  return OkStatus();
+}
+
+Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateDict& sd,
+                                                      const LoadOptions& opts,
+                                                      const DurableSteps& durable,
+                                                      std::optional<int64_t> only_step,
+                                                      std::string* fell_back) const {
+  Comm& comm = groups.world();
+  const int me = comm.rank(), host = my_host();
+  using Clock = std::chrono::steady_clock;
+  auto t = Clock::now();
+  std::string timings;  // DCP_LOG=1: where the time went
+  auto lap = [&](const char* what) {
+    const auto now = Clock::now();
+    char b[64];
+    std::snprintf(b, sizeof(b), " %s %.3f s", what, std::chrono::duration<double>(now - t).count());
+    timings += b;
+    t = now;
+  };
+  DCP_ASSIGN_OR_RETURN(const std::vector<Inventory> inventories, Survey(comm));
+  lap("survey");
+  std::set<BadCopy> bad;
+  int64_t below = only_step ? *only_step + 1 : INT64_MAX;
+  auto pass_over = [&](int64_t step, const Status& why) {
+    const std::string line = "step " + std::to_string(step) + " in memory: " + why.message();
+    *fell_back += (fell_back->empty() ? "" : "; ") + line;
+    if (me == 0) std::fprintf(stderr, "dcp manager: %s\n", line.c_str());
+  };
+  while (true) {
+    const std::optional<MemoryStep> found_step =
+        ChooseMemoryStep(inventories, bad, durable.complete, below);
+    if (!found_step || (only_step && found_step->step != *only_step)) {
+      return std::optional<LoadResult>();
+    }
+    const MemoryStep* choice = &*found_step;
+    // A newer durable step wins; on a tie, memory (files it lacks come from storage).
+    if (!only_step && !durable.complete.empty() && *durable.complete.rbegin() > choice->step) {
+      return std::optional<LoadResult>();
+    }
+    const int64_t step = choice->step;
+    const std::string dir = StepDir(step);
+
+    // 1. The metadata, from a host holding the chosen copy.
+    const int md_rank = hosts_.ranks[choice->metadata_hosts.front()].front();
+    std::string raw;
+    Status st;
+    if (me == md_rank) {
+      auto r =
+          storage::ReadWholeFile(Local(), JoinPath(dir, std::string(checkpoint::kMetadataName)));
+      st = r.status();
+      if (r.ok() && Digest(*r) != choice->metadata_digest) {
+        st = DataLoss(dir + ": metadata changed while restoring");
+      }
+      if (st.ok()) raw = std::move(r).value();
+    }
+    DCP_RETURN_IF_ERROR(BroadcastStatus(comm, md_rank, st));
+    DCP_RETURN_IF_ERROR(comm.Broadcast(raw, md_rank));
+    auto md = checkpoint::DecodeMetadata(raw, dir);
+    if (md.ok()) md = checkpoint::WithRenamedTensors(std::move(md).value(), opts, dir);
+
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, md.status()));
+
+    // 2. The metadata where it is missing or differs.
+    const StepCopy* held = nullptr;
+    for (const StepCopy& c : inventories[host]) {
+      if (c.step == step) held = &c;
+    }
+    st = OkStatus();
+    if (first_of_host() && (!held || held->metadata_digest != choice->metadata_digest)) {
+      st = Local().CreateDirs(dir);
+      if (st.ok()) {
+        st = Local().WriteAtomic(JoinPath(dir, std::string(checkpoint::kMetadataName)), raw,
+                                 ".tmp-restore");
+      }
+    }
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+
+    // 3. The load, planned so that a stored chunk several ranks need is read on a host that
+    //    holds its file and broadcast. Before any read, every copy about to be read or sent
+    //    is verified (a damaged one is passed over: choose again without it), then each host
+    //    receives the bytes its ranks read from files it lacks (from a partner's memory, or
+    //    from the root).
+    std::vector<std::vector<bool>> readable(comm.size(), std::vector<bool>(md->files.size()));
+    for (int r = 0; r < comm.size(); ++r) {
+      for (uint32_t f = 0; f < choice->files.size() && f < md->files.size(); ++f) {
+        const auto& h = choice->holders[f];
+        readable[r][f] = std::find(h.begin(), h.end(), hosts_.host_of_rank[r]) != h.end();
+      }
+    }
+    TransferStats stats;
+    std::set<BadCopy> found_bad, arrived_bad;
+    bool storage_failed = false;
+    const metadata::Metadata& meta = *md;
+    checkpoint::LoadHooks hooks;
+    hooks.readable = &readable;
+    hooks.before_reads = [&](const std::vector<checkpoint::ReadSpan>& reads) -> Status {
+      NeededSpans needed;
+      for (const auto& r : reads) needed[r.file].push_back({r.offset, r.length});
+      for (auto& [f, spans] : needed) spans = MergeSpans(std::move(spans));
+      DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(EncodeSpans(needed)));
+      std::vector<NeededSpans> needed_by_host(hosts_.size());
+      for (int r = 0; r < comm.size(); ++r) {
+        DCP_RETURN_IF_ERROR(DecodeSpans(lists[r], &needed_by_host[hosts_.host_of_rank[r]]));
+      }
+      const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
+      lap("plan");
+      DCP_RETURN_IF_ERROR(VerifyCopiesInUse(comm, *choice, meta, needed_by_host[host], plan.fetches,
+                                            dir, &found_bad));
+      lap("verify");
+      if (!found_bad.empty()) return DataLoss("memory tier: damaged copies passed over");
+      TransferDirs dirs{&Local(), dir, durable.fs,
+                        durable.complete.count(step) ? durable.dir_of(step) : std::string()};
+      DCP_RETURN_IF_ERROR(TransferFiles(
+          groups, plan.fetches, dirs, {},
+          [&](const Transfer& t, const std::string& path) {
+            return CheckFile(meta, t.file, path, t.spans);
+          },
+          &stats));
+      // Copies that arrived damaged are passed over next time; the same verdict everywhere.
+      std::string my_failed;
+      wire::Writer w(my_failed);
+      for (const Transfer& t : stats.failed) {
+        w.Varint(static_cast<uint64_t>(t.from + 1));
+        w.String(t.file);
+      }
+      DCP_ASSIGN_OR_RETURN(auto failed_lists, comm.AllGather(my_failed));
+      for (const std::string& f : failed_lists) {
+        wire::Reader rd(f);
+        while (!rd.AtEnd() && rd.ok()) {
+          const int from = static_cast<int>(rd.Varint()) - 1;
+          const std::string file(rd.String());
+          if (from == kFromStorage) {
+            storage_failed = true;
+          } else {
+            arrived_bad.insert({hosts_.host_of_rank[from], step, file});
+          }
+        }
+      }
+      lap("fetch");
+      if (storage_failed || !arrived_bad.empty()) {
+        return DataLoss("memory tier: copies of step " + std::to_string(step) + " arrived damaged");
+      }
+      return OkStatus();
+    };
+    Result<LoadResult> loaded = checkpoint::Load(sd, dir, opts, Local(), &hooks);
+    lap("load");
+    // Sparse copies served this load only; a crash before this leaves them marked (Survey).
+    for (const std::string& f : stats.sparse_files) {
+      (void)Local().Remove(JoinPath(dir, f));
+      (void)Local().Remove(JoinPath(dir, SparseMarkerName(f)));
+    }
+    if (LogEnabled()) {
+      std::fprintf(stderr, "dcp restore from memory, rank %d (host %s), step %lld:%s\n", me,
+                   hosts_.names[host].c_str(), static_cast<long long>(step), timings.c_str());
+    }
+    if (loaded.ok()) {
+      loaded->step = step;
+      loaded->from_memory = true;
+      loaded->files_from_peers = stats.files_received - stats.files_from_storage;
+      loaded->files_from_storage = stats.files_from_storage;
+      loaded->fell_back = *fell_back;
+      return std::optional<LoadResult>(*std::move(loaded));
+    }
+    if (!found_bad.empty() || (!arrived_bad.empty() && !storage_failed)) {
+      bad.merge(found_bad);
+      bad.merge(arrived_bad);
+      continue;
+    }
+    if (storage_failed) {
+      pass_over(step, DataLoss("a file could not be copied from durable storage"));
+      below = step;
+      continue;
+    }
+    const StatusCode code = loaded.status().code();
+    if (only_step || (code != StatusCode::kDataLoss && code != StatusCode::kNotFound)) {
+      return loaded.status();
+    }
+    pass_over(step, loaded.status());
+    below = step;
+  }
+}
+
+}  // namespace dcp::tier
