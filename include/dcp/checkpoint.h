@@ -115,7 +115,6 @@ struct LoadResult {
   double exchange_seconds = 0;  // plan identities gathered, readers and groups decided
   double shared_seconds = 0;    // shared shards: read + broadcast, overlapped
   double private_seconds = 0;   // shards no one else needs
-  double teardown_seconds = 0;
   double read_seconds = 0;  // shared + private
   double total_seconds = 0;
   // CheckpointManager loads: the step loaded, and why newer complete steps were passed over

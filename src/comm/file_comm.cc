@@ -11,6 +11,15 @@
 // growing to 50 ms, until every expected file is complete or the timeout passes. No fsync: these
 // files coordinate live processes, they need not survive a crash.
 //
+// Runs. A job restarted over the same directory must never read the files of an earlier run
+// (its names start at call 0 again), so the first call of a communicator agrees on a run
+// nonce: every rank publishes `hello-r{r}` (a fresh random nonce), rank 0 publishes `run` (its
+// own nonce, every rank's hello as it read it, who acknowledged) and rewrites it whenever that
+// changes, a rank trusts `run` only once it holds its own fresh nonce and answers `ack-r{r}`
+// with rank 0's nonce, and every rank goes on once `run` says all acknowledged. The run's messages
+// then live in `s{nonce}` below: stale hellos, runs and acks are told apart by the nonces, stale
+// messages sit in another run's directory. Groups live inside the run's directory.
+//
 // Clean-up. A writer may delete its file of call s only when every reader is done with it.
 // A rank knows that once it read the contributions of *all* ranks for some later call t
 // (AllGather, Barrier, Gather at the root): a rank that wrote t has returned from every call
@@ -27,6 +36,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <random>
 #include <tuple>
 
 #include "comm/comm_util.h"
@@ -96,18 +106,61 @@ Result<ReadState> ReadMessage(const std::string& path, std::string* payload) {
   return ReadState::kReady;
 }
 
+// Publishes `payload` at `path` whole (a hidden tmp name, then rename), with the footer.
+Status PublishFile(const std::string& path, const std::string& tmp, std::string_view payload) {
+  uint64_t footer[3] = {payload.size(), XXH3_64bits(payload.data(), payload.size()), kFooterMagic};
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0 && errno == ENOENT) {
+    // A rank that left removed the directory while it was empty; recreate it.
+    std::error_code ec;
+    fs::create_directories(fs::path(tmp).parent_path(), ec);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  }
+  if (fd < 0) return ErrnoStatus("create", tmp, errno);
+  Status s = WriteAll(fd, payload.data(), payload.size(), tmp);
+  if (s.ok()) s = WriteAll(fd, reinterpret_cast<const char*>(footer), kFooterSize, tmp);
+  if (::close(fd) != 0 && s.ok()) s = ErrnoStatus("close", tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoStatus("rename", tmp, errno);
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
+uint64_t FreshNonce() {
+  static std::mutex mu;
+  static std::mt19937_64 gen{std::random_device{}() ^
+                             static_cast<uint64_t>(Clock::now().time_since_epoch().count())};
+  std::lock_guard<std::mutex> lock(mu);
+  uint64_t n;
+  do n = gen();
+  while (n == 0);
+  return n;
+}
+
+std::string Hex(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof(b), "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
 class FileCommImpl final : public Comm {
  public:
-  // `comm_dir` holds this communicator's messages and nothing else.
-  FileCommImpl(fs::path comm_dir, int rank, int size)
-      : comm_dir_(std::move(comm_dir)), rank_(rank), size_(size) {}
+  // A top-level communicator: `base_dir` holds the handshake files and one directory per run
+  // (agreed on first use). A group (`in_run`): `base_dir` is its own message directory inside
+  // its parent's run.
+  FileCommImpl(fs::path base_dir, int rank, int size, bool in_run)
+      : base_dir_(std::move(base_dir)), rank_(rank), size_(size), in_run_(in_run) {
+    if (in_run_) comm_dir_ = base_dir_;
+  }
 
   ~FileCommImpl() override {
     // Best effort: only files every reader is known to be done with; then the directory if it
-    // is empty (the last rank to leave removes it).
+    // is empty (the last rank to leave removes it). The handshake files stay: a rank that
+    // leaves early must not take its ack from under rank 0.
     RemoveOwnFilesBefore(read_by_all_before_);
     std::error_code ec;
-    if (fs::remove(comm_dir_, ec)) fs::remove(comm_dir_.parent_path(), ec);
+    if (!comm_dir_.empty() && fs::remove(comm_dir_, ec) && in_run_) {
+      fs::remove(comm_dir_.parent_path(), ec);
+    }
   }
 
   int rank() const override { return rank_; }
@@ -167,6 +220,7 @@ class FileCommImpl final : public Comm {
 
   Result<std::shared_ptr<Comm>> CreateGroup(const std::vector<int>& ranks) override {
     DCP_RETURN_IF_ERROR(comm_internal::CheckGroupRanks(ranks, rank_, size_));
+    DCP_RETURN_IF_ERROR(JoinRun("CreateGroup"));
     // Members create groups in the same order, so (member list, nth creation of it) names the
     // same directory on each of them and never a directory of an earlier group.
     int nth = creations_[ranks]++;
@@ -185,7 +239,7 @@ class FileCommImpl final : public Comm {
     fs::create_directories(dir, ec);
     if (ec) return ErrnoStatus("create directory", dir.string(), ec.value());
     auto comm = std::make_shared<FileCommImpl>(dir, comm_internal::IndexOf(ranks, rank_),
-                                               static_cast<int>(ranks.size()));
+                                               static_cast<int>(ranks.size()), /*in_run=*/true);
     comm->set_timeout(timeout());
     return std::shared_ptr<Comm>(std::move(comm));
   }
@@ -197,29 +251,97 @@ class FileCommImpl final : public Comm {
   }
 
   Status Publish(uint64_t seq, std::string_view op, std::string_view payload) {
+    DCP_RETURN_IF_ERROR(JoinRun(op));
     std::string path = PathOf(seq, op, rank_);
     std::string tmp = (comm_dir_ / (".tmp-" + std::to_string(seq) + "-" + std::string(op) + "-r" +
                                     std::to_string(rank_)))
                           .string();
-    uint64_t footer[3] = {payload.size(), XXH3_64bits(payload.data(), payload.size()),
-                          kFooterMagic};
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == ENOENT) {
-      // A rank that left removed the directory while it was empty; recreate it.
-      std::error_code ec;
-      fs::create_directories(comm_dir_, ec);
-      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    }
-    if (fd < 0) return ErrnoStatus("create", tmp, errno);
-    Status s = WriteAll(fd, payload.data(), payload.size(), tmp);
-    if (s.ok()) s = WriteAll(fd, reinterpret_cast<const char*>(footer), kFooterSize, tmp);
-    if (::close(fd) != 0 && s.ok()) s = ErrnoStatus("close", tmp, errno);
-    if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoStatus("rename", tmp, errno);
-    if (!s.ok()) {
-      ::unlink(tmp.c_str());
-      return s;
-    }
+    DCP_RETURN_IF_ERROR(PublishFile(path, tmp, payload));
     written_.emplace_back(seq, path);
+    return OkStatus();
+  }
+
+  // The run handshake (see the top of this file), on the first call (`op`, named by a
+  // timeout). `run` holds rank 0's nonce, every rank's hello as rank 0 read it, a byte per rank
+  // (its ack carries rank 0's nonce) and a last byte: complete. Every rank returns once a
+  // complete `run` holds its own nonce, so an absent rank keeps all of them here and each
+  // names it.
+  Status JoinRun(std::string_view op) {
+    if (!comm_dir_.empty()) return OkStatus();
+    const uint64_t mine = FreshNonce();
+    auto file = [&](const std::string& name) { return (base_dir_ / name).string(); };
+    auto publish = [&](const std::string& name, std::string_view payload) {
+      return PublishFile(file(name), file(".tmp-" + name), payload);
+    };
+    auto read = [&](const std::string& name, std::string* out) -> Result<bool> {
+      DCP_ASSIGN_OR_RETURN(ReadState st, ReadMessage(file(name), out));
+      return st == ReadState::kReady;
+    };
+    auto u64 = [](const std::string& s, size_t i) {
+      uint64_t v = 0;
+      if (s.size() >= (i + 1) * 8) std::memcpy(&v, s.data() + i * 8, 8);
+      return v;
+    };
+    auto bytes = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+    const size_t n = static_cast<size_t>(size_);
+    const size_t run_size = 8 * n + n + 1;
+    DCP_RETURN_IF_ERROR(publish("hello-r" + std::to_string(rank_), bytes(mine)));
+    const Clock::time_point deadline = Clock::now() + timeout();
+    comm_internal::Backoff backoff(std::chrono::milliseconds(1), std::chrono::milliseconds(50));
+    std::string written;  // rank 0: the `run` it published last
+    bool acked = false;
+    std::vector<int> missing;
+    while (true) {
+      std::string run;
+      if (rank_ == 0) {
+        run = bytes(mine);
+        std::string hello, ack;
+        for (int r = 1; r < size_; ++r) {
+          DCP_ASSIGN_OR_RETURN(bool ok, read("hello-r" + std::to_string(r), &hello));
+          run += ok && hello.size() == 8 ? hello : bytes(0);
+        }
+        bool all = true;
+        run += '\1';
+        for (int r = 1; r < size_; ++r) {
+          DCP_ASSIGN_OR_RETURN(bool ok, read("ack-r" + std::to_string(r), &ack));
+          const bool yes = ok && u64(ack, 0) == mine;
+          run += yes ? '\1' : '\0';
+          all = all && yes;
+        }
+        run += all ? '\1' : '\0';
+        if (run != written) {
+          DCP_RETURN_IF_ERROR(publish("run", run));
+          written = run;
+        }
+      } else {
+        DCP_ASSIGN_OR_RETURN(bool ok, read("run", &run));
+        if (!ok || run.size() != run_size || u64(run, static_cast<size_t>(rank_)) != mine) {
+          run.clear();  // none yet, or an earlier run's
+        } else if (!acked) {
+          DCP_RETURN_IF_ERROR(publish("ack-r" + std::to_string(rank_), bytes(u64(run, 0))));
+          acked = true;
+        }
+      }
+      if (!run.empty() && run.back() == '\1') {
+        comm_dir_ = base_dir_ / ("s" + Hex(u64(run, 0)));
+        break;
+      }
+      if (Clock::now() >= deadline) {
+        missing.clear();
+        for (int r = 0; r < size_; ++r) {
+          if (run.empty() ? r == 0 : run[8 * n + static_cast<size_t>(r)] == '\0') {
+            missing.push_back(r);
+          }
+        }
+        return comm_internal::TimeoutStatus(
+            "file", op, 0, timeout(), missing, size_,
+            "at the run handshake of the first call; directory " + base_dir_.string());
+      }
+      backoff.Sleep(deadline);
+    }
+    std::error_code ec;
+    fs::create_directories(comm_dir_, ec);
+    if (ec) return ErrnoStatus("create directory", comm_dir_.string(), ec.value());
     return OkStatus();
   }
 
@@ -236,6 +358,7 @@ class FileCommImpl final : public Comm {
   // Polls until the files of `ranks` for call `seq` are complete; (*out)[r] gets rank r's.
   Status Await(uint64_t seq, std::string_view op, std::vector<int> ranks,
                std::vector<std::string>* out) {
+    DCP_RETURN_IF_ERROR(JoinRun(op));
     Clock::time_point deadline = Clock::now() + timeout();
     comm_internal::Backoff backoff(std::chrono::milliseconds(1), std::chrono::milliseconds(50));
     std::vector<int> incomplete;
@@ -289,9 +412,11 @@ class FileCommImpl final : public Comm {
     }
   }
 
-  const fs::path comm_dir_;
+  const fs::path base_dir_;
+  fs::path comm_dir_;  // this run's messages; empty until the handshake
   const int rank_;
   const int size_;
+  const bool in_run_;
   uint64_t seq_ = 0;
   uint64_t read_by_all_before_ = 0;  // every rank finished the calls below this number
   std::deque<std::pair<uint64_t, std::string>> written_;  // own files not yet removed
@@ -319,7 +444,7 @@ std::shared_ptr<Comm> FileComm(std::string dir, int rank, int size) {
   std::error_code ec;
   fs::create_directories(comm_dir, ec);
   if (ec) throw Error(ErrnoStatus("create directory", comm_dir.string(), ec.value()));
-  return std::make_shared<FileCommImpl>(std::move(comm_dir), rank, size);
+  return std::make_shared<FileCommImpl>(std::move(comm_dir), rank, size, /*in_run=*/false);
 }
 
 }  // namespace dcp
