@@ -208,10 +208,12 @@ struct CheckpointManager::Impl {
 
   // Whether `step` goes to the memory tier: room is made (each host keeps keep_last - 1 older
   // steps beside it) and the budget checked; a step over it is saved to the root, with a warning.
-  bool TierTakes(int64_t step, const StateDict& sd) {
+  // Older steps are removed here (`retain_now`) or, for an async save, by its background job
+  // before the save's files are written, off the caller's path.
+  bool TierTakes(int64_t step, const StateDict& sd, bool retain_now) {
     if (!tier) return false;
     const auto keep = static_cast<size_t>(tier->options().keep_last - 1);
-    tier->Retain(keep);
+    if (retain_now) tier->Retain(keep, step);
     while (memory_steps.size() > keep) memory_steps.erase(memory_steps.begin());
     const std::string over = ValueOrThrow(tier->CheckBudget(*comm, StateBytesBound(sd), keep));
     if (over.empty()) return true;
@@ -405,7 +407,7 @@ SaveResult CheckpointManager::Save(int64_t step, const StateDict& sd) {
   Impl& m = *impl_;
   m.Finish();
   m.CheckNewStep(step);
-  if (m.TierTakes(step, sd)) {
+  if (m.TierTakes(step, sd, /*retain_now=*/true)) {
     auto r = checkpoint::Save(sd, m.tier->StepDir(step), m.TierSaveOptions(),
                               storage::PosixFileSystem());
     m.FinalizeTier(step, m.RunTierSteps(*m.comm, *m.fg_groups, step, r.status()));
@@ -423,7 +425,7 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
   m.Finish();
   m.CheckNewStep(step);
   if (!m.saver) m.saver = std::make_unique<AsyncSaver>(m.opts.async);
-  if (m.TierTakes(step, sd)) {
+  if (m.TierTakes(step, sd, /*retain_now=*/false)) {
     m.EnsureBackgroundComm();
     m.pending = async::SaveWithFileSystem(*m.saver, sd, m.tier->StepDir(step), m.TierSaveOptions(),
                                           {}, storage::PosixFileSystem());
@@ -431,6 +433,7 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
     // Replication and the drain follow in the background, on the tier's own communicator.
     m.tier_job = std::async(std::launch::async, [&m, h = m.pending, step] {
       try {
+        m.tier->Retain(static_cast<size_t>(m.tier->options().keep_last - 1), step);
         return m.RunTierSteps(*m.bg_comm, *m.bg_groups, step, h.status());
       } catch (const std::exception& e) {
         TierOutcome o;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "core/copy_runs.h"
@@ -111,13 +112,15 @@ void ShareStoredChunks(
     for (const auto& [r, c] : per_rank) ranks.push_back(r);
     if (separately <= nbytes || !SpansHosts(ranks, sharing.host_of_rank)) continue;
     for (const auto& [r, c] : per_rank) reads[r] -= c;
+    // The least loaded consumer; one that cannot read the file where it is (`readable`) counts
+    // the chunk twice: it must be brought to it first.
     const uint32_t file = md.tensors[key.first].chunks[key.second].file;
-    auto can_read = [&](int r) { return !sharing.readable || (*sharing.readable)[r][file]; };
-    const bool any = std::any_of(ranks.begin(), ranks.end(), can_read);
-    int reader = -1;
+    auto cost = [&](int r) {
+      return reads[r] + (sharing.readable && !(*sharing.readable)[r][file] ? nbytes : 0);
+    };
+    int reader = ranks[0];
     for (int r : ranks) {
-      if (any && !can_read(r)) continue;
-      if (reader < 0 || reads[r] < reads[reader]) reader = r;
+      if (cost(r) < cost(reader)) reader = r;
     }
     reads[reader] += nbytes;
     auto [it, inserted] =
@@ -193,6 +196,18 @@ std::vector<Box> CutIntoSlabs(uint32_t tensor, const Box& box, uint64_t nbytes, 
   return out;
 }
 
+// The files holding the stored chunks `box` of `tensor` comes from, ascending.
+std::vector<uint32_t> FilesOf(const metadata::Metadata& md, StoredChunkFinder& finder,
+                              uint32_t tensor, const Box& box) {
+  std::set<uint32_t> files;
+  const auto& chunks = md.tensors[tensor].chunks;
+  for (size_t c : finder.Candidates(tensor, box)) {
+    auto region = Intersect(box, chunks[c].box);
+    if (region && !region->Empty()) files.insert(chunks[c].file);
+  }
+  return {files.begin(), files.end()};
+}
+
 }  // namespace
 
 BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
@@ -265,6 +280,7 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     uint32_t group;
     std::vector<Box> slabs;
     uint64_t largest_slab;
+    std::vector<uint32_t> files;  // with `readable`: the files its stored chunks are in
   };
   std::vector<Pending> pending;
   size_t i = 0;
@@ -294,7 +310,10 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
       largest =
           a.nbytes / static_cast<uint64_t>(key.second.lengths[0]) * static_cast<uint64_t>(rows);
     }
-    pending.push_back({a.nbytes, key, &a.classes, it->second, std::move(slabs), largest});
+    pending.push_back({a.nbytes, key, &a.classes, it->second, std::move(slabs), largest,
+                       sharing.readable && finder
+                           ? FilesOf(*sharing.md, *finder, key.first, key.second)
+                           : std::vector<uint32_t>()});
   }
 
   // Largest first (by slab: a shard cut fine comes late and fills the gaps, as small shards
@@ -315,8 +334,32 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     auto bytes_of = [&](const Box& slab) {
       return slabs.size() == 1 ? p.nbytes : row_bytes * static_cast<uint64_t>(slab.lengths[0]);
     };
+    // With `readable`: the least loaded member, one that cannot read every file the shard
+    // comes from where it is counting the bytes twice (they must be brought to it first).
+    std::vector<int> members;
+    if (sharing.readable) {
+      for (int c : *p.classes) members.insert(members.end(), holders[c].begin(), holders[c].end());
+      std::sort(members.begin(), members.end());
+    }
+    auto cheapest = [&](uint64_t nbytes) {
+      auto cost = [&](int r) {
+        bool all = true;
+        for (uint32_t f : p.files) all = all && (*sharing.readable)[r][f];
+        return plan.read_bytes[r] + (all ? 0 : nbytes);
+      };
+      int best = members.front();
+      uint64_t best_cost = cost(best);
+      for (int r : members) {
+        if (const uint64_t c = cost(r); c < best_cost) {
+          best = r;
+          best_cost = c;
+        }
+      }
+      return std::pair{best, best_cost};
+    };
     for (size_t k = 0; k < slabs.size();) {
-      const uint64_t load = balancer.Least(*p.classes).first;
+      const uint64_t load =
+          members.empty() ? balancer.Least(*p.classes).first : cheapest(bytes_of(slabs[k])).second;
       const uint64_t room = load < fair_share ? fair_share - load : 0;
       Box piece = slabs[k];
       uint64_t nbytes = bytes_of(slabs[k++]);
@@ -324,7 +367,9 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
         piece.lengths[0] += slabs[k].lengths[0];
         nbytes += bytes_of(slabs[k]);
       }
-      const int reader = balancer.Assign(*p.classes, std::max<uint64_t>(nbytes, 1));
+      const int reader = members.empty()
+                             ? balancer.Assign(*p.classes, std::max<uint64_t>(nbytes, 1))
+                             : cheapest(nbytes).first;
       plan.read_bytes[reader] += nbytes;
       plan.shards.push_back({tensor, box, std::move(piece), nbytes, p.group, reader});
     }

@@ -96,7 +96,8 @@ struct BroadcastPlanOptions {
   uint64_t slab_bytes = 0;
   // [rank][file of md]: whether the rank can read the file where it is (a memory tier's
   // restore: its host holds a copy); null: every rank reads every file. A shared stored
-  // chunk is read by one of its consumers that can read its file, when any can.
+  // chunk or shard then goes to the member with the least bytes to read, counting what it
+  // cannot read where it is twice (it must be brought to it first).
   const std::vector<std::vector<bool>>* readable = nullptr;
 };
 

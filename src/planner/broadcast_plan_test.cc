@@ -175,6 +175,22 @@ TEST(PlanBroadcastTest, ASharedChunkIsReadWhereItsFileIs) {
   EXPECT_EQ(p.chunks[1].reader, 2);
 }
 
+TEST(PlanBroadcastTest, ASharedShardIsReadByAMemberThatCanReadItsFiles) {
+  // Ranks 0 and 1 both load the whole tensor (dp2); only rank 1 can read the file where it is.
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Rows(0, 8)}}, {{Rows(0, 8)}}};
+  const std::vector<std::vector<bool>> readable{{false}, {true}};
+  BroadcastPlanOptions o{&md, /*whole_chunk_reads=*/true};
+  o.slab_bytes = 1 << 20;  // one piece
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(2), 2, o);
+  ASSERT_EQ(p.shards.size(), 1u);
+  EXPECT_EQ(p.shards[0].reader, 0);  // the balanced choice
+  o.readable = &readable;
+  p = PlanBroadcast(ids, Singletons(2), 2, o);
+  ASSERT_EQ(p.shards.size(), 1u);
+  EXPECT_EQ(p.shards[0].reader, 1);
+}
+
 TEST(PlanBroadcastTest, ContiguousPartialReadsWithoutChecksumsAreNotShared) {
   const auto md = TwoRowHalves();
   std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};

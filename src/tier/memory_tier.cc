@@ -165,11 +165,12 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs,
   return BroadcastStatus(comm, 0, st);
 }
 
-void MemoryTier::Retain(size_t keep) const {
+void MemoryTier::Retain(size_t keep, int64_t below) const {
   if (!first_of_host()) return;
-  auto dirs = StepDirs(host_dir_);
-  for (size_t i = 0; i < dirs.size(); ++i) {
-    if (i >= keep) RemoveTree(dirs[i].second);
+  size_t kept = 0;
+  for (const auto& [step, dir] : StepDirs(host_dir_)) {
+    if (step >= below) continue;  // the step being saved, or newer
+    if (kept++ >= keep) RemoveTree(dir);
   }
 }
 

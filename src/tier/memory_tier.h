@@ -10,6 +10,7 @@
 // remembered: a tier survives the processes that wrote it, and a restarted job finds it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -67,9 +68,9 @@ class MemoryTier {
   // the files it wrote from this host's tier, then rank 0 commits the metadata. Agreed.
   Status Drain(Comm& comm, int64_t step, storage::FileSystem& fs, const std::string& dst) const;
 
-  // This host (its first rank; others return at once): removes step directories but the
-  // newest `keep`, and pieces of interrupted transfers.
-  void Retain(size_t keep) const;
+  // This host (its first rank; others return at once): removes the step directories below
+  // step `below` but the newest `keep` of them.
+  void Retain(size_t keep, int64_t below = INT64_MAX) const;
 
   // Collective on groups.world(): loads into `sd` the newest step the tiers (with the durable
   // steps filling files no tier holds) can restore -- or `only_step` -- unless a durable step
