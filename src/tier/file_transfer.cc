@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <thread>
+#include <tuple>
 
 namespace dcp::tier {
 
@@ -59,25 +61,41 @@ struct Piece {
   bool last;
 };
 
-// The transfers' pieces this rank takes part in, in the global order.
+// The transfers' pieces this rank takes part in, in the global order: by piece number, then
+// by transfer, so every link carries its first pieces at once (ordered by transfer alone, a
+// rank would receive all of one file before sending its own: a chain of links one after the
+// other). Any order every rank shares keeps the oldest unfinished piece posted at both ends.
 std::vector<Piece> PiecesOf(const std::vector<Transfer>& transfers, int me, uint64_t piece) {
-  std::vector<Piece> out;
-  for (const Transfer& t : transfers) {
+  struct Keyed {
+    size_t k, transfer;
+    Piece p;
+  };
+  std::vector<Keyed> out;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& t = transfers[i];
     if (t.from == kFromStorage || (t.from != me && t.to != me)) continue;
     const std::vector<Span> whole{{0, t.size}};
     const size_t begin = out.size();
+    size_t k = 0;
     for (const Span& s : t.spans.empty() ? whole : t.spans) {
       for (uint64_t at = s.offset; at < s.offset + s.length; at += piece) {
         out.push_back(
-            {&t, at, std::min(piece, s.offset + s.length - at), t.from == me, false, false});
+            {k++,
+             i,
+             {&t, at, std::min(piece, s.offset + s.length - at), t.from == me, false, false}});
       }
     }
     if (out.size() > begin) {
-      out[begin].first = true;
-      out.back().last = true;
+      out[begin].p.first = true;
+      out.back().p.last = true;
     }
   }
-  return out;
+  std::stable_sort(out.begin(), out.end(), [](const Keyed& a, const Keyed& b) {
+    return std::tie(a.k, a.transfer) < std::tie(b.k, b.transfer);
+  });
+  std::vector<Piece> pieces;
+  for (const Keyed& x : out) pieces.push_back(x.p);
+  return pieces;
 }
 
 // A received file on the local (POSIX: the tier is tmpfs) directory, written at offsets: a
@@ -247,13 +265,15 @@ class Mover {
   }
 
   Status ReadPiece(const Piece& p, std::vector<std::byte>& buf) {
-    if (!reading_ || reading_->path() != storage::JoinPath(dirs_.local_dir, p.t->file)) {
+    auto& file = reading_[p.t];
+    if (!file) {
       auto f = dirs_.local_fs->OpenReadable(storage::JoinPath(dirs_.local_dir, p.t->file));
       if (!f.ok()) return f.status().Annotate("sending to rank " + std::to_string(p.t->to) + ": ");
-      reading_ = std::move(f).value();
+      file = std::move(f).value();
     }
-    return reading_->ReadAt(p.offset, buf)
-        .Annotate("sending to rank " + std::to_string(p.t->to) + ": ");
+    Status s = file->ReadAt(p.offset, buf);
+    if (p.last) reading_.erase(p.t);
+    return s.Annotate("sending to rank " + std::to_string(p.t->to) + ": ");
   }
 
   Status CompleteOldest() {
@@ -269,23 +289,24 @@ class Mover {
     stats_->bytes_received += op.piece.length;
     const Transfer& t = *op.piece.t;
     const std::string part = storage::JoinPath(dirs_.local_dir, t.file) + ".part";
+    Writing& w = writing_[&t];
     if (op.piece.first) {
-      writing_ok_ = true;
-      if (Status s = writer_.Open(part, t.size); !s.ok()) {
-        writing_ok_ = false;
+      if (Status s = w.file.Open(part, t.size); !s.ok()) {
+        w.ok = false;
         stats_->failed.push_back(t);
         Keep(s.Annotate("receiving " + t.file + ": "));
       }
     }
-    if (writing_ok_) {
-      if (Status s = writer_.WriteAt(op.piece.offset, op.buf); !s.ok()) {
-        writing_ok_ = false;
+    if (w.ok) {
+      if (Status s = w.file.WriteAt(op.piece.offset, op.buf); !s.ok()) {
+        w.ok = false;
         stats_->failed.push_back(t);
         Keep(s.Annotate("receiving " + t.file + ": "));
       }
     }
-    if (op.piece.last && writing_ok_) {
-      Keep(Receive(t, [&](const std::string&) { return writer_.Finish(); }));
+    if (op.piece.last) {
+      if (w.ok) Keep(Receive(t, [&](const std::string&) { return w.file.Finish(); }));
+      writing_.erase(&t);
     }
     return OkStatus();
   }
@@ -296,9 +317,13 @@ class Mover {
   const CheckReceived& check_;
   TransferStats* stats_;
   std::deque<Op> in_flight_;
-  std::unique_ptr<storage::ReadableFile> reading_;
-  LocalWriter writer_;
-  bool writing_ok_ = true;
+  // Open per transfer: pieces of several files interleave.
+  std::map<const Transfer*, std::unique_ptr<storage::ReadableFile>> reading_;
+  struct Writing {
+    LocalWriter file;
+    bool ok = true;
+  };
+  std::map<const Transfer*, Writing> writing_;
   Status failed_;
 };
 

@@ -3,7 +3,7 @@
 //
 // Each transfer travels over a communicator of its two ranks (Comm::CreateGroup, created once
 // and kept), in pieces broadcast from sender to receiver. Every rank walks the same transfer
-// list in its global order (from, to, file, piece) with a bounded window of pieces in flight,
+// list in one global order (piece number, transfer) with a bounded window of pieces in flight,
 // so the oldest unfinished piece always has both ends posted: no cycle of waits, whatever the
 // pattern. Memory: the window's pieces per rank. The receiver writes `<file>.part`, checks it
 // (the caller's `check`, the format's block checksums) and renames it into place; a read or

@@ -133,10 +133,20 @@ Status MemoryTier::Replicate(PairGroups& groups, int64_t step, TransferStats* st
   TransferOptions topts;
   topts.max_bytes_per_second = opts_.replication_bytes_per_second;
   const metadata::Metadata& meta = md->first;
+  const auto t0 = std::chrono::steady_clock::now();
   DCP_RETURN_IF_ERROR(TransferFiles(
       groups, transfers, dirs, topts,
       [&](const Transfer& t, const std::string& path) { return CheckFile(meta, t.file, path); },
       stats));
+  if (LogEnabled()) {
+    std::fprintf(stderr,
+                 "dcp memory tier: step %lld replicated, rank %d: sent %llu B, received %llu B "
+                 "in %.3f s\n",
+                 static_cast<long long>(step), comm.rank(),
+                 static_cast<unsigned long long>(stats->bytes_sent),
+                 static_cast<unsigned long long>(stats->bytes_received),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   return stats->local_failure;
 }
 
