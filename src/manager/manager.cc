@@ -209,13 +209,18 @@ struct CheckpointManager::Impl {
   // Whether `step` goes to the memory tier: room is made (each host keeps keep_last - 1 older
   // steps beside it) and the budget checked; a step over it is saved to the root, with a warning.
   // Older steps are removed here (`retain_now`) or, for an async save, by its background job
-  // before the save's files are written, off the caller's path.
+  // once the save is written, off the caller's path (unlinking memory is not free, and would
+  // compete with the staging copy): until then a host holds one step more, which the budget
+  // counts.
   bool TierTakes(int64_t step, const StateDict& sd, bool retain_now) {
     if (!tier) return false;
     const auto keep = static_cast<size_t>(tier->options().keep_last - 1);
-    if (retain_now) tier->Retain(keep, step);
-    while (memory_steps.size() > keep) memory_steps.erase(memory_steps.begin());
-    const std::string over = ValueOrThrow(tier->CheckBudget(*comm, StateBytesBound(sd), keep));
+    if (retain_now) {
+      tier->Retain(keep, step);
+      while (memory_steps.size() > keep) memory_steps.erase(memory_steps.begin());
+    }
+    const std::string over =
+        ValueOrThrow(tier->CheckBudget(*comm, StateBytesBound(sd), retain_now ? keep : keep + 1));
     if (over.empty()) return true;
     if (rank == 0) {
       std::fprintf(stderr, "dcp manager: step %lld is not kept in memory (%s); saving it to %s\n",
@@ -433,8 +438,9 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
     // Replication and the drain follow in the background, on the tier's own communicator.
     m.tier_job = std::async(std::launch::async, [&m, h = m.pending, step] {
       try {
-        m.tier->Retain(static_cast<size_t>(m.tier->options().keep_last - 1), step);
-        return m.RunTierSteps(*m.bg_comm, *m.bg_groups, step, h.status());
+        const Status saved = h.status();  // waits for the save
+        if (saved.ok()) m.tier->Retain(static_cast<size_t>(m.tier->options().keep_last - 1), step);
+        return m.RunTierSteps(*m.bg_comm, *m.bg_groups, step, saved);
       } catch (const std::exception& e) {
         TierOutcome o;
         o.saved = Internal(std::string("memory tier job: ") + e.what());
