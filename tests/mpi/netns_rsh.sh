@@ -19,4 +19,10 @@ case $host in
     exit 255
     ;;
 esac
+# A host with memory of its own (real_hosts.sh --tier): the mount namespace of the process
+# holding it, where its private tmpfs is mounted, is entered first.
+if [ -f "/run/dcp-mnt/$host.pid" ]; then
+  exec nsenter --mount="/proc/$(cat "/run/dcp-mnt/$host.pid")/ns/mnt" ip netns exec "$host" \
+    unshare --uts sh -c 'hostname "$1" && exec sh -c "$2"' sh "$host" "$*"
+fi
 exec ip netns exec "$host" unshare --uts sh -c 'hostname "$1" && exec sh -c "$2"' sh "$host" "$*"

@@ -9,6 +9,13 @@
 # across hosts, storage bytes read = unique bytes, every byte checked.
 #
 #   real_hosts.sh MPIRUN SAVE_MPI_TEST SCRATCH [HOSTS [RANKS_PER_HOST]]    (default 3 2)
+#   real_hosts.sh --tier MPIRUN TIER_DRIVER SCRATCH
+#     (ctest mpi.hosts_memory_tier: 4 hosts of 1 rank, each with a private tmpfs of its own (in
+#      a mount namespace held by a sleeping process, /run/dcp-mnt/<host>.pid, entered by
+#      netns_rsh.sh) as its memory
+#      tier; save steps 1..3, lose host 2 (its processes gone, its tmpfs replaced by an empty
+#      one), restore on the other 3 hosts in another layout: step 3 from memory, no file from
+#      the root)
 #   real_hosts.sh --bench RATE MPIRUN DCP_CLI SCRATCH HOSTS RANKS_PER_HOST [BENCH ARGS...]
 #     (by hand: `dcp bench` across the hosts, each host's link capped at RATE
 #      (tc tbf, e.g. 1gbit; "none" for no cap); loads with broadcast on and off, to see when
@@ -22,7 +29,12 @@
 set -uo pipefail
 
 bench_rate=""
-if [ "${1:-}" = --bench ]; then
+tier_mode=""
+if [ "${1:-}" = --tier ]; then
+  tier_mode=1
+  mpirun=$2 prog=$3 scratch=$4 hosts=4 per_host=1
+  shift 4
+elif [ "${1:-}" = --bench ]; then
   bench_rate=$2
   shift 2
   mpirun=$1 prog=$2 scratch=$3 hosts=$4 per_host=$5
@@ -67,9 +79,19 @@ remove_ns() {
 
 namespaces() { ip netns list 2>/dev/null | awk '{print $1}'; }
 
+# Ends the process holding host $1's mount namespace (real_hosts.sh --tier): its private
+# tmpfs goes with the namespace.
+remove_mnt() {
+  local pid
+  pid=$(cat "/run/dcp-mnt/$1.pid" 2>/dev/null)
+  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+  rm -f "/run/dcp-mnt/$1.pid"
+}
+
 cleanup() {
   local ns
   for ns in $(namespaces | grep -E "^${id}(s|l|h[0-9]+)\$"); do remove_ns "$ns"; done
+  for ns in /run/dcp-mnt/"${id}"h*.pid; do [ -e "$ns" ] && remove_mnt "$(basename "$ns" .pid)"; done
   [ -n "${scratch_run:-}" ] && rm -rf "$scratch_run"
 }
 trap cleanup EXIT
@@ -91,6 +113,13 @@ for ns in $(namespaces | grep -E '^dcpn[0-9]+(s|l|h[0-9]+)$'); do
   fi
   echo "removing namespace $ns of an earlier run (pid $owner is gone)"
   remove_ns "$ns"
+done
+
+for f in /run/dcp-mnt/dcpn*.pid; do
+  [ -e "$f" ] || continue
+  owner=${f##*/dcpn}
+  owner=${owner%%h*}
+  kill -0 "$owner" 2>/dev/null || remove_mnt "$(basename "$f" .pid)"
 done
 
 for d in "$scratch"/run*; do
@@ -155,12 +184,52 @@ run_job() {
   local limit=$1
   shift
   ip netns exec "$launcher" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$launcher" \
-    timeout -k 15 "$limit" "$mpirun" --hostfile "$scratch_run/hostfile" -np "$np" --map-by slot \
+    timeout -k 15 "$limit" "$mpirun" --hostfile "${job_hostfile:-$scratch_run/hostfile}" \
+    -np "${job_np:-$np}" --map-by slot \
     --mca plm_rsh_agent "$here/netns_rsh.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl tcp,self --mca osc pt2pt \
     --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
     --tag-output "$@"
 }
+
+if [ -n "$tier_mode" ]; then
+  # Each host's memory: a tmpfs at one path, private to the host's mount namespace, which a
+  # sleeping process holds (its pid in /run/dcp-mnt/<host>.pid, for netns_rsh.sh).
+  tier=$scratch_run/tier
+  mkdir -p "$tier" /run/dcp-mnt
+  fresh_memory() {  # fresh_memory HOST: an empty tmpfs as the host's memory
+    nsenter --mount="/proc/$(cat "/run/dcp-mnt/$1.pid")/ns/mnt" \
+      sh -c 'umount "$0" 2>/dev/null; mount -t tmpfs -o size=1g tmpfs "$0"' "$tier"
+  }
+  for ((i = 0; i < hosts; ++i)); do
+    unshare --mount --propagation private sleep 100000 &
+    echo $! >"/run/dcp-mnt/${id}h$i.pid"
+    disown $!  # ended by cleanup; no "Killed" line
+    sleep 0.2  # the namespace exists once unshare has exec'd sleep
+    fresh_memory "${id}h$i" || skip "cannot mount a tmpfs in a host's own mount namespace"
+  done
+  run_job 240 "$prog" save "$scratch_run/ckpt" "$tier" tp2,dp2 3 --persist-every 2 \
+    --no-persist-at-exit --async >"$scratch_run/save.out" 2>&1 &
+  wait $!
+  rc=$?
+  cat "$scratch_run/save.out"
+  [ $rc -eq 0 ] || fail "the save job exited $rc"
+  grep -q 'saved 3$' "$scratch_run/save.out" || fail "step 3 was not saved"
+  [ -z "$(ls -A "$tier")" ] || fail "the hosts' memory is visible outside them: $(ls -A "$tier")"
+  # Host 2 is lost: its processes are gone (the job ended), its memory is empty.
+  fresh_memory "${id}h2"
+  printf '%s\n' "${id}h0 slots=1" "${id}h1 slots=1" "${id}h3 slots=1" >"$scratch_run/hostfile3"
+  job_hostfile=$scratch_run/hostfile3 job_np=3 run_job 240 "$prog" restore "$scratch_run/ckpt" \
+    "$tier" tp3 --expect-step 3 --expect-memory yes --expect-no-storage \
+    >"$scratch_run/restore.out" 2>&1 &
+  wait $!
+  rc=$?
+  cat "$scratch_run/restore.out"
+  [ $rc -eq 0 ] || fail "the restore job on 3 hosts exited $rc"
+  grep -q 'restored 3 from memory' "$scratch_run/restore.out" || fail "no restore from memory"
+  echo "mpi.hosts_memory_tier: PASSED (4 hosts with private memory, host 2 lost, restored on 3)"
+  exit 0
+fi
 
 if [ -n "$bench_rate" ]; then
   run_job 540 "$prog" bench --dir "$scratch_run/ckpt" "${bench_args[@]}" &
