@@ -11,7 +11,8 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev libxml2-dev  # the S3 backend: HTTP, SigV4 signing, XML
   python3 python3-venv python3-pip python3-dev  # python3-dev: the Python package (pip install .)
   clang libclang-rt-14-dev  # fuzz targets (scripts/fuzz.sh): -fsanitize=fuzzer runtime
-  iproute2 util-linux  # mpi.hosts: network namespaces (ip netns, unshare --uts)
+  iproute2 util-linux  # mpi.hosts: network namespaces (ip netns, unshare, nsenter)
+  procps  # mpi.memory_tier: pgrep, to wait until a killed job's ranks are gone
 )
 
 missing=()

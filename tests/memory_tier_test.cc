@@ -138,6 +138,9 @@ TEST(MemoryTier, ANewerStepInTheRootWinsAndADamagedCopyFallsBack) {
     EXPECT_EQ(r.step, 1);
     EXPECT_TRUE(r.from_memory);
     EXPECT_TRUE(st.Holds(1));
+    EXPECT_NE(r.fell_back.find("step 2 in memory: no intact copy of every file left"),
+              std::string::npos)
+        << r.fell_back;
   }
 }
 

@@ -115,7 +115,7 @@ struct LoadResult {
   double exchange_seconds = 0;  // plan identities gathered, readers and groups decided
   double shared_seconds = 0;    // shared shards: read + broadcast, overlapped
   double private_seconds = 0;   // shards no one else needs
-  double read_seconds = 0;  // shared + private
+  double read_seconds = 0;      // shared + private
   double total_seconds = 0;
   // CheckpointManager loads: the step loaded, and why newer complete steps were passed over
   // (each one "step N: <error>", marked bad on disk); -1 and empty otherwise.

@@ -18,21 +18,6 @@
 #include "tier/tier_plan.h"
 
 namespace dcp::bench::internal {
-namespace {
-
-uint64_t DataBytesIn(const std::string& dir) {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (checkpoint::IsDcpDataFileName(e.path().filename().string())) {
-      total += std::filesystem::file_size(e.path(), ec);
-    }
-  }
-  return total;
-}
-
-}  // namespace
-
 Status Runner::RunTierPhase(PhaseReport* save, PhaseReport* from_memory, PhaseReport* from_root) {
   if (report_.object_store) {
     report_.notes.push_back("tier: skipped on object storage (run it on a file system root)");
@@ -85,12 +70,16 @@ Status Runner::RunTierPhase(PhaseReport* save, PhaseReport* from_memory, PhaseRe
     save->memcpy_seconds.push_back(*copy);
   }
   if (st.ok()) {
-    const uint64_t mine =
-        first_of_host
-            ? DataBytesIn(tier::HostTierDir(base, root) + "/" + checkpoint::StepDirName(o_.repeat))
-            : 0;
+    // The data files of the last step in this host's memory (`dcp ls --memory-tier`'s view).
+    uint64_t mine = 0;
+    st = AgreeOnStatus(comm_, StatusOf([&] {
+                         if (!first_of_host) return;
+                         for (const MemoryStepInfo& m : inspect_memory_tier(root, base).steps) {
+                           if (m.step == o_.repeat) mine = m.bytes;
+                         }
+                       }));
     auto sums = SumAtRoot(comm_, {mine});
-    st = sums.status();
+    if (st.ok()) st = sums.status();
     if (st.ok() && rank_ == 0) report_.tier_bytes_in_memory = (*sums)[0];
   }
   // The root's copy of the last step, for the restore from the root.

@@ -16,8 +16,8 @@ namespace {
 
 // `n` ranks as threads, each with its own FileComm over `dir`; rank r all-gathers
 // `tag`+r after sleeping `delay_ms[r]`. Returns what each rank received.
-std::vector<std::vector<std::string>> RunRanks(const std::string& dir, int n, const std::string& tag,
-                                          std::vector<int> delay_ms) {
+std::vector<std::vector<std::string>> RunRanks(const std::string& dir, int n,
+                                               const std::string& tag, std::vector<int> delay_ms) {
   std::vector<std::vector<std::string>> got(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {

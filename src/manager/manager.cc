@@ -472,11 +472,12 @@ std::vector<int64_t> CheckpointManager::steps() const { return impl_->steps; }
 LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
   Impl& m = *impl_;
   m.Finish();
+  // Why memory steps were passed over, carried into a load from the root.
+  std::string fell_back;
   if (m.tier) {
     // From the hosts' memory unless the root holds a newer step.
     tier::DurableSteps durable{std::set<int64_t>(m.steps.begin(), m.steps.end()),
                                [&m](int64_t s) { return m.Dir(s); }, &m.fs};
-    std::string fell_back;
     auto r =
         ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &fell_back));
     if (r) return *std::move(r);
@@ -488,13 +489,13 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
     }
     LoadResult r = ValueOrThrow(checkpoint::Load(sd, m.Dir(*step), m.opts.load, m.fs));
     r.step = *step;
+    r.fell_back = fell_back;
     return r;
   }
   if (m.steps.empty()) ThrowIfError(NotFound("no complete checkpoint under " + m.root));
   // Newest first. A load error is agreed by every rank, so all pass over the same steps. With
   // allow_partial no fallback: entries the older step lacks would keep bytes of the failed
   // attempt, silently.
-  std::string fell_back;
   while (true) {
     const int64_t s = m.steps.back();
     Result<LoadResult> r = checkpoint::Load(sd, m.Dir(s), m.opts.load, m.fs);

@@ -2,22 +2,15 @@
 
 #include <xxhash.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 
-#include "checkpoint/load.h"
-#include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
-#include "checkpoint/verify.h"
 #include "comm/exchange.h"
 #include "comm/host_id.h"
 #include "core/log.h"
 #include "core/wire.h"
-#include "metadata/codec.h"
-#include "planner/load_plan.h"
 #include "tier/host_dir.h"
 
 namespace dcp::tier {

@@ -122,9 +122,21 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     *fell_back += (fell_back->empty() ? "" : "; ") + line;
     if (me == 0) std::fprintf(stderr, "dcp manager: %s\n", line.c_str());
   };
+  // A step given up because its damaged copies left a file without an intact one says so.
+  int64_t tried = -1;
+  auto gave_up = [&](std::optional<int64_t> now) {
+    if (tried < 0 || (now && *now == tried)) return;
+    std::string files;
+    for (const BadCopy& b : bad) {
+      if (b.step == tried) files += (files.empty() ? "" : ", ") + b.file;
+    }
+    pass_over(tried, DataLoss("no intact copy of every file left (damaged: " + files + ")"));
+    tried = -1;
+  };
   while (true) {
     const std::optional<MemoryStep> found_step =
         ChooseMemoryStep(inventories, bad, durable.complete, below);
+    gave_up(found_step ? std::optional<int64_t>(found_step->step) : std::nullopt);
     if (!found_step || (only_step && found_step->step != *only_step)) {
       return std::optional<LoadResult>();
     }
@@ -260,6 +272,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     if (!found_bad.empty() || (!arrived_bad.empty() && !storage_failed)) {
       bad.merge(found_bad);
       bad.merge(arrived_bad);
+      tried = step;
       continue;
     }
     if (storage_failed) {
