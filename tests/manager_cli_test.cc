@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "dcp/manager.h"
+#include "storage/lease_lock.h"
 #include "test_util.h"
 
 namespace dcp {
@@ -77,8 +78,32 @@ TEST(ManagerCli, PruneRefusedWhileAManagerHoldsTheRoot) {
   std::string out;
   EXPECT_EQ(Cli("prune " + d.path() + " --keep-last 1", &out), 1) << out;
   EXPECT_NE(out.find("dcp prune: checkpoint root"), std::string::npos) << out;
-  EXPECT_NE(out.find("in use by another manager"), std::string::npos) << out;
+  EXPECT_NE(out.find("is in use by manager"), std::string::npos) << out;
   EXPECT_EQ(StepDirs(d.path()).size(), 5u);
+  std::string unlock_out;
+  EXPECT_EQ(Cli("unlock " + d.path(), &unlock_out), 1) << unlock_out;
+  EXPECT_NE(unlock_out.find("is alive"), std::string::npos) << unlock_out;
+}
+
+// dcp unlock: a lock left by a job on another host that is gone, removed by a person.
+TEST(ManagerCli, UnlockRemovesALockOfAGoneHost) {
+  testing::TempDir d;
+  MakeRoot(d.path());
+  const int64_t now = storage::NowUnixMs();
+  std::ofstream(d.path() + "/.dcp-manager.lock")
+      << storage::EncodeLockHolder({"manager", "77", "gone-host", 4242, now, now});
+  std::string out;
+  EXPECT_EQ(Cli("prune " + d.path() + " --keep-last 1", &out), 1) << out;
+  EXPECT_NE(out.find("dcp unlock " + d.path() + "/.dcp-manager.lock"), std::string::npos) << out;
+  EXPECT_EQ(Cli("unlock " + d.path(), &out), 0) << out;
+  EXPECT_NE(out.find("removed " + d.path() +
+                     "/.dcp-manager.lock (held by manager 77 of process "
+                     "4242 on host gone-host"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(Cli("prune " + d.path() + " --keep-last 1", &out), 0) << out;
+  EXPECT_EQ(Cli("unlock " + d.path(), &out), 1) << out;
+  EXPECT_NE(out.find("holds no dcp lock"), std::string::npos) << out;
 }
 
 }  // namespace

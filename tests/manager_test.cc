@@ -16,6 +16,7 @@
 #include "dcp/checkpoint.h"
 #include "manager/manager.h"
 #include "storage/file_system.h"
+#include "storage/lease_lock.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
 
@@ -395,8 +396,7 @@ TEST(ManagerLock, SecondManagerOnOneRootRefused) {
     FAIL() << "a second manager on one root was allowed";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
-    EXPECT_NE(std::string(e.what()).find("in use by another manager"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("is in use by manager"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(std::to_string(getpid())), std::string::npos) << e.what();
   }
 }
@@ -416,20 +416,54 @@ TEST(ManagerLock, StaleLockOfDeadProcessTakenOver) {
   ASSERT_GT(child, 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);  // `child` is now a dead pid
-  std::ofstream(d.path() + "/.dcp-manager.lock") << Host() << " " << child << "\n";
+  const int64_t now = storage::NowUnixMs();
+  std::ofstream(d.path() + "/.dcp-manager.lock")
+      << storage::EncodeLockHolder({"manager", "ab", Host(), child, now, now});
   CheckpointManager mgr(d.path(), RetentionPolicy{});
-  EXPECT_EQ(ReadFile(d.path() + "/.dcp-manager.lock"),
-            Host() + " " + std::to_string(getpid()) + "\n");
+  auto holder = storage::DecodeLockHolder(ReadFile(d.path() + "/.dcp-manager.lock"));
+  ASSERT_TRUE(holder.ok());
+  EXPECT_EQ(holder->pid, getpid());
 }
 
 TEST(ManagerLock, LockOfAnotherHostRefused) {
   TempDir d;
-  std::ofstream(d.path() + "/.dcp-manager.lock") << "some-other-host-xyz 4242\n";
+  const int64_t now = storage::NowUnixMs();
+  std::ofstream(d.path() + "/.dcp-manager.lock")
+      << storage::EncodeLockHolder({"manager", "ab", "some-other-host-xyz", 4242, now, now});
   try {
     CheckpointManager mgr(d.path(), RetentionPolicy{});
     FAIL() << "a lock of another host was ignored";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("some-other-host-xyz"), std::string::npos) << e.what();
+  }
+  // A person who knows that job is gone: dcp unlock, or break_lock.
+  const auto removed = unlock(d.path());
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_NE(removed[0].find("process 4242 on host some-other-host-xyz"), std::string::npos)
+      << removed[0];
+  std::ofstream(d.path() + "/.dcp-manager.lock")
+      << storage::EncodeLockHolder({"manager", "ab", "some-other-host-xyz", 4242, now, now});
+  ManagerOptions o;
+  o.break_lock = true;
+  CheckpointManager mgr(d.path(), o);
+}
+
+// A live manager of this host is not unlocked by hand: it holds the kernel lock.
+TEST(ManagerLock, UnlockRefusesALiveHolderOfThisHost) {
+  TempDir d;
+  CheckpointManager first(d.path(), RetentionPolicy{});
+  try {
+    unlock(d.path());
+    FAIL() << "a live manager's lock was removed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("is alive"), std::string::npos) << e.what();
+  }
+  try {
+    unlock(d.path() + "/nothing-here");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kNotFound);
   }
 }
 

@@ -1,8 +1,10 @@
 // A save owns the files it creates and nothing else (issue 11, items 1, 2, 5, 12): concurrent
 // saves into one directory, ranks that see different directories, full disks, and missing
 // directories.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +22,9 @@
 #include "checkpoint/names.h"
 #include "checkpoint/save.h"
 #include "checkpoint/save_lock.h"
+#include "core/host_name.h"
 #include "dcp/checkpoint.h"
+#include "storage/lease_lock.h"
 #include "test_util.h"
 
 namespace dcp {
@@ -60,15 +64,33 @@ std::string LockPath(const std::string& dir) {
   return dir + "/" + std::string(checkpoint::kLockName);
 }
 
-void WriteLock(const std::string& dir, const checkpoint::LockInfo& info) {
+// A save lock as another save would leave it; times relative to now, in seconds.
+void WriteLock(const std::string& dir, const std::string& host, int64_t pid,
+               int64_t started_ago_s = 0, int64_t renewed_ago_s = 0) {
   std::filesystem::create_directories(dir);
-  std::ofstream(LockPath(dir)) << checkpoint::EncodeLockInfo(info);
+  const int64_t now = storage::NowUnixMs();
+  std::ofstream(LockPath(dir)) << storage::EncodeLockHolder({"save", "00000000000000aa", host, pid,
+                                                             now - started_ago_s * 1000,
+                                                             now - renewed_ago_s * 1000});
 }
 
-int64_t NowUnix() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+// A child process that holds `path`'s kernel lock (as a live save does) until killed.
+pid_t HoldKernelLockInChild(const std::string& path) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  pid_t child = ::fork();
+  if (child == 0) {
+    int fd = ::open(path.c_str(), O_RDWR);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(1);
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  char c = 0;
+  (void)!::read(ready[0], &c, 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  return child;
 }
 
 // Passes everything to the real file system, but the first Append to a data file waits at
@@ -168,19 +190,17 @@ TEST(SaveOwnership, LockOfLiveProcessIsRespectedAndOfDeadProcessTakenOver) {
   TempDir tmp;
   const std::string dir = tmp.Sub("ckpt");
   OneTensor t(100, 3.0f);
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::pause();  // a live "other save" until killed
-    ::_exit(0);
-  }
   const uint64_t dead_id = 0x1234abcd5678ef00ULL;
-  WriteLock(dir, {checkpoint::LockHostName(), child, dead_id, NowUnix()});
+  WriteLock(dir, HostName(), 4242);
+  pid_t child = HoldKernelLockInChild(LockPath(dir));  // a live "other save" until killed
+  ASSERT_GT(child, 0);
   // The other save's partial data file.
   std::ofstream(dir + "/" + checkpoint::DataFileName(dead_id, 0)) << "partial";
   auto refused = checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem());
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("process " + std::to_string(child)), std::string::npos)
+  EXPECT_NE(refused.status().message().find("process 4242"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("is alive"), std::string::npos)
       << refused.status().message();
   EXPECT_EQ(DataFiles(dir).size(), 1u) << "a refused save touched the holder's files";
 
@@ -197,11 +217,12 @@ TEST(SaveOwnership, LockOfLiveProcessIsRespectedAndOfDeadProcessTakenOver) {
   EXPECT_FALSE(std::filesystem::exists(LockPath(dir)));
 }
 
-// Another host's processes cannot be checked: its lock is respected and reported with its age.
+// Another host's processes cannot be checked: its lock is respected while its lease is
+// renewed, and reported with its age and how to proceed.
 TEST(SaveOwnership, LockOfAnotherHostIsRespectedWithItsAge) {
   TempDir tmp;
   const std::string dir = tmp.Sub("ckpt");
-  WriteLock(dir, {"some-other-host", 4242, 77, NowUnix() - 3600});
+  WriteLock(dir, "some-other-host", 4242, /*started_ago_s=*/3600, /*renewed_ago_s=*/10);
   OneTensor t(10, 1.0f);
   auto r = checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem());
   ASSERT_FALSE(r.ok());
@@ -210,6 +231,107 @@ TEST(SaveOwnership, LockOfAnotherHostIsRespectedWithItsAge) {
   EXPECT_NE(msg.find("process 4242"), std::string::npos) << msg;
   EXPECT_NE(msg.find(" s ago"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("started 0 s ago"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("dcp unlock " + LockPath(dir)), std::string::npos) << msg;
+}
+
+// Issue 19 item 1: a holder of another host that stopped renewing its lease is gone: the next
+// save breaks its lock and says whose it was; break_lock takes a lock whose lease still runs.
+TEST(SaveOwnership, ExpiredLeaseOfAnotherHostIsBrokenWithAWarning) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("ckpt");
+  WriteLock(dir, "some-other-host", 4242, 4000, /*renewed_ago_s=*/400);  // lease: 300 s
+  OneTensor t(10, 4.0f);
+  ::testing::internal::CaptureStderr();
+  auto r = checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem());
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(warned.find("process 4242 on host some-other-host"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("lease of 300 s expired"), std::string::npos) << warned;
+
+  WriteLock(dir, "some-other-host", 4243, 10, /*renewed_ago_s=*/1);
+  EXPECT_FALSE(checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem()).ok());
+  EXPECT_FALSE(
+      checkpoint::Save(t.sd, dir, {.lock_lease_seconds = 60}, storage::PosixFileSystem()).ok());
+  ::testing::internal::CaptureStderr();
+  auto broken = checkpoint::Save(t.sd, dir, {.break_lock = true}, storage::PosixFileSystem());
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(broken.ok()) << broken.status().ToString();
+  EXPECT_NE(said.find("process 4243"), std::string::npos) << said;
+  EXPECT_FALSE(std::filesystem::exists(LockPath(dir)));
+}
+
+// Three saves into one directory at once: exactly one proceeds, the other two fail naming
+// the holder, and the one that proceeded loads.
+TEST(SaveOwnership, ThreeConcurrentSavesOneProceeds) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("ckpt");
+  GatedFileSystem gated;
+  OneTensor a(1000, 1.0f), b(1000, 2.0f), c(1000, 3.0f);
+  Status first_status;
+  std::thread first([&] { first_status = checkpoint::Save(a.sd, dir, {}, gated).status(); });
+  gated.WaitUntilReached();
+  Status others[2];
+  std::thread second(
+      [&] { others[0] = checkpoint::Save(b.sd, dir, {}, storage::PosixFileSystem()).status(); });
+  std::thread third(
+      [&] { others[1] = checkpoint::Save(c.sd, dir, {}, storage::PosixFileSystem()).status(); });
+  second.join();
+  third.join();
+  gated.Open();
+  first.join();
+  ASSERT_TRUE(first_status.ok()) << first_status.ToString();
+  for (const Status& s : others) {
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("process " + std::to_string(::getpid())), std::string::npos)
+        << s.message();
+  }
+  auto v = LoadValue(dir, 1000);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 1.0f);
+}
+
+// A lock removed while its save writes (a person ran `dcp unlock`, or another host broke an
+// expired lease): the save commits nothing and says so; the previous checkpoint stays.
+TEST(SaveOwnership, ASaveWhoseLockWasRemovedCommitsNothing) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("ckpt");
+  OneTensor old(1000, 7.0f), fresh(1000, 8.0f);
+  ASSERT_TRUE(checkpoint::Save(old.sd, dir, {}, storage::PosixFileSystem()).ok());
+  GatedFileSystem gated;
+  Status st;
+  std::thread saver([&] { st = checkpoint::Save(fresh.sd, dir, {}, gated).status(); });
+  gated.WaitUntilReached();
+  ASSERT_TRUE(std::filesystem::remove(LockPath(dir)));
+  gated.Open();
+  saver.join();
+  ASSERT_FALSE(st.ok()) << "a save that lost its lock committed";
+  EXPECT_NE(st.message().find("no longer this job's"), std::string::npos) << st.message();
+  auto v = LoadValue(dir, 1000);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 7.0f);
+}
+
+// Planted links at the lock's name are never written through.
+TEST(SaveOwnership, PlantedLinksAtTheLockAreRefused) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("ckpt");
+  std::filesystem::create_directories(dir);
+  const std::string target = tmp.Sub("precious");
+  std::ofstream(target) << "precious";
+  std::filesystem::create_symlink(target, LockPath(dir));
+  OneTensor t(10, 1.0f);
+  auto r = checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("symlink"), std::string::npos) << r.status().message();
+  std::filesystem::remove(LockPath(dir));
+  std::filesystem::create_hard_link(target, LockPath(dir));
+  r = checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("one link"), std::string::npos) << r.status().message();
+  std::string kept;
+  std::getline(std::ifstream(target), kept);
+  EXPECT_EQ(kept, "precious");
 }
 
 // A lock of this process whose save has returned (it failed without removing the lock) is
@@ -217,7 +339,7 @@ TEST(SaveOwnership, LockOfAnotherHostIsRespectedWithItsAge) {
 TEST(SaveOwnership, LockOfReturnedSaveOfThisProcessIsTakenOver) {
   TempDir tmp;
   const std::string dir = tmp.Sub("ckpt");
-  WriteLock(dir, {checkpoint::LockHostName(), ::getpid(), 99, NowUnix()});
+  WriteLock(dir, HostName(), ::getpid());
   OneTensor t(10, 5.0f);
   auto r = checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem());
   ASSERT_TRUE(r.ok()) << r.status().ToString();

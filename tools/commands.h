@@ -14,5 +14,6 @@ void AddBench(CLI::App& app, int* exit_code);
 void AddSimulate(CLI::App& app, int* exit_code);
 void AddLs(CLI::App& app, int* exit_code);
 void AddPrune(CLI::App& app, int* exit_code);
+void AddUnlock(CLI::App& app, int* exit_code);
 
 }  // namespace dcp::tools

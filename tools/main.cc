@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   dcp::tools::AddSimulate(app, &exit_code);
   dcp::tools::AddLs(app, &exit_code);
   dcp::tools::AddPrune(app, &exit_code);
+  dcp::tools::AddUnlock(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

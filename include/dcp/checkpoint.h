@@ -45,6 +45,13 @@ struct SaveOptions {
   // the commit, the first rank of every other host writes the same metadata into its host's
   // directory. The checkpoint is then the union of the hosts' directories.
   bool per_host_directory = false;
+  // The directory's lock (dcp.lock, README "Failure modes"): a holder on another host renews
+  // it every lease/4 seconds; once not renewed for this long it is gone and the next save
+  // breaks its lock with a warning naming it. A dead holder of this host is seen at once.
+  double lock_lease_seconds = 300;
+  // Take the directory's lock from any holder not seen alive on this host (for a person who
+  // knows that save is gone; `dcp unlock DIR` does the same by hand).
+  bool break_lock = false;
 };
 
 struct SaveResult {

@@ -26,9 +26,10 @@
 //   directories are ignored. Those without committed metadata (a save that never committed,
 //   a removal cut short) are removed by rank 0 when the manager opens the root, when no save
 //   is in flight; one whose metadata names missing or short files is left for a person.
-// - One manager per root: a lock file records host and pid; a second manager (in this or any
-//   process) is refused with kFailedPrecondition naming the holder. A lock left by a dead
-//   process of the same host is taken over.
+// - One manager per root: ROOT/.dcp-manager.lock, held with flock and a lease renewed while the
+//   manager lives (storage/lease_lock.h); a second manager (in this or any process) is refused
+//   with kFailedPrecondition naming the holder. A lock left by a dead process of the same host
+//   is taken over at once, one of another host once its lease ran out unrenewed.
 //
 // Collectives: every rank of `comm` constructs the manager and calls Save, AsyncSave, Load,
 // Wait, Keep, Prune and the destructor in the same order. Only rank 0 touches `latest`,
@@ -100,6 +101,14 @@ struct RootInfo {
 };
 RootInfo inspect_root(const std::string& root);
 
+// `dcp unlock PATH`: removes the locks at `path` (a manager's root: ROOT/.dcp-manager.lock; a
+// checkpoint directory: DIR/dcp.lock) whoever holds them, for a person who knows that job is
+// gone (ManagerOptions::break_lock and SaveOptions::break_lock do the same at start). A holder
+// alive on this host (it holds the file's kernel lock) is refused with kFailedPrecondition.
+// Returns one line per lock removed, naming its holder; kNotFound when there is none. Throws
+// dcp::Error.
+std::vector<std::string> unlock(const std::string& path);
+
 // What this host's memory tier holds of a root (`dcp ls --memory-tier`): read-only.
 struct MemoryStepInfo {
   int64_t step = 0;
@@ -130,6 +139,14 @@ struct ManagerOptions {
   AsyncSaverOptions async;
   // Unset: no memory tier; every save goes to the root.
   std::optional<MemoryTierOptions> memory_tier;
+  // The root's lock (ROOT/.dcp-manager.lock) and every step's save lock: a holder on another
+  // host renews it every lease/4 seconds while it runs; one not renewed for this long is gone
+  // and the next manager breaks its lock with a warning naming it (README, "Failure modes").
+  // A dead holder of this host is seen at once.
+  double lock_lease_seconds = 300;
+  // Take the root's lock from a holder not seen alive on this host (a person who knows that
+  // job is gone; `dcp unlock ROOT` does the same by hand).
+  bool break_lock = false;
 };
 
 class CheckpointManager {

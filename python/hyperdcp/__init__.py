@@ -20,7 +20,7 @@ from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
 from ._dcp import __version__
 from ._metadata import Metadata, TensorInfo, read_metadata
 from ._open import load_all
-from .manager import CheckpointManager, MemoryTier
+from .manager import CheckpointManager, MemoryTier, unlock
 
 
 def from_torch_dcp(src, dst, allow_pickle: bool = False) -> SaveResult:
@@ -68,5 +68,5 @@ __all__ = [
     "SaveResult", "StagingStats", "TensorChunk", "TensorInfo", "__version__", "async_save",
     "from_torch_dcp", "load", "load_all", "prepare_async_save", "read_metadata", "save",
     "set_async_options", "set_timeout",
-    "to_torch_dcp",
+    "to_torch_dcp", "unlock",
 ]

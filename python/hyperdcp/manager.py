@@ -76,12 +76,18 @@ class CheckpointManager:
                  max_open_files: int = 8, max_staging_bytes: int = 0,
                  staging_threads: int = 0, persist_nice: int = 10,
                  allow_pickle: bool = False,
-                 memory_tier: "Union[MemoryTier, Dict[str, Any], bool, None]" = None) -> None:
+                 memory_tier: "Union[MemoryTier, Dict[str, Any], bool, None]" = None,
+                 lock_lease_seconds: float = 300.0, break_lock: bool = False) -> None:
         """`allow_partial`, `verify_checksums`, `max_open_files`: as load's, for every load of
         the manager; `max_staging_bytes`, `staging_threads`, `persist_nice`: its async
         saver's (see the README); `allow_pickle`: as save's and load's; `memory_tier`: a
         MemoryTier (or a dict of its fields, or True for the defaults) to keep recent steps in
-        the hosts' memory."""
+        the hosts' memory; `lock_lease_seconds`: a job on another host holding the root
+        that has not renewed its lock for this long is gone, and its lock is broken with a
+        warning; `break_lock`: take the root's lock from a holder not alive on this host
+        (`dcp unlock ROOT` by hand)."""
+        if not lock_lease_seconds > 0:
+            raise ValueError(f"lock_lease_seconds must be positive, not {lock_lease_seconds!r}")
         tier = _tier_options(memory_tier)
         self._comm = comm_for(process_group, no_dist)
         self._root = os.fspath(root)
@@ -89,7 +95,7 @@ class CheckpointManager:
         self._mgr = _boundary.call(
             self._comm, _dcp.CheckpointManager, self._root, keep_last, keep_every, self._comm,
             recycle_files, allow_partial, verify_checksums, max_open_files, max_staging_bytes,
-            staging_threads, persist_nice, tier)
+            staging_threads, persist_nice, tier, float(lock_lease_seconds), bool(break_lock))
         _boundary.register_closable(self)
 
     def _call(self, fn: Any, *args: Any) -> Any:
@@ -189,3 +195,9 @@ class CheckpointManager:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def unlock(path: "os.PathLike | str") -> List[str]:
+    """Removes the lock of a manager's root or of a checkpoint directory whose job is gone
+    (`dcp unlock`); refused for a holder alive on this host. One line per lock removed."""
+    return _dcp.unlock(os.fspath(path))

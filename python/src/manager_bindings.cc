@@ -21,14 +21,17 @@ class Manager {
   // The load and async-saver options are the ones load() and set_async_options() take.
   Manager(const std::string& root, std::optional<int64_t> keep_last,
           std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm, bool recycle_files,
-          LoadOptions load, AsyncSaverOptions async, std::optional<MemoryTierOptions> tier)
+          LoadOptions load, AsyncSaverOptions async, std::optional<MemoryTierOptions> tier,
+          double lock_lease_seconds, bool break_lock)
       : persist_at_close_(tier && tier->persist_at_exit) {
     ManagerOptions o{.policy = {.keep_last = keep_last, .keep_every = keep_every},
                      .comm = std::move(comm),
                      .recycle_files = recycle_files,
                      .load = load,
                      .async = async,
-                     .memory_tier = std::move(tier)};
+                     .memory_tier = std::move(tier),
+                     .lock_lease_seconds = lock_lease_seconds,
+                     .break_lock = break_lock};
     py::gil_scoped_release release;
     mgr_ = std::make_unique<CheckpointManager>(root, std::move(o));
   }
@@ -82,7 +85,8 @@ void BindManager(py::module_& m) {
                        std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm,
                        bool recycle_files, bool allow_partial, bool verify_checksums,
                        int max_open_files, uint64_t max_staging_bytes, int staging_threads,
-                       int persist_nice, std::optional<MemoryTierOptions> tier) {
+                       int persist_nice, std::optional<MemoryTierOptions> tier,
+                       double lock_lease_seconds, bool break_lock) {
              LoadOptions load;
              load.allow_partial = allow_partial;
              load.verify_checksums = verify_checksums;
@@ -92,12 +96,13 @@ void BindManager(py::module_& m) {
                  AsyncSaverOptions{.max_staging_bytes = max_staging_bytes,
                                    .staging_threads = staging_threads,
                                    .persist_nice = persist_nice},
-                 std::move(tier));
+                 std::move(tier), lock_lease_seconds, break_lock);
            }),
            py::arg("root"), py::arg("keep_last"), py::arg("keep_every"), py::arg("comm"),
            py::arg("recycle_files"), py::arg("allow_partial"), py::arg("verify_checksums"),
            py::arg("max_open_files"), py::arg("max_staging_bytes"), py::arg("staging_threads"),
-           py::arg("persist_nice"), py::arg("memory_tier"))
+           py::arg("persist_nice"), py::arg("memory_tier"), py::arg("lock_lease_seconds"),
+           py::arg("break_lock"))
       .def(
           "save",
           [](Manager& self, int64_t step, const StateDict& sd) {
@@ -161,6 +166,13 @@ void BindManager(py::module_& m) {
       },
       py::arg("steps"), py::arg("latest"), py::arg("keep_last"), py::arg("keep_every"),
       py::arg("keeps"));
+  m.def(
+      "unlock",
+      [](const std::string& path) {
+        py::gil_scoped_release release;
+        return unlock(path);
+      },
+      py::arg("path"));
 }
 
 }  // namespace dcp::python

@@ -1,6 +1,7 @@
 """dcp.CheckpointManager in one process: steps, latest, retention, resume, the lock."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -55,10 +56,39 @@ def test_recycled_files_hold_the_new_step(tmp_path, recycle):
 
 def test_second_manager_on_one_root_refused(tmp_path):
     with dcp.CheckpointManager(tmp_path, keep_last=1):
-        with pytest.raises(dcp.DcpError, match="in use by another manager") as e:
+        with pytest.raises(dcp.DcpError, match="is in use by manager") as e:
             dcp.CheckpointManager(tmp_path, keep_last=1)
         assert e.value.code == "FAILED_PRECONDITION"
     dcp.CheckpointManager(tmp_path, keep_last=1).close()  # released
+
+
+def plant_lock(path, host, renewed_ago_s):
+    now = int(time.time() * 1000)
+    path.write_text(f"dcp lock\nkind manager\nid 77\nhost {host}\npid 4242\n"
+                    f"started {now - 9000000:015d}\nrenewed {now - renewed_ago_s * 1000:015d}\n")
+
+
+def test_a_lock_of_a_gone_host_unlocked_broken_or_expired(tmp_path, capfd):
+    lock = tmp_path / ".dcp-manager.lock"
+    plant_lock(lock, "gone-host", renewed_ago_s=5)
+    with pytest.raises(dcp.DcpError, match="process 4242 on host gone-host"):
+        dcp.CheckpointManager(tmp_path)
+    with pytest.raises(ValueError, match="lock_lease_seconds"):
+        dcp.CheckpointManager(tmp_path, lock_lease_seconds=0)
+    # A person who knows: unlock, or break_lock.
+    assert dcp.unlock(tmp_path) == [f"{lock} (held by manager 77 of process 4242 on host "
+                                    "gone-host (started 9000 s ago, renewed 5 s ago))"]
+    plant_lock(lock, "gone-host", renewed_ago_s=5)
+    dcp.CheckpointManager(tmp_path, break_lock=True).close()
+    # Nobody: the lease runs out.
+    plant_lock(lock, "gone-host", renewed_ago_s=5)
+    capfd.readouterr()
+    with dcp.CheckpointManager(tmp_path, lock_lease_seconds=2) as mgr:
+        mgr.save(1, state(1))
+    err = capfd.readouterr().err
+    assert "breaking the lock of checkpoint root" in err and "lease of 2 s expired" in err, err
+    with pytest.raises(dcp.DcpError, match="holds no dcp lock"):
+        dcp.unlock(tmp_path)
 
 
 def test_prune_and_keep(tmp_path):

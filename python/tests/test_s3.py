@@ -144,7 +144,9 @@ def test_killed_saves_never_leave_a_mixed_checkpoint(s3):
 def test_a_lock_of_another_save_refuses_the_save(s3):
     _, client = s3
     ck = f"s3://{BUCKET}/locked/ck"
-    lock = "dcp save lock\nhost other-host\npid 4242\nsave_id 00000000deadbeef\ncreated 1\n"
+    now = int(time.time() * 1000)
+    lock = (f"dcp lock\nkind save\nid 00000000deadbeef\nhost other-host\npid 4242\n"
+            f"started {now:015d}\nrenewed {now:015d}\n")
     client.put_object(Bucket=BUCKET, Key="locked/ck/dcp.lock", Body=lock.encode())
     with pytest.raises(dcp.DcpError, match="other-host"):
         dcp.save({"x": torch.ones(4)}, ck, no_dist=True)

@@ -586,10 +586,13 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   auto local = planner::BuildLocalSavePlan(sd);
   Status st = local.status();
   const uint64_t my_id = RandomSaveId();
-  SaveLock lock;  // rank 0's; released on every return
+  storage::LeaseLock lock;  // rank 0's; released on every return
   if (rank == 0) {
     if (st.ok()) st = fs.CreateDirs(dir);
-    if (st.ok()) st = lock.Acquire(fs, dir, my_id);
+    if (st.ok()) {
+      st = LockForSave(lock, fs, dir, my_id,
+                       {.lease_seconds = opts.lock_lease_seconds, .break_lock = opts.break_lock});
+    }
     if (st.ok()) RemoveFilesOfDeadSaves(fs, dir);
   } else if (opts.per_host_directory && st.ok()) {
     st = fs.CreateDirs(dir);
@@ -626,6 +629,12 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   //    are never touched).
   Written written;
   st = WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written, &result);
+  // A lock broken while this save wrote (`dcp unlock`, a lease that ran out) belongs to
+  // another save now: committing would mix two saves' files.
+  if (rank == 0 && st.ok()) {
+    st = lock.Check();
+    if (!st.ok()) st = FailedPrecondition(st.message() + "; this save committed nothing");
+  }
   const auto t2 = Clock::now();
 
   // 4. Results to rank 0, which commits the metadata; its verdict reaches everyone.

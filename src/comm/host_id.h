@@ -4,11 +4,9 @@
 #include <cstdint>
 #include <string>
 
-namespace dcp {
+#include "core/host_name.h"
 
-// The host name, or $DCP_HOST_ID when set (tests use it to pretend that the processes of one
-// machine run on several).
-std::string HostName();
+namespace dcp {
 
 // A hash of HostName().
 uint64_t HostId();

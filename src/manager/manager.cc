@@ -12,8 +12,8 @@
 #include "checkpoint/save.h"
 #include "checkpoint/save_lock.h"
 #include "comm/exchange.h"
-#include "manager/root_lock.h"
 #include "manager/root_state.h"
+#include "storage/lease_lock.h"
 #include "tier/memory_tier.h"
 
 namespace dcp {
@@ -57,7 +57,6 @@ using manager::EncodeSteps;
 using manager::HasNoMetadata;
 using manager::ReadLatestRecord;
 using manager::RemoveStepDir;
-using manager::RootLock;
 using manager::ScanRoot;
 using manager::TidyRecycleDir;
 using storage::FileSystem;
@@ -99,10 +98,7 @@ struct CheckpointManager::Impl {
   FileSystem& fs;
   std::shared_ptr<Comm> comm;
   int rank = 0;
-  RootLock lock;
-  // On an object store (no flock): the root's lock is a save lock, a conditional write of
-  // dcp.lock in the root, held for the manager's life.
-  checkpoint::SaveLock object_lock;
+  storage::LeaseLock lock;     // rank 0's, for the manager's life
   std::vector<int64_t> steps;  // complete, ascending; the same on every rank
   std::set<int64_t> keeps;
   std::unique_ptr<AsyncSaver> saver;
@@ -124,6 +120,7 @@ struct CheckpointManager::Impl {
     rank = comm->rank();
     opts.save.comm = comm;
     opts.load.comm = comm;
+    opts.save.lock_lease_seconds = opts.lock_lease_seconds;
     // Recycling renames retired files: a copy of every byte on an object store.
     if (fs.IsObjectStore()) opts.recycle_files = false;
     opts.save.recycle_dir = opts.recycle_files ? RecycleDir() : std::string();
@@ -141,8 +138,10 @@ struct CheckpointManager::Impl {
     if (rank == 0) {
       st = fs.CreateDirs(root).Annotate("checkpoint root: ");
       if (st.ok()) {
-        st = fs.IsObjectStore() ? object_lock.Acquire(fs, root, checkpoint::RandomSaveId())
-                                : lock.Acquire(root);
+        st =
+            lock.Acquire(fs, JoinPath(root, manager::kLockName), "checkpoint root " + root,
+                         "manager", checkpoint::SaveIdHex(checkpoint::RandomSaveId()),
+                         {.lease_seconds = opts.lock_lease_seconds, .break_lock = opts.break_lock});
       }
       if (st.ok()) {
         auto scan = ScanRoot(fs, root);
@@ -326,7 +325,11 @@ struct CheckpointManager::Impl {
     Status st;
     std::string payload;
     if (rank == 0) {
-      st = WriteLatest(step);
+      // Another job took the root (`dcp unlock`, an expired lease): `latest` and retention
+      // are its business now.
+      st = lock.Check();
+      if (!st.ok()) st = FailedPrecondition(st.message() + "; step saved, `latest` not updated");
+      if (st.ok()) st = WriteLatest(step);
       if (st.ok()) payload = EncodeSteps(Retire(next, step));
     }
     auto shared = BroadcastOrFail(*comm, 0, st, payload);

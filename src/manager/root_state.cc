@@ -6,8 +6,10 @@
 
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
+#include "checkpoint/save_lock.h"
 #include "dcp/manager.h"
 #include "manager/manager.h"
+#include "storage/lease_lock.h"
 #include "tier/memory_tier.h"
 
 namespace dcp::manager {
@@ -207,6 +209,23 @@ RootInfo inspect_root(const std::string& root) {
     }
   }
   return info;
+}
+
+std::vector<std::string> unlock(const std::string& path) {
+  FileSystem& fs = *ValueOrThrow(storage::FileSystemFor(path));
+  std::vector<std::string> removed;
+  std::vector<std::string> locks = {JoinPath(path, manager::kLockName),
+                                    JoinPath(path, std::string(checkpoint::kLockName))};
+  // The lock file itself, as lock errors name it.
+  const std::string base = path.substr(path.find_last_of('/') + 1);
+  if (base == manager::kLockName || base == checkpoint::kLockName) locks = {path};
+  for (const std::string& lock : locks) {
+    auto who = storage::BreakLock(fs, lock);
+    if (!who.ok() && who.status().code() == StatusCode::kNotFound) continue;
+    removed.push_back(lock + " (held by " + ValueOrThrow(std::move(who)) + ")");
+  }
+  if (removed.empty()) ThrowIfError(NotFound(path + " holds no dcp lock"));
+  return removed;
 }
 
 HostTierInfo inspect_memory_tier(const std::string& root, const std::string& tier_dir) {

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <memory>
 #include <thread>
 
 #include "dcp/manager.h"
@@ -132,8 +133,21 @@ int main(int argc, char** argv) {
   tier.persist_every = a.persist_every;
   tier.persist_at_exit = a.persist_at_exit;
   opts.memory_tier = tier;
+  // A restart that lost host h0 finds its manager lock (rank 0 was there): it is broken once
+  // its lease runs out unrenewed, as after a real node failure. Short here, so the test waits
+  // seconds, not minutes; every rank sees the same refusal and tries again alike.
+  opts.lock_lease_seconds = 2;
   try {
-    dcp::CheckpointManager mgr(a.root, opts);
+    std::unique_ptr<dcp::CheckpointManager> opened;
+    for (int attempt = 0; !opened; ++attempt) {
+      try {
+        opened = std::make_unique<dcp::CheckpointManager>(a.root, opts);
+      } catch (const dcp::Error& e) {
+        if (e.code() != dcp::StatusCode::kFailedPrecondition || attempt >= 240) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      }
+    }
+    dcp::CheckpointManager& mgr = *opened;
     if (a.mode == "save") {
       const int64_t first = mgr.latest_step().value_or(0) + 1;
       auto owned = dcp::workload::PopulateStateDict(*model, *layout, rank);

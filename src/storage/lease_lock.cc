@@ -1,0 +1,406 @@
+#include "storage/lease_lock.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "core/host_name.h"
+
+namespace dcp::storage {
+namespace {
+
+// A lock file is a few lines; anything longer is not one (and is never read whole).
+constexpr size_t kMaxLockBytes = 4096;
+
+std::string Seconds(int64_t ms) { return std::to_string(std::max<int64_t>(0, ms) / 1000); }
+
+// For holders whose kernel lock cannot be seen (no flock here): is `pid` of this host alive?
+// A zombie (killed, not yet reaped) holds nothing.
+bool ProcessAlive(int64_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t close = line.rfind(')');  // "pid (comm) S ...": comm may hold ')'
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  return line[close + 2] != 'Z' && line[close + 2] != 'X';
+}
+
+// The holder in `text`; a file that is no lock is judged by its modification time.
+LockHolder HolderOf(std::string_view text, int64_t mtime_ms) {
+  auto h = DecodeLockHolder(text);
+  if (h.ok()) return *h;
+  LockHolder unknown;
+  unknown.kind = "unreadable lock";
+  unknown.started_unix_ms = unknown.heartbeat_unix_ms = mtime_ms;
+  return unknown;
+}
+
+// Why `h` no longer holds the lock, or "" when it may. `kernel_lock`: this taker holds the
+// file's flock, so no live process of this kernel does.
+std::string StaleReason(const LockHolder& h, bool kernel_lock, const LockOptions& opts) {
+  if (h.host == HostName() && !h.host.empty()) {
+    if (kernel_lock) return "its process is gone (the kernel released its lock)";
+    if (!ProcessAlive(h.pid)) return "process " + std::to_string(h.pid) + " is gone";
+    return "";
+  }
+  const int64_t age_ms = NowUnixMs() - h.heartbeat_unix_ms;
+  if (age_ms > static_cast<int64_t>(opts.lease_seconds * 1000)) {
+    return "its lease of " + Seconds(static_cast<int64_t>(opts.lease_seconds * 1000)) +
+           " s expired (last renewed " + Seconds(age_ms) + " s ago)";
+  }
+  if (opts.break_lock) return "break_lock was given";
+  return "";
+}
+
+Status HeldBy(const std::string& what, const std::string& path, const LockHolder& h,
+              const LockOptions& opts, bool kernel_says_alive) {
+  std::string how = kernel_says_alive
+                        ? "the holder is alive (it holds the file's kernel lock); stop it first"
+                        : "a holder on another host renews it every " +
+                              Seconds(static_cast<int64_t>(opts.lease_seconds * 250)) +
+                              " s and it is broken once not renewed for " +
+                              Seconds(static_cast<int64_t>(opts.lease_seconds * 1000)) +
+                              " s; if that job is gone, `dcp unlock " + path +
+                              "` or break_lock takes it now";
+  return FailedPrecondition(what + " is in use by " + DescribeLockHolder(h) + " (" + path + "); " +
+                            how);
+}
+
+struct Stat {
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+}  // namespace
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string EncodeLockHolder(const LockHolder& h) {
+  // Fixed-width times: a renewal rewrites the file in place, never shorter or longer.
+  char times[64];
+  std::snprintf(times, sizeof(times), "started %015lld\nrenewed %015lld\n",
+                static_cast<long long>(h.started_unix_ms),
+                static_cast<long long>(h.heartbeat_unix_ms));
+  return "dcp lock\nkind " + h.kind + "\nid " + h.id + "\nhost " + h.host + "\npid " +
+         std::to_string(h.pid) + "\n" + times;
+}
+
+Result<LockHolder> DecodeLockHolder(std::string_view text) {
+  if (text.size() > kMaxLockBytes || text.substr(0, 9) != "dcp lock\n") {
+    return DataLoss("not a dcp lock");
+  }
+  LockHolder h;
+  int fields = 0;
+  size_t pos = 9;
+  while (pos < text.size()) {
+    size_t end = std::min(text.find('\n', pos), text.size());
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t sp = line.find(' ');
+    if (sp == std::string_view::npos) continue;
+    const std::string key(line.substr(0, sp)), value(line.substr(sp + 1));
+    const long long n = std::strtoll(value.c_str(), nullptr, 10);
+    if (key == "kind") h.kind = value, ++fields;
+    if (key == "id") h.id = value, ++fields;
+    if (key == "host") h.host = value, ++fields;
+    if (key == "pid") h.pid = n, ++fields;
+    if (key == "started") h.started_unix_ms = n, ++fields;
+    if (key == "renewed") h.heartbeat_unix_ms = n, ++fields;
+  }
+  if (fields != 6) return DataLoss("incomplete dcp lock");
+  return h;
+}
+
+std::string DescribeLockHolder(const LockHolder& h) {
+  const int64_t now = NowUnixMs();
+  if (h.host.empty()) {
+    return "an " + h.kind + " (written " + Seconds(now - h.heartbeat_unix_ms) + " s ago)";
+  }
+  return h.kind + " " + h.id + " of process " + std::to_string(h.pid) + " on host " + h.host +
+         " (started " + Seconds(now - h.started_unix_ms) + " s ago, renewed " +
+         Seconds(now - h.heartbeat_unix_ms) + " s ago)";
+}
+
+// ---- The held lock and its heartbeat --------------------------------------------------------
+
+struct LeaseLock::State {
+  FileSystem* fs = nullptr;
+  std::string path;
+  LockHolder me;
+  LockOptions opts;
+  int fd = -1;  // file systems: the locked descriptor
+  Stat inode;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::string lost;  // why the lock is no longer ours, once found out
+  std::thread heartbeat;
+
+  ~State() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  // Reads at most kMaxLockBytes of the lock (the descriptor's, or the object).
+  Result<std::string> ReadContent() {
+    if (fd >= 0) {
+      std::string buf(kMaxLockBytes + 1, '\0');
+      ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
+      if (n < 0) return ErrnoStatus("read lock", path, errno);
+      buf.resize(static_cast<size_t>(n));
+      return buf;
+    }
+    DCP_ASSIGN_OR_RETURN(uint64_t size, fs->FileSize(path));
+    if (size > kMaxLockBytes) return std::string(kMaxLockBytes + 1, ' ');
+    return ReadWholeFile(*fs, path);
+  }
+
+  Status WriteContent() {
+    const std::string text = EncodeLockHolder(me);
+    if (fd < 0) return fs->WriteAtomic(path, text, ".renew");
+    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
+        ::ftruncate(fd, static_cast<off_t>(text.size())) != 0 || ::fdatasync(fd) != 0) {
+      return ErrnoStatus("write lock", path, errno);
+    }
+    return OkStatus();
+  }
+
+  // Why the lock is no longer ours, or "".
+  std::string WhyLost() {
+    if (fd >= 0) {
+      struct stat by_fd, by_path;
+      if (::fstat(fd, &by_fd) != 0 || by_fd.st_nlink == 0) return "its lock file was removed";
+      if (::stat(path.c_str(), &by_path) != 0 || by_path.st_ino != inode.ino ||
+          by_path.st_dev != inode.dev) {
+        return "its lock file was replaced";
+      }
+      return "";
+    }
+    auto text = ReadContent();
+    if (!text.ok()) return "its lock cannot be read (" + text.status().message() + ")";
+    auto h = DecodeLockHolder(*text);
+    if (!h.ok() || h->id != me.id) {
+      return "its lock was taken by " + (h.ok() ? DescribeLockHolder(*h) : "another holder");
+    }
+    return "";
+  }
+
+  void Renew() {
+    std::unique_lock lock(mu);
+    const auto every =
+        std::chrono::duration<double>(std::clamp(opts.lease_seconds / 4, 0.05, 30.0));
+    while (!cv.wait_for(lock, every, [&] { return stopping; })) {
+      if (!lost.empty()) continue;
+      lock.unlock();
+      std::string why = WhyLost();
+      if (why.empty()) {
+        me.heartbeat_unix_ms = NowUnixMs();
+        Status s = WriteContent();
+        // A failed renewal is retried at the next beat; the lease allows three misses.
+        if (!s.ok())
+          std::fprintf(stderr, "dcp: could not renew %s: %s\n", path.c_str(), s.message().c_str());
+      }
+      lock.lock();
+      if (!why.empty()) lost = why;
+    }
+  }
+};
+
+LeaseLock::LeaseLock() = default;
+LeaseLock::~LeaseLock() { Release(); }
+
+bool LeaseLock::held() const { return state_ != nullptr; }
+
+Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::string& what,
+                          const std::string& kind, const std::string& id, const LockOptions& opts) {
+  Release();
+  broke_.clear();
+  if (!(opts.lease_seconds > 0)) {
+    return InvalidArgument("the lease of the lock of " + what + " must be positive, not " +
+                           std::to_string(opts.lease_seconds) + " s");
+  }
+  auto st = std::make_unique<State>();
+  st->fs = &fs;
+  st->path = path;
+  st->opts = opts;
+  st->me = {kind, id, HostName(), static_cast<int64_t>(::getpid()), NowUnixMs(), NowUnixMs()};
+
+  bool got = false;
+  for (int attempt = 0; attempt < 5 && !got; ++attempt) {
+    bool kernel_lock = false;
+    std::string text;
+    int64_t mtime_ms = NowUnixMs();
+    if (!fs.IsObjectStore()) {
+      // Never through a symlink (its target would get the lock text), never a FIFO's wait.
+      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+      if (fd < 0 && errno == ELOOP) {
+        return FailedPrecondition("lock file " + path + " is a symlink: refusing to use it; " +
+                                  "remove it if nothing else put it there");
+      }
+      if (fd < 0) return ErrnoStatus("open lock file", path, errno);
+      st->fd = fd;
+      struct stat s;
+      if (::fstat(fd, &s) != 0 || !S_ISREG(s.st_mode) || s.st_nlink != 1) {
+        ::close(fd);
+        st->fd = -1;
+        return FailedPrecondition("lock file " + path +
+                                  " is not a regular file with one link: refusing to use it");
+      }
+      st->inode = {s.st_dev, s.st_ino};
+      mtime_ms = static_cast<int64_t>(s.st_mtim.tv_sec) * 1000 + s.st_mtim.tv_nsec / 1000000;
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        kernel_lock = true;
+        // Released and removed between our open and flock: that inode is no lock any more.
+        struct stat by_path;
+        if (::stat(path.c_str(), &by_path) != 0 || by_path.st_ino != s.st_ino ||
+            by_path.st_dev != s.st_dev) {
+          ::close(fd);
+          st->fd = -1;
+          continue;
+        }
+      } else if (errno == EWOULDBLOCK) {
+        auto content = st->ReadContent();
+        const LockHolder h = HolderOf(content.ok() ? *content : "", mtime_ms);
+        return HeldBy(what, path, h, opts, /*kernel_says_alive=*/true);
+      }  // else no flock on this file system (ENOLCK, ENOTSUP): the content decides
+      DCP_ASSIGN_OR_RETURN(text, st->ReadContent());
+    } else {
+      auto file = fs.NewExclusiveFile(path);
+      if (file.ok()) {
+        const std::string mine = EncodeLockHolder(st->me);
+        Status w = (*file)->Append(std::as_bytes(std::span(mine.data(), mine.size())));
+        if (w.ok()) w = (*file)->Sync();
+        Status c = (*file)->Close();
+        if (w.ok()) w = c;
+        if (w.ok()) {
+          got = true;
+          break;
+        }
+        // kFailedPrecondition: another taker won the conditional write; not ours to remove.
+        if (w.code() != StatusCode::kFailedPrecondition) {
+          (void)fs.Remove(path);
+          return w.Annotate("cannot lock " + what + ": ");
+        }
+      } else if (file.status().code() != StatusCode::kFailedPrecondition) {
+        return file.status().Annotate("cannot lock " + what + ": ");
+      }
+      auto content = st->ReadContent();
+      if (!content.ok() && content.status().code() == StatusCode::kNotFound) continue;
+      DCP_RETURN_IF_ERROR(content.status());
+      text = *content;
+    }
+
+    if (!text.empty()) {
+      const LockHolder h = HolderOf(text, mtime_ms);
+      const std::string why = StaleReason(h, kernel_lock, opts);
+      if (why.empty()) {
+        if (st->fd >= 0) ::close(st->fd), st->fd = -1;
+        return HeldBy(what, path, h, opts, /*kernel_says_alive=*/false);
+      }
+      broke_ = DescribeLockHolder(h) + ": " + why;
+      std::fprintf(stderr, "dcp: warning: breaking the lock of %s held by %s\n", what.c_str(),
+                   broke_.c_str());
+      if (fs.IsObjectStore()) {
+        (void)fs.Remove(path);  // then created anew, only if still absent
+        continue;
+      }
+    }
+    if (!fs.IsObjectStore()) {
+      Status w = st->WriteContent();
+      if (!w.ok()) return w.Annotate("cannot lock " + what + ": ");
+      if (!kernel_lock) {
+        // No flock to make the takeover atomic: at least see a taker that wrote after us.
+        auto back = st->ReadContent();
+        auto h = back.ok() ? DecodeLockHolder(*back) : Result<LockHolder>(back.status());
+        if (!h.ok() || h->id != id) {
+          return FailedPrecondition(what + " is contended: another job took its lock " + path +
+                                    " at the same time");
+        }
+      }
+    }
+    got = true;
+  }
+  if (!got) {
+    return FailedPrecondition(what + " is contended: its lock " + path +
+                              " was taken and released by others meanwhile; try again");
+  }
+  State* raw = st.get();
+  st->heartbeat = std::thread([raw] { raw->Renew(); });
+  state_ = std::move(st);
+  return OkStatus();
+}
+
+Status LeaseLock::Check() {
+  if (!state_) return FailedPrecondition("lock not held");
+  std::string why;
+  {
+    std::lock_guard lock(state_->mu);
+    why = state_->lost;
+  }
+  if (why.empty()) why = state_->WhyLost();
+  if (why.empty()) return OkStatus();
+  return FailedPrecondition("the lock " + state_->path + " is no longer this job's: " + why);
+}
+
+void LeaseLock::Release() {
+  if (!state_) return;
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stopping = true;
+  }
+  state_->cv.notify_all();
+  if (state_->heartbeat.joinable()) state_->heartbeat.join();
+  // Removed only while still ours (a lock broken meanwhile belongs to its new holder); on a
+  // file system under the flock, so a taker that opened it meanwhile sees the inode is gone.
+  if (state_->WhyLost().empty()) (void)state_->fs->Remove(state_->path);
+  state_.reset();  // closes the descriptor: the kernel lock goes last
+}
+
+Result<LockHolder> ReadLockHolder(FileSystem& fs, const std::string& path) {
+  DCP_ASSIGN_OR_RETURN(uint64_t size, fs.FileSize(path));
+  if (size > kMaxLockBytes) return DataLoss(path + " is not a dcp lock (too large)");
+  DCP_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(fs, path));
+  auto h = DecodeLockHolder(text);
+  if (!h.ok()) return DataLoss(path + " is not a dcp lock");
+  return h;
+}
+
+Result<std::string> BreakLock(FileSystem& fs, const std::string& path) {
+  DCP_ASSIGN_OR_RETURN(uint64_t size, fs.FileSize(path));
+  std::string who = "an unreadable lock of " + std::to_string(size) + " bytes";
+  if (auto h = ReadLockHolder(fs, path); h.ok()) who = DescribeLockHolder(*h);
+  if (!fs.IsObjectStore()) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd >= 0) {
+      const bool alive = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+      ::close(fd);
+      if (alive) {
+        return FailedPrecondition(path + " is held by " + who +
+                                  ", which is alive (it holds the file's kernel lock): stop it "
+                                  "instead of unlocking");
+      }
+    }
+  }
+  DCP_RETURN_IF_ERROR(fs.Remove(path));
+  return who;
+}
+
+}  // namespace dcp::storage

@@ -1,0 +1,215 @@
+// The lock with leases: its file format, the heartbeat, and holders on emulated hosts
+// (DCP_HOST_ID) in real processes, on a file system and on a store without flock.
+#include "storage/lease_lock.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+namespace dcp::storage {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/dcp_lease_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+// The real file system seen as an object store: no flock, so holders are judged by their
+// lock's content and heartbeat alone (as on S3, or a shared file system whose locks do not
+// reach other hosts).
+class NoFlockFileSystem final : public FileSystem {
+ public:
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p) override {
+    return base_.NewWritableFile(p);
+  }
+  Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& p) override {
+    return base_.NewExclusiveFile(p);
+  }
+  Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& p) override {
+    return base_.OpenReadable(p);
+  }
+  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
+  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
+  Status Remove(const std::string& p) override { return base_.Remove(p); }
+  Status CreateDirs(const std::string& d) override { return base_.CreateDirs(d); }
+  Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
+  Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
+  bool IsObjectStore() const override { return true; }
+
+ private:
+  FileSystem& base_ = PosixFileSystem();
+};
+
+// A process on host `host` that takes the lock at `path` with `lease` seconds and holds it,
+// renewing, until killed. Returns once it holds the lock.
+pid_t HolderOnHost(const std::string& host, const std::string& path, double lease, bool no_flock) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::setenv("DCP_HOST_ID", host.c_str(), 1);
+    NoFlockFileSystem no_flock_fs;
+    FileSystem& fs = no_flock ? static_cast<FileSystem&>(no_flock_fs) : PosixFileSystem();
+    LeaseLock lock;
+    if (!lock.Acquire(fs, path, "the test root", "manager", "c0ffee", {.lease_seconds = lease})
+             .ok()) {
+      ::_exit(1);
+    }
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  char c = 0;
+  const bool ok = ::read(ready[0], &c, 1) == 1;
+  ::close(ready[0]);
+  ::close(ready[1]);
+  return ok ? child : -1;
+}
+
+void Kill(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+// Sets DCP_HOST_ID for one test.
+struct AsHost {
+  explicit AsHost(const char* host) { ::setenv("DCP_HOST_ID", host, 1); }
+  ~AsHost() { ::unsetenv("DCP_HOST_ID"); }
+};
+
+TEST(LeaseLock, HolderRoundTripsWithFixedWidthTimes) {
+  LockHolder h{"save", "1a2b", "node-7", 42, 1700000000123, 1700000000456};
+  const std::string text = EncodeLockHolder(h);
+  auto back = DecodeLockHolder(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->kind, "save");
+  EXPECT_EQ(back->id, "1a2b");
+  EXPECT_EQ(back->host, "node-7");
+  EXPECT_EQ(back->pid, 42);
+  EXPECT_EQ(back->started_unix_ms, 1700000000123);
+  EXPECT_EQ(back->heartbeat_unix_ms, 1700000000456);
+  h.heartbeat_unix_ms = 1;  // a renewal rewrites the file in place: same length
+  EXPECT_EQ(EncodeLockHolder(h).size(), text.size());
+  EXPECT_FALSE(DecodeLockHolder("dcp lock\nkind save\n").ok());
+  EXPECT_FALSE(DecodeLockHolder("host pid\n").ok());
+  EXPECT_FALSE(DecodeLockHolder(std::string(5000, 'x')).ok());
+}
+
+TEST(LeaseLock, TheHolderRenewsItsHeartbeat) {
+  TempDir d;
+  const std::string path = d.path + "/lock";
+  LeaseLock lock;
+  ASSERT_TRUE(lock.Acquire(PosixFileSystem(), path, "t", "save", "1", {.lease_seconds = 0.2}).ok());
+  auto first = ReadLockHolder(PosixFileSystem(), path);
+  ASSERT_TRUE(first.ok());
+  bool renewed = false;
+  for (auto until = std::chrono::steady_clock::now() + 30s;
+       !renewed && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(20ms);
+    auto now = ReadLockHolder(PosixFileSystem(), path);
+    ASSERT_TRUE(now.ok()) << "a renewal left the lock unreadable: " << now.status().ToString();
+    renewed = now->heartbeat_unix_ms > first->heartbeat_unix_ms;
+  }
+  EXPECT_TRUE(renewed);
+  EXPECT_TRUE(lock.Check().ok());
+  lock.Release();
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// Emulated hosts on a file system with flock: a live holder of another host is refused at
+// once (the kernel shows it alive); once it is killed its lease still runs, then the next
+// taker breaks it and names it.
+TEST(LeaseLock, ADeadHolderOfAnotherHostIsBrokenAfterItsLease) {
+  TempDir d;
+  const std::string path = d.path + "/lock";
+  pid_t holder = HolderOnHost("host-a", path, /*lease=*/2, /*no_flock=*/false);
+  ASSERT_GT(holder, 0);
+  AsHost b("host-b");
+  LeaseLock lock;
+  Status refused =
+      lock.Acquire(PosixFileSystem(), path, "the test root", "manager", "b", {.lease_seconds = 2});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("on host host-a"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("is alive"), std::string::npos) << refused.message();
+  Kill(holder);
+  Status st;
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       std::chrono::steady_clock::now() < until;) {
+    st = lock.Acquire(PosixFileSystem(), path, "the test root", "manager", "b",
+                      {.lease_seconds = 2});
+    if (st.ok()) break;
+    EXPECT_NE(st.message().find("on host host-a"), std::string::npos) << st.message();
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(lock.broke().find("process " + std::to_string(holder) + " on host host-a"),
+            std::string::npos)
+      << lock.broke();
+  EXPECT_NE(lock.broke().find("lease of 2 s expired"), std::string::npos) << lock.broke();
+}
+
+// Without flock (an object store, a shared file system whose locks stay on one host) the
+// heartbeat alone keeps a live holder's lock: it is never broken while renewed, and broken
+// once its holder is gone and the lease ran out.
+TEST(LeaseLock, WithoutFlockARenewedLeaseIsNeverBroken) {
+  TempDir d;
+  const std::string path = d.path + "/lock";
+  NoFlockFileSystem fs;
+  const double lease = 6;  // renewed every 1.5 s
+  pid_t holder = HolderOnHost("host-a", path, lease, /*no_flock=*/true);
+  ASSERT_GT(holder, 0);
+  AsHost b("host-b");
+  LeaseLock lock;
+  for (auto until = std::chrono::steady_clock::now() + 7s;
+       std::chrono::steady_clock::now() < until;) {
+    Status st = lock.Acquire(fs, path, "the test root", "manager", "b", {.lease_seconds = lease});
+    ASSERT_FALSE(st.ok()) << "a live holder renewing its lease lost it";
+    EXPECT_NE(st.message().find("renews it every 1 s"), std::string::npos) << st.message();
+    std::this_thread::sleep_for(200ms);
+  }
+  Kill(holder);
+  Status st;
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       std::chrono::steady_clock::now() < until;) {
+    st = lock.Acquire(fs, path, "the test root", "manager", "b", {.lease_seconds = lease});
+    if (st.ok()) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(lock.broke().find("on host host-a"), std::string::npos) << lock.broke();
+  EXPECT_TRUE(lock.Check().ok());
+  auto mine = ReadLockHolder(fs, path);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(mine->host, "host-b");
+}
+
+// On a store without flock the same host's dead process is seen by its pid.
+TEST(LeaseLock, WithoutFlockADeadProcessOfThisHostIsSeenAtOnce) {
+  TempDir d;
+  const std::string path = d.path + "/lock";
+  NoFlockFileSystem fs;
+  pid_t holder = HolderOnHost("host-a", path, /*lease=*/300, /*no_flock=*/true);
+  ASSERT_GT(holder, 0);
+  Kill(holder);
+  AsHost a("host-a");
+  LeaseLock lock;
+  Status st = lock.Acquire(fs, path, "the test root", "manager", "b", {.lease_seconds = 300});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(lock.broke().find("is gone"), std::string::npos) << lock.broke();
+}
+
+}  // namespace
+}  // namespace dcp::storage
