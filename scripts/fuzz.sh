@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Fuzz targets for the two parsers that read untrusted bytes: the safetensors header parser
-# and the dcp metadata decoder. Built with clang++ (-fsanitize=fuzzer,address,undefined) into
+# Fuzz targets for what reads untrusted bytes: the safetensors header parser, the dcp metadata
+# decoder, and a whole checkpoint (metadata and data files) loaded and verified. Built with clang++ (-fsanitize=fuzzer,address,undefined) into
 # OUT, independently of the main (g++) build; rebuilt only when a source changed.
 #
-#   scripts/fuzz.sh regress OUT          # each target over its seed corpus only (seconds; ctest)
+#   scripts/fuzz.sh regress OUT          # each target over its seeds, then 200,000 mutations
+#                                        # with a fixed seed (deterministic; seconds; ctest)
 #   scripts/fuzz.sh run OUT [SECONDS]    # each target fuzzed for SECONDS (default 60; make fuzz)
 #
 # Exits 77 (ctest: skipped) when clang++ or its fuzzer runtime is not installed.
@@ -12,6 +13,7 @@ set -euo pipefail
 mode=${1:?usage: fuzz.sh regress|run OUT [SECONDS]}
 out=${2:?usage: fuzz.sh regress|run OUT [SECONDS]}
 seconds=${3:-60}
+REGRESS_RUNS=${FUZZ_REGRESS_RUNS:-200000}
 root=$(cd "$(dirname "$0")/.." && pwd)
 CXX=${FUZZ_CXX:-clang++}
 
@@ -34,8 +36,13 @@ declare -A SOURCES=(
   [safetensors_header]="fuzz/safetensors_header_fuzz.cc src/hf/safetensors_header.cc src/storage/posix_file_system.cc ${CORE[*]}"
   [metadata]="fuzz/metadata_fuzz.cc src/metadata/codec.cc src/metadata/metadata.cc src/core/checksum.cc ${CORE[*]}"
 )
-declare -A LIBS=([safetensors_header]="" [metadata]="-lxxhash")
-TARGETS=(safetensors_header metadata)
+# Everything a load and a verify run through, but the S3 backend and MPI.
+LOAD=$(cd "$root" && ls src/core/*.cc src/metadata/*.cc src/planner/*.cc src/storage/*.cc \
+         src/comm/*.cc src/checkpoint/*.cc src/hf/*.cc |
+       grep -v -e '_test\.cc$' -e file_system_for.cc -e checkpoint/api.cc | tr '\n' ' ')
+SOURCES[checkpoint]="fuzz/checkpoint_fuzz.cc $LOAD"
+declare -A LIBS=([safetensors_header]="" [metadata]="-lxxhash" [checkpoint]="-lxxhash -lpthread")
+TARGETS=(safetensors_header metadata checkpoint)
 
 build() {
   local t=$1 bin="$out/${1}_fuzz" stale=0
@@ -65,6 +72,12 @@ case "$mode" in
     for t in "${TARGETS[@]}"; do
       echo "fuzz: $t over fuzz/corpus/$t"
       "$out/${t}_fuzz" "$root/fuzz/corpus/$t"/* 2>&1 | tail -n 2
+      # Then a short fuzzing run that is the same every time (fixed seed, fixed run count,
+      # a fresh scratch corpus): a regression test, never a flaky one.
+      rm -rf "$out/regress/$t" && mkdir -p "$out/regress/$t"
+      echo "fuzz: $t, $REGRESS_RUNS mutations (-seed=1)"
+      "$out/${t}_fuzz" -seed=1 -runs="$REGRESS_RUNS" -artifact_prefix="$out/${t}-" \
+        "$out/regress/$t" "$root/fuzz/corpus/$t" 2>&1 | tail -n 1
     done
     ;;
   run)

@@ -260,6 +260,8 @@ Result<Metadata> Decode(std::string_view data) {
       return Corrupt("bytes entry '" + b.fqn + "' has a bad file or byte range");
     }
     b.file = static_cast<uint32_t>(file);
+    // One name, one entry: a state dict cannot hold a tensor and a bytes entry of one name.
+    if (md.FindTensor(b.fqn)) return Corrupt("'" + b.fqn + "' is both a tensor and a bytes entry");
   }
   if ((flags & kFlagPaths) != 0) {
     for (auto& t : md.tensors) t.path = std::string(r.String());

@@ -297,6 +297,25 @@ TEST(CodecTest, ExtremeValuesRoundTrip) {
   ExpectSameMetadata(md, RoundTrip(md));
 }
 
+// Found by fuzz/checkpoint_fuzz.cc: a tensor and a bytes entry of one name could decode, and
+// the caller's state dict (one entry per name) then threw while building the load's template.
+TEST(CodecTest, ATensorAndABytesEntryOfOneNameAreRefused) {
+  Metadata md;
+  md.files = {{"f", 16}};
+  TensorMeta t;
+  t.fqn = "x";
+  t.dtype = DType::kU8;
+  t.global_shape = Shape{4};
+  t.chunks = {Chunk(DType::kU8, Box{Shape{0}, Shape{4}}, 0, 0, 1)};
+  md.tensors.push_back(t);
+  md.bytes.push_back({"x", 0, 4, 4, 1});
+  auto back = Decode(Encode(md));
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("'x' is both a tensor and a bytes entry"),
+            std::string::npos)
+      << back.status().message();
+}
+
 // ---- The format as docs/format.md states it -----------------------------------------------------
 
 TEST(CodecTest, HeaderLayoutMatchesSpec) {
