@@ -341,6 +341,65 @@ TEST_F(Checks, BytesEntryLargerThanItsFileIsRefusedBeforeAllocating) {
   EXPECT_NE(err.find(" 3 bytes"), std::string::npos) << err;  // the file's real size
 }
 
+// The real file system, but opening a data file (reads) or creating one (writes) throws
+// std::bad_alloc, as a large but legitimate buffer can on one rank.
+class ThrowingFileSystem final : public storage::FileSystem {
+ public:
+  Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
+    if (IsDcpDataFileName(p)) throw std::bad_alloc();
+    return base_.NewWritableFile(p);
+  }
+  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
+    if (IsDcpDataFileName(p)) throw std::bad_alloc();
+    return base_.OpenReadable(p);
+  }
+  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
+  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
+  Status Remove(const std::string& p) override { return base_.Remove(p); }
+  Status CreateDirs(const std::string& d) override { return base_.CreateDirs(d); }
+  Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
+  Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
+
+ private:
+  static bool IsDcpDataFileName(const std::string& p) {
+    return checkpoint::IsDcpDataFileName(std::filesystem::path(p).filename().string());
+  }
+  storage::FileSystem& base_ = storage::PosixFileSystem();
+};
+
+// Issue 19 item 4: an exception on one rank (std::bad_alloc while writing or reading) becomes
+// that rank's error inside the collectives: every rank fails at once with the same error
+// naming it, instead of waiting for the timeout.
+TEST(ExceptionsAtTheCollectiveBoundary, BadAllocOnOneRankIsOneErrorOnEveryRank) {
+  TempDir tmp;
+  ThrowingFileSystem throwing;
+  for (const bool saving : {true, false}) {
+    std::vector<Status> errors(2);
+    testing::RunRanks(2, [&](const std::shared_ptr<Comm>& comm) {
+      const int r = comm->rank();
+      std::vector<float> data(32, 1.0f + r);
+      StateDict sd;
+      sd.add("w", TensorView(data.data(), DType::kF32, Shape{32}), Chunk{Shape{64}, {32 * r}});
+      storage::FileSystem& fs =
+          r == 1 ? static_cast<storage::FileSystem&>(throwing) : storage::PosixFileSystem();
+      if (saving) {
+        errors[r] = checkpoint::Save(sd, tmp.path(), {.comm = comm}, fs).status();
+      } else {
+        ASSERT_TRUE(
+            checkpoint::Save(sd, tmp.path(), {.comm = comm}, storage::PosixFileSystem()).ok());
+        errors[r] = checkpoint::Load(sd, tmp.path(), {.comm = comm}, fs).status();
+      }
+    });
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_FALSE(errors[r].ok()) << (saving ? "save" : "load") << ": rank " << r;
+      EXPECT_EQ(errors[r].message(), errors[0].message());
+    }
+    EXPECT_NE(errors[0].message().find("rank 1"), std::string::npos) << errors[0].message();
+    EXPECT_NE(errors[0].message().find("out of memory (std::bad_alloc)"), std::string::npos)
+        << errors[0].message();
+  }
+}
+
 TEST_F(Checks, FlippedByteIsAChecksumErrorUnlessVerificationIsOff) {
   auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), tmp_.path());
   const auto& c = md->FindTensor("layer.bias")->chunks[0];

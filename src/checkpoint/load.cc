@@ -17,6 +17,7 @@
 #include "comm/host_id.h"
 #include "core/check.h"
 #include "core/copy_runs.h"
+#include "core/guarded.h"
 #include "core/log.h"
 #include "core/wire.h"
 #include "planner/broadcast_plan.h"
@@ -250,9 +251,10 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   const auto t1 = Clock::now();
 
   // 2. Local plan.
-  Result<planner::LocalLoadPlan> plan = md.ok()
-                                            ? planner::PlanLoad(sd, *md, opts.allow_partial, dir)
-                                            : Result<planner::LocalLoadPlan>(md.status());
+  Result<planner::LocalLoadPlan> plan =
+      md.ok() ? Guarded("load plan: ",
+                        [&] { return planner::PlanLoad(sd, *md, opts.allow_partial, dir); })
+              : Result<planner::LocalLoadPlan>(md.status());
   const auto t2 = Clock::now();
 
   // 3. Who reads what: shared shards get one balanced reader each (every rank computes the
@@ -303,9 +305,9 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
     for (uint32_t r = 0; r < plan->reads.size(); ++r) {
       if (not_from_storage.empty() || !not_from_storage[r]) private_items.push_back(r);
     }
-    read_failure = reads.Read(*plan, private_items);
+    read_failure = Guarded("", [&] { return reads.Read(*plan, private_items); });
   }
-  if (read_failure.ok()) read_failure = reads.ReadBytesEntries(*plan);
+  if (read_failure.ok()) read_failure = Guarded("", [&] { return reads.ReadBytesEntries(*plan); });
   // A read failure anywhere is a load failure everywhere.
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, read_failure));
   const auto t5 = Clock::now();

@@ -21,6 +21,7 @@
 #include "comm/host_id.h"
 #include "core/check.h"
 #include "core/copy_runs.h"
+#include "core/guarded.h"
 #include "core/log.h"
 #include "core/wire.h"
 #include "metadata/codec.h"
@@ -583,7 +584,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   //    one has committed or failed) and removes files of dead saves; then agreement on
   //    (plan hash, cached plan, save id) in one exchange, and proof that every rank sees the
   //    directory.
-  auto local = planner::BuildLocalSavePlan(sd);
+  auto local = Guarded("save plan: ", [&] { return planner::BuildLocalSavePlan(sd); });
   Status st = local.status();
   const uint64_t my_id = RandomSaveId();
   storage::LeaseLock lock;  // rank 0's; released on every return
@@ -628,7 +629,8 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   // 3. Write this rank's items, durable, to new files (the previous checkpoint's files
   //    are never touched).
   Written written;
-  st = WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written, &result);
+  st = Guarded(
+      "", [&] { return WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written, &result); });
   // A lock broken while this save wrote (`dcp unlock`, a lease that ran out) belongs to
   // another save now: committing would mix two saves' files.
   if (rank == 0 && st.ok()) {
