@@ -12,6 +12,8 @@
 #include <set>
 #include <thread>
 
+#include "checkpoint/metadata_io.h"
+#include "checkpoint/names.h"
 #include "checkpoint/verify.h"
 #include "convert/convert.h"
 #include "dcp/checkpoint.h"
@@ -105,6 +107,69 @@ DcpToHfOptions HfOptions(uint64_t max_shard = 5'000'000'000, uint64_t buffer = 2
   o.max_shard_bytes = max_shard;
   o.buffer_bytes = buffer;
   return o;
+}
+
+// The real file system, but creating the first dcp data file first truncates `victim` (as
+// another job rewriting the model while `dcp convert` reads it).
+class ShrinkingSource final : public storage::FileSystem {
+ public:
+  explicit ShrinkingSource(std::string victim) : victim_(std::move(victim)) {}
+  Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
+    if (!shrunk_ && checkpoint::IsDcpDataFileName(std::filesystem::path(p).filename().string())) {
+      shrunk_ = true;
+      std::filesystem::resize_file(victim_, 4096);
+    }
+    return Fs().NewWritableFile(p);
+  }
+  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
+    return Fs().OpenReadable(p);
+  }
+  Status Rename(const std::string& a, const std::string& b) override { return Fs().Rename(a, b); }
+  Status SyncDir(const std::string& d) override { return Fs().SyncDir(d); }
+  Status Remove(const std::string& p) override { return Fs().Remove(p); }
+  Status CreateDirs(const std::string& d) override { return Fs().CreateDirs(d); }
+  Result<std::vector<std::string>> List(const std::string& d) override { return Fs().List(d); }
+  Result<uint64_t> FileSize(const std::string& p) override { return Fs().FileSize(p); }
+
+ private:
+  std::string victim_;
+  bool shrunk_ = false;
+};
+
+// Issue 19 item 6: a source file shrinking while it is converted used to kill the process with
+// SIGBUS (its mapping's pages past the new end); now it is one clear error naming the file, and
+// the destination is left without committed metadata.
+TEST(HfConvertTest, ASourceShrinkingDuringTheConversionIsAClearError) {
+  TempDir tmp;
+  const std::string src = tmp.Sub("model.safetensors");
+  WriteHf(src, {Random("big", DType::kU8, Shape{4 << 20}, 1),
+                Random("small", DType::kF32, Shape{8}, 2)});
+  ShrinkingSource fs(src);
+  auto r = convert::HfToDcp(src, tmp.Sub("dcp"), {}, fs);
+  ASSERT_FALSE(r.ok()) << "a conversion of a shrinking source succeeded";
+  const std::string msg = r.status().message();
+  EXPECT_NE(msg.find("source file " + src + " changed size during the conversion"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("4096 now"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("read as zeros"), std::string::npos) << msg;  // the SIGBUS was caught
+  EXPECT_FALSE(std::filesystem::exists(tmp.Sub("dcp") + "/dcp.metadata"));
+  // Once the source is whole again, the conversion goes through.
+  WriteHf(src, {Random("big", DType::kU8, Shape{4 << 20}, 1),
+                Random("small", DType::kF32, Shape{8}, 2)});
+  ASSERT_TRUE(convert::HfToDcp(src, tmp.Sub("dcp"), {}, Fs()).ok());
+}
+
+// Issue 19 item 6: metadata built from HuggingFace headers reaches the reader as built; it is
+// encoded only for a broadcast to other ranks, never encoded and decoded again on rank 0.
+TEST(HfConvertTest, HfMetadataIsUsedAsBuilt) {
+  TempDir tmp;
+  WriteHf(tmp.Sub("model.safetensors"), {Random("a", DType::kF32, Shape{4}, 3)});
+  auto found = checkpoint::FindMetadata(Fs(), tmp.Sub("model.safetensors"));
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  ASSERT_TRUE(found->built.has_value());
+  EXPECT_TRUE(found->encoded.empty());
+  EXPECT_EQ(found->built->tensors.size(), 1u);
 }
 
 TEST(HfConvertTest, SingleFileRoundTripEveryDType) {

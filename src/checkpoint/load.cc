@@ -20,6 +20,7 @@
 #include "core/guarded.h"
 #include "core/log.h"
 #include "core/wire.h"
+#include "metadata/codec.h"
 #include "planner/broadcast_plan.h"
 #include "planner/load_plan.h"
 #include "planner/plan_classes.h"
@@ -239,14 +240,19 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   //    read the same file from shared storage.
   std::string raw;
   Status st;
+  std::optional<metadata::Metadata> built;  // rank 0's, when not read from a file
   if (me == 0) {
-    auto data = ReadMetadataBytes(fs, dir);
-    st = data.status();
-    if (data.ok()) raw = std::move(data).value();
+    auto found = FindMetadata(fs, dir);
+    st = found.status();
+    if (found.ok()) {
+      built = std::move(found->built);
+      raw = built ? (comm->size() > 1 ? metadata::Encode(*built) : std::string())
+                  : std::move(found->encoded);
+    }
   }
   DCP_RETURN_IF_ERROR(BroadcastStatus(*comm, 0, st));
-  DCP_RETURN_IF_ERROR(comm->Broadcast(raw, 0));
-  auto md = DecodeMetadata(raw, dir);
+  if (comm->size() > 1) DCP_RETURN_IF_ERROR(comm->Broadcast(raw, 0));
+  auto md = built ? Result<metadata::Metadata>(std::move(*built)) : DecodeMetadata(raw, dir);
   if (md.ok()) md = WithRenamedTensors(std::move(md).value(), opts, dir);  // strip/add prefix
   const auto t1 = Clock::now();
 

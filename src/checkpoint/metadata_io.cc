@@ -13,9 +13,9 @@ namespace dcp::checkpoint {
 namespace {
 
 // A HuggingFace source has no dcp metadata: it is built from the safetensors headers.
-Result<std::string> ReadHfMetadata(storage::FileSystem& fs, const std::string& source) {
+Result<MetadataSource> ReadHfMetadata(storage::FileSystem& fs, const std::string& source) {
   DCP_ASSIGN_OR_RETURN(hf::HfSource src, hf::OpenSource(fs, source));
-  return metadata::Encode(hf::ToMetadata(src));
+  return MetadataSource{.built = hf::ToMetadata(src)};
 }
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
@@ -84,7 +84,7 @@ Result<metadata::Metadata> WithRenamedTensors(metadata::Metadata md, const LoadO
   return md;
 }
 
-Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string& dir) {
+Result<MetadataSource> FindMetadata(storage::FileSystem& fs, const std::string& dir) {
   if (EndsWith(dir, ".safetensors") && hf::DetectSource(fs, dir) == hf::SourceKind::kFile) {
     return ReadHfMetadata(fs, dir);
   }
@@ -98,12 +98,12 @@ Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string
   std::string incomplete;
   for (const RankSet& set : *sets) {
     DCP_ASSIGN_OR_RETURN(std::optional<metadata::Metadata> md, ReadCompleteRankSet(fs, dir, set));
-    if (md) return metadata::Encode(*md);
+    if (md) return MetadataSource{.built = std::move(md)};
     if (incomplete.empty()) incomplete = set.files.begin()->second;
   }
   const std::string path = storage::JoinPath(dir, std::string(kMetadataName));
   auto data = storage::ReadWholeFile(fs, path);
-  if (data.ok()) return data;
+  if (data.ok()) return MetadataSource{.encoded = std::move(data).value()};
   if (data.status().code() != StatusCode::kNotFound) {
     return data.status().Annotate("checkpoint " + dir + ": ");
   }
@@ -127,8 +127,9 @@ Result<metadata::Metadata> DecodeMetadata(std::string_view data, const std::stri
 }
 
 Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::string& dir) {
-  DCP_ASSIGN_OR_RETURN(std::string data, ReadMetadataBytes(fs, dir));
-  return DecodeMetadata(data, dir);
+  DCP_ASSIGN_OR_RETURN(MetadataSource found, FindMetadata(fs, dir));
+  if (found.built) return std::move(*found.built);
+  return DecodeMetadata(found.encoded, dir);
 }
 
 Status CommitMetadata(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,

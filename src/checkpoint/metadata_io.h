@@ -25,7 +25,14 @@ namespace dcp::checkpoint {
 Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::string& dir);
 // Decodes metadata bytes read from `dir` (for ranks that received them by broadcast).
 Result<metadata::Metadata> DecodeMetadata(std::string_view data, const std::string& dir);
-Result<std::string> ReadMetadataBytes(storage::FileSystem& fs, const std::string& dir);
+// What ReadMetadata finds, before decoding: the committed file's bytes, or the metadata built
+// from per-rank files or HuggingFace headers (never encoded and decoded again on the reader;
+// a load encodes it only to broadcast it).
+struct MetadataSource {
+  std::string encoded;
+  std::optional<metadata::Metadata> built;
+};
+Result<MetadataSource> FindMetadata(storage::FileSystem& fs, const std::string& dir);
 
 // The directory that the metadata's file names are relative to: `source` itself, or the
 // parent directory of a single-file HuggingFace source.

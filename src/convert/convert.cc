@@ -1,9 +1,5 @@
 #include "convert/convert.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -15,7 +11,9 @@
 
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
+#include "checkpoint/names.h"
 #include "checkpoint/save.h"
+#include "convert/source_mapping.h"
 #include "hf/hf_checkpoint.h"
 #include "metadata/codec.h"
 #include "storage/data_files.h"
@@ -28,34 +26,6 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-// A read-only shared mapping of a whole file; unmapped on destruction. Its pages are page
-// cache, shared with the file, not anonymous process memory.
-class MappedFile {
- public:
-  static Result<std::unique_ptr<MappedFile>> Open(const std::string& path, uint64_t size) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus("open", path, errno);
-    void* p = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    int err = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) return ErrnoStatus("mmap", path, err);
-    // Read once, front to back: read ahead aggressively, and let pages go after use.
-    if (p) ::madvise(p, size, MADV_SEQUENTIAL);
-    return std::unique_ptr<MappedFile>(new MappedFile(static_cast<std::byte*>(p), size));
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(data_, size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  std::byte* data() const { return data_; }
-
- private:
-  MappedFile(std::byte* d, uint64_t s) : data_(d), size_(s) {}
-  std::byte* data_;
-  uint64_t size_;
-};
 
 std::string ShardName(size_t i, size_t n) {
   if (n == 1) return std::string(hf::kSingleFileName);
@@ -224,18 +194,19 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
   for (const hf::ShardFile& f : source->files) sizes.push_back(f.size);
   const std::vector<int> owner = AssignFiles(sizes, comm->size());
 
-  std::vector<std::unique_ptr<MappedFile>> maps;
+  std::vector<std::unique_ptr<SourceMapping>> maps;
   StateDict sd;
   Status st;
   for (size_t i = 0; i < source->files.size() && st.ok(); ++i) {
     if (owner[i] != comm->rank()) continue;
     const hf::ShardFile& f = source->files[i];
-    auto m = MappedFile::Open(storage::JoinPath(source->data_dir, f.name), f.size);
+    auto m = SourceMapping::Open(storage::JoinPath(source->data_dir, f.name), f.size);
     if (!m.ok()) {
       st = m.status();
       break;
     }
-    std::byte* data = (*m)->data() + f.header.data_start();
+    // Saving only reads what the views point to.
+    auto* data = const_cast<std::byte*>((*m)->data()) + f.header.data_start();
     for (const hf::HeaderTensor& t : f.header.tensors) {
       sd.add(t.name, TensorView{data + t.begin, t.dtype, t.shape});
       ++result.tensors;
@@ -248,6 +219,20 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
   if (opts.on_start) opts.on_start(result.total_bytes, result.bytes);
   // The mappings stay until the save returned.
   DCP_ASSIGN_OR_RETURN(result.save, checkpoint::Save(sd, dst, SaveOptions{.comm = comm}, fs));
+  // A source that shrank meanwhile was read in part as zeros: that checkpoint is not the
+  // model, so its metadata goes (the data files stay for the next save into dst to clear).
+  Status unchanged;
+  for (const auto& m : maps) {
+    if (unchanged.ok()) unchanged = m->Check();
+  }
+  unchanged = AgreeOnStatus(*comm, unchanged);
+  if (!unchanged.ok()) {
+    if (comm->rank() == 0) {
+      (void)fs.Remove(storage::JoinPath(dst, std::string(checkpoint::kMetadataName)));
+    }
+    return FailedPrecondition(unchanged.message() + "; the checkpoint written to " + dst +
+                              " was uncommitted");
+  }
   result.seconds = Since(t0);
   return result;
 }
