@@ -48,7 +48,8 @@ class ReadableFile {
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
-  // Creates or truncates.
+  // Creates `path`, replacing what is there. On a file system a new file: whatever sat at the
+  // name (a symlink, a file hard-linked elsewhere) loses only the name, never its content.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
   // Creates `path` only if it does not exist (O_EXCL): kFailedPrecondition when it does.
   // The default checks then creates (not atomic); PosixFileSystem is atomic.

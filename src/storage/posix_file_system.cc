@@ -110,7 +110,10 @@ class PosixReadableFile final : public ReadableFile {
 class Posix final : public FileSystem {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // Always a new inode: whatever sat at `path` (a planted symlink, a file hard-linked into a
+    // snapshot) loses only its name, never its content.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("replace", path, errno);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoStatus("create", path, errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
   }

@@ -124,5 +124,26 @@ TEST(PosixFileSystemTest, ReuseFileNeverWritesThroughLinks) {
   EXPECT_EQ(*ReadWholeFile(fs, target), "keep");
 }
 
+// Issue 19 item 2: a new file (a data file, a converted shard's tmp file) where a symlink or a
+// hard link was planted replaces the name only: neither target changes.
+TEST(PosixFileSystemTest, NewWritableFileNeverWritesThroughLinks) {
+  ScratchDir dir;
+  FileSystem& fs = PosixFileSystem();
+  const std::string target = dir.Sub("precious"), name = dir.Sub("data.safetensors");
+  std::ofstream(target) << "keep";
+  for (bool hard : {false, true}) {
+    std::filesystem::remove(name);
+    ASSERT_EQ(hard ? ::link(target.c_str(), name.c_str()) : ::symlink(target.c_str(), name.c_str()),
+              0);
+    auto f = fs.NewWritableFile(name);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE((*f)->Append(std::as_bytes(std::span("new", 3))).ok());
+    ASSERT_TRUE((*f)->Close().ok());
+    EXPECT_EQ(*ReadWholeFile(fs, target), "keep") << (hard ? "hard link" : "symlink");
+    EXPECT_EQ(*ReadWholeFile(fs, name), "new");
+    EXPECT_FALSE(std::filesystem::is_symlink(name));
+  }
+}
+
 }  // namespace
 }  // namespace dcp::storage
