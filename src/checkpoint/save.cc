@@ -17,6 +17,7 @@
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "checkpoint/save_lock.h"
+#include "checkpoint/write_results.h"
 #include "comm/exchange.h"
 #include "comm/host_id.h"
 #include "core/check.h"
@@ -80,8 +81,6 @@ PlanCache& Cache() {
   return *cache;
 }
 
-using Written = std::pair<storage::WrittenFile, storage::WrittenFile>;  // tensors, bytes
-
 // What this rank writes, in global plan order, with its own memory.
 struct MyWrites {
   std::vector<storage::TensorToWrite> tensors;
@@ -91,32 +90,25 @@ struct MyWrites {
 Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSavePlan& plan,
                                  int rank) {
   MyWrites w;
-  for (const auto& t : plan.tensors) {
-    int mine = 0;
-    for (const auto& c : t.chunks) mine += c.writer == rank;
-    if (mine == 0) continue;
+  for (PlannedChunk& p : PlannedChunksOf(plan, rank)) {
+    const auto& t = plan.tensors[p.tensor];
+    const auto& c = t.chunks[p.chunk];
     const StateEntry* e = sd.find(t.fqn);
     if (!e) return Internal("planned chunk of '" + t.fqn + "' missing from the state dict");
-    int k = 0;
-    for (const auto& c : t.chunks) {
-      if (c.writer != rank) continue;
-      // The held chunk this box is (or is a dimension-0 slice of: see split_replicas).
-      const TensorChunk* tc = nullptr;
-      for (const auto& cand : e->chunks) {
-        if (cand.box.Contains(c.box)) tc = &cand;
-      }
-      if (!tc)
-        return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
-      auto runs = CopyRuns::Make(t.dtype, tc->box, c.box, c.box);
-      if (!runs.ok() || runs->num_runs() > 1) {
-        return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn +
-                        "' is not contiguous in the held chunk " + tc->box.ToString());
-      }
-      const uint64_t offset = runs->num_runs() == 1 ? runs->src_offset(0) : 0;
-      std::string key = mine == 1 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(k++);
-      w.tensors.push_back({std::move(key), t.dtype, c.box.lengths,
-                           std::span<const std::byte>(tc->view.bytes() + offset, c.nbytes)});
+    // The held chunk this box is (or is a dimension-0 slice of: see split_replicas).
+    const TensorChunk* tc = nullptr;
+    for (const auto& cand : e->chunks) {
+      if (cand.box.Contains(c.box)) tc = &cand;
     }
+    if (!tc) return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn + "' not held");
+    auto runs = CopyRuns::Make(t.dtype, tc->box, c.box, c.box);
+    if (!runs.ok() || runs->num_runs() > 1) {
+      return Internal("planned chunk " + c.box.ToString() + " of '" + t.fqn +
+                      "' is not contiguous in the held chunk " + tc->box.ToString());
+    }
+    const uint64_t offset = runs->num_runs() == 1 ? runs->src_offset(0) : 0;
+    w.tensors.push_back({std::move(p.key), t.dtype, c.box.lengths,
+                         std::span<const std::byte>(tc->view.bytes() + offset, c.nbytes)});
   }
   for (const auto& b : plan.bytes) {
     if (b.writer != rank) continue;
@@ -125,94 +117,6 @@ Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSaveP
     w.bytes.push_back(e->bytes);
   }
   return w;
-}
-
-// A rank's write result: its file sizes and, per written item in plan order, the byte
-// offset and checksum.
-std::string EncodeWritten(const storage::WrittenFile& tensors, const storage::WrittenFile& bytes) {
-  std::string out;
-  wire::Writer w(out);
-  for (const auto* f : {&tensors, &bytes}) {
-    w.Varint(f->size);
-    w.Varint(f->ranges.size());
-    for (const auto& r : f->ranges) {
-      w.Varint(r.byte_offset);
-      w.Varint(r.byte_length);
-      w.Fixed64(r.xxh3);
-      w.Varint(r.block_xxh3.size());
-      for (uint64_t h : r.block_xxh3) w.Fixed64(h);
-    }
-  }
-  return out;
-}
-
-Result<Written> DecodeWritten(std::string_view in) {
-  wire::Reader r(in);
-  Written out;
-  for (auto* f : {&out.first, &out.second}) {
-    f->size = r.Varint();
-    f->ranges.resize(r.Count(10));
-    for (auto& x : f->ranges) {
-      x.byte_offset = r.Varint();
-      x.byte_length = r.Varint();
-      x.xxh3 = r.Fixed64();
-      x.block_xxh3.resize(r.Count(8));
-      for (uint64_t& h : x.block_xxh3) h = r.Fixed64();
-    }
-  }
-  if (!r.ok() || !r.AtEnd()) return DataLoss("corrupt write result received");
-  return out;
-}
-
-// `written[r]` is what rank r wrote (empty for ranks that wrote nothing).
-Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, uint64_t save_id,
-                                         const std::vector<Written>& written, int world) {
-  metadata::Metadata md;
-  md.save_id = save_id;
-  md.world_size = static_cast<uint32_t>(world);
-  md.block_size = metadata::kChecksumBlockSize;
-  const int n = static_cast<int>(written.size());
-  std::vector<int> tensor_file(n, -1), bytes_file(n, -1);
-  for (int r = 0; r < n; ++r) {
-    const Written& w = written[r];
-    if (!w.first.ranges.empty()) {
-      tensor_file[r] = static_cast<int>(md.files.size());
-      md.files.push_back({DataFileName(save_id, r), w.first.size});
-    }
-    if (!w.second.ranges.empty()) {
-      bytes_file[r] = static_cast<int>(md.files.size());
-      md.files.push_back({BytesFileName(save_id, r), w.second.size});
-    }
-  }
-  std::vector<size_t> next_tensor(n, 0), next_bytes(n, 0);
-  for (const auto& t : plan.tensors) {
-    metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}, t.path};
-    for (const auto& c : t.chunks) {
-      const auto& ranges = written[c.writer].first.ranges;
-      if (next_tensor[c.writer] >= ranges.size()) {
-        return Internal("rank " + std::to_string(c.writer) + " reported too few written chunks");
-      }
-      const auto& wr = ranges[next_tensor[c.writer]++];
-      if (wr.block_xxh3.size() != md.NumBlocks(wr.byte_length)) {
-        return Internal("rank " + std::to_string(c.writer) + " reported " +
-                        std::to_string(wr.block_xxh3.size()) + " block checksums for '" + t.fqn +
-                        "' chunk " + c.box.ToString());
-      }
-      tm.chunks.push_back({c.box, static_cast<uint32_t>(tensor_file[c.writer]), wr.byte_offset,
-                           wr.byte_length, wr.xxh3, wr.block_xxh3});
-    }
-    md.tensors.push_back(std::move(tm));
-  }
-  for (const auto& b : plan.bytes) {
-    const auto& ranges = written[b.writer].second.ranges;
-    if (next_bytes[b.writer] >= ranges.size()) {
-      return Internal("rank " + std::to_string(b.writer) + " reported too few bytes entries");
-    }
-    const auto& wr = ranges[next_bytes[b.writer]++];
-    md.bytes.push_back({b.fqn, static_cast<uint32_t>(bytes_file[b.writer]), wr.byte_offset,
-                        wr.byte_length, wr.xxh3, b.path});
-  }
-  return md;
 }
 
 // Files only saves create, none a committed checkpoint needs unless its metadata names them:
@@ -506,7 +410,7 @@ Result<std::optional<metadata::Metadata>> CommitOnRankZero(Comm& comm, storage::
                                                            const Written& written) {
   const int rank = comm.rank(), world = comm.size();
   DCP_ASSIGN_OR_RETURN(auto results,
-                       comm.Gather(wrote.ok() ? TagOk(EncodeWritten(written.first, written.second))
+                       comm.Gather(wrote.ok() ? TagOk(EncodeWritten(written))
                                               : TagError(wrote.Annotate("save to " + dir + ": ")),
                                    0));
   Status commit;

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "checkpoint/save.h"
+#include "checkpoint/write_results.h"
 #include "dcp/checkpoint.h"
 #include "dcp/format.h"
 #include "dcp/layout.h"
@@ -111,22 +112,6 @@ Result<SimClasses> FindClasses(const workload::ModelSpec& model, const workload:
   return out;
 }
 
-uint64_t VarintSize(uint64_t v) {
-  uint64_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 Distribution Distribute(const std::vector<uint64_t>& per_class,
                         const std::vector<std::vector<int>>& holders, int ranks) {
   Distribution d;
@@ -141,64 +126,23 @@ Distribution Distribute(const std::vector<uint64_t>& per_class,
   return d;
 }
 
-// The metadata a save of `plan` would commit, with file offsets laid out as the writers
-// would (no safetensors headers) and fake checksums: sizes and varint widths as in a real
-// checkpoint of this shape. Also the bytes of the write results gathered at rank 0.
-metadata::Metadata BuildMetadata(const planner::GlobalSavePlan& plan, int n,
-                                 std::vector<uint64_t>* bytes_written, uint64_t* gather_bytes) {
-  metadata::Metadata md;
-  md.save_id = 0x5151dca7e5eedULL;
-  md.world_size = static_cast<uint32_t>(n);
-  std::vector<uint64_t> tensor_items(n, 0), bytes_items(n, 0);
-  for (const auto& t : plan.tensors) {
-    for (const auto& c : t.chunks) ++tensor_items[c.writer];
-  }
-  for (const auto& b : plan.bytes) ++bytes_items[b.writer];
-  std::vector<int> tensor_file(n, -1), bytes_file(n, -1);
-  for (int r = 0; r < n; ++r) {
-    if (tensor_items[r]) {
-      tensor_file[r] = static_cast<int>(md.files.size());
-      md.files.push_back({"data-" + std::to_string(r) + ".safetensors", 0});
-    }
-    if (bytes_items[r]) {
-      bytes_file[r] = static_cast<int>(md.files.size());
-      md.files.push_back({"data-" + std::to_string(r) + ".bytes", 0});
-    }
-  }
+// The metadata a save of `plan` would commit, through save's own builder: the files laid out
+// as the writers would (safetensors headers, block checksums), checksum values made up. Also
+// the bytes each rank writes and the bytes of the write results gathered at rank 0.
+Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, int n,
+                                         std::vector<uint64_t>* bytes_written,
+                                         uint64_t* gather_bytes) {
+  const std::vector<checkpoint::Written> written =
+      checkpoint::LayOutWrites(plan, n, metadata::kChecksumBlockSize);
   bytes_written->assign(n, 0);
   *gather_bytes = 0;
-  uint64_t k = 0;
-  auto place = [&](int file, uint64_t nbytes) {
-    const uint64_t off = md.files[file].size;
-    md.files[file].size += nbytes;
-    *gather_bytes += VarintSize(off) + VarintSize(nbytes) + 8;
-    return off;
-  };
-  md.tensors.reserve(plan.tensors.size());
-  for (const auto& t : plan.tensors) {
-    metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}};
-    tm.chunks.reserve(t.chunks.size());
-    for (const auto& c : t.chunks) {
-      const int f = tensor_file[c.writer];
-      const uint64_t off = place(f, c.nbytes);
-      (*bytes_written)[c.writer] += c.nbytes;
-      tm.chunks.push_back({c.box, static_cast<uint32_t>(f), off, c.nbytes, Mix(k++)});
-    }
-    md.tensors.push_back(std::move(tm));
-  }
-  for (const auto& b : plan.bytes) {
-    const int f = bytes_file[b.writer];
-    const uint64_t off = place(f, b.nbytes);
-    (*bytes_written)[b.writer] += b.nbytes;
-    md.bytes.push_back({b.fqn, static_cast<uint32_t>(f), off, b.nbytes, Mix(k++)});
-  }
   for (int r = 0; r < n; ++r) {
-    // Two (file size, range count) headers per rank's result, plus the ok tag.
-    *gather_bytes += 1 + 4 + (tensor_file[r] >= 0 ? VarintSize(md.files[tensor_file[r]].size) : 0) +
-                     (bytes_file[r] >= 0 ? VarintSize(md.files[bytes_file[r]].size) : 0) +
-                     VarintSize(tensor_items[r]) + VarintSize(bytes_items[r]);
+    for (const auto* f : {&written[r].first, &written[r].second}) {
+      for (const auto& range : f->ranges) (*bytes_written)[r] += range.byte_length;
+    }
+    *gather_bytes += 1 + checkpoint::EncodeWritten(written[r]).size();  // + the status tag
   }
-  return md;
+  return checkpoint::BuildMetadata(plan, 0x5151dca7e5eedULL, written, n);
 }
 
 // A destination state dict for `plan`'s items whose views point at one dummy byte: the
@@ -342,7 +286,8 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
   // Metadata.
   t0 = Clock::now();
   std::vector<uint64_t> written;
-  metadata::Metadata md = BuildMetadata(plan, n, &written, &r.commit_gather_bytes);
+  DCP_ASSIGN_OR_RETURN(metadata::Metadata md,
+                       BuildMetadata(plan, n, &written, &r.commit_gather_bytes));
   r.metadata_build_seconds = Since(t0);
   r.tensors = md.tensors.size();
   r.bytes_entries = md.bytes.size();

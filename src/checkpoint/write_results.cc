@@ -1,0 +1,166 @@
+#include "checkpoint/write_results.h"
+
+#include <unordered_map>
+
+#include "checkpoint/names.h"
+#include "core/checksum.h"
+#include "core/wire.h"
+
+namespace dcp::checkpoint {
+
+// A rank's write result: its file sizes and, per written item in plan order, the byte
+// offset and checksum.
+std::string EncodeWritten(const Written& written) {
+  std::string out;
+  wire::Writer w(out);
+  for (const auto* f : {&written.first, &written.second}) {
+    w.Varint(f->size);
+    w.Varint(f->ranges.size());
+    for (const auto& r : f->ranges) {
+      w.Varint(r.byte_offset);
+      w.Varint(r.byte_length);
+      w.Fixed64(r.xxh3);
+      w.Varint(r.block_xxh3.size());
+      for (uint64_t h : r.block_xxh3) w.Fixed64(h);
+    }
+  }
+  return out;
+}
+
+Result<Written> DecodeWritten(std::string_view in) {
+  wire::Reader r(in);
+  Written out;
+  for (auto* f : {&out.first, &out.second}) {
+    f->size = r.Varint();
+    f->ranges.resize(r.Count(10));
+    for (auto& x : f->ranges) {
+      x.byte_offset = r.Varint();
+      x.byte_length = r.Varint();
+      x.xxh3 = r.Fixed64();
+      x.block_xxh3.resize(r.Count(8));
+      for (uint64_t& h : x.block_xxh3) h = r.Fixed64();
+    }
+  }
+  if (!r.ok() || !r.AtEnd()) return DataLoss("corrupt write result received");
+  return out;
+}
+
+// `written[r]` is what rank r wrote (empty for ranks that wrote nothing).
+Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, uint64_t save_id,
+                                         const std::vector<Written>& written, int world) {
+  metadata::Metadata md;
+  md.save_id = save_id;
+  md.world_size = static_cast<uint32_t>(world);
+  md.block_size = metadata::kChecksumBlockSize;
+  const int n = static_cast<int>(written.size());
+  std::vector<int> tensor_file(n, -1), bytes_file(n, -1);
+  for (int r = 0; r < n; ++r) {
+    const Written& w = written[r];
+    if (!w.first.ranges.empty()) {
+      tensor_file[r] = static_cast<int>(md.files.size());
+      md.files.push_back({DataFileName(save_id, r), w.first.size});
+    }
+    if (!w.second.ranges.empty()) {
+      bytes_file[r] = static_cast<int>(md.files.size());
+      md.files.push_back({BytesFileName(save_id, r), w.second.size});
+    }
+  }
+  std::vector<size_t> next_tensor(n, 0), next_bytes(n, 0);
+  for (const auto& t : plan.tensors) {
+    metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}, t.path};
+    for (const auto& c : t.chunks) {
+      const auto& ranges = written[c.writer].first.ranges;
+      if (next_tensor[c.writer] >= ranges.size()) {
+        return Internal("rank " + std::to_string(c.writer) + " reported too few written chunks");
+      }
+      const auto& wr = ranges[next_tensor[c.writer]++];
+      if (wr.block_xxh3.size() != md.NumBlocks(wr.byte_length)) {
+        return Internal("rank " + std::to_string(c.writer) + " reported " +
+                        std::to_string(wr.block_xxh3.size()) + " block checksums for '" + t.fqn +
+                        "' chunk " + c.box.ToString());
+      }
+      tm.chunks.push_back({c.box, static_cast<uint32_t>(tensor_file[c.writer]), wr.byte_offset,
+                           wr.byte_length, wr.xxh3, wr.block_xxh3});
+    }
+    md.tensors.push_back(std::move(tm));
+  }
+  for (const auto& b : plan.bytes) {
+    const auto& ranges = written[b.writer].second.ranges;
+    if (next_bytes[b.writer] >= ranges.size()) {
+      return Internal("rank " + std::to_string(b.writer) + " reported too few bytes entries");
+    }
+    const auto& wr = ranges[next_bytes[b.writer]++];
+    md.bytes.push_back({b.fqn, static_cast<uint32_t>(bytes_file[b.writer]), wr.byte_offset,
+                        wr.byte_length, wr.xxh3, b.path});
+  }
+  return md;
+}
+
+namespace {
+
+// Calls add(writer, PlannedChunk) for every chunk of `plan` in plan order, of writer `only`
+// (or of every writer when `only` < 0): one pass, however many ranks.
+template <typename F>
+void ForEachPlannedChunk(const planner::GlobalSavePlan& plan, int only, F&& add) {
+  std::unordered_map<int, int> count, next;  // per tensor: chunks per writer, keys given
+  for (uint32_t t = 0; t < plan.tensors.size(); ++t) {
+    const auto& chunks = plan.tensors[t].chunks;
+    count.clear();
+    next.clear();
+    for (const auto& c : chunks) {
+      if (only < 0 || c.writer == only) ++count[c.writer];
+    }
+    const std::string& fqn = plan.tensors[t].fqn;
+    for (uint32_t c = 0; c < chunks.size(); ++c) {
+      const int w = chunks[c].writer;
+      if (only >= 0 && w != only) continue;
+      add(w, PlannedChunk{t, c,
+                          count[w] == 1 ? fqn : fqn + ".__dcp_chunk_" + std::to_string(next[w]++)});
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<PlannedChunk> PlannedChunksOf(const planner::GlobalSavePlan& plan, int rank) {
+  std::vector<PlannedChunk> out;
+  ForEachPlannedChunk(plan, rank, [&](int, PlannedChunk p) { out.push_back(std::move(p)); });
+  return out;
+}
+
+std::vector<Written> LayOutWrites(const planner::GlobalSavePlan& plan, int world,
+                                  uint64_t block_size) {
+  std::vector<Written> out(world);
+  uint64_t fake = 0x9e3779b97f4a7c15ULL;
+  auto checksum = [&] { return fake = fake * 6364136223846793005ULL + 1442695040888963407ULL; };
+  std::vector<std::vector<PlannedChunk>> planned(world);
+  ForEachPlannedChunk(plan, -1, [&](int w, PlannedChunk p) { planned[w].push_back(std::move(p)); });
+  for (int r = 0; r < world; ++r) {
+    if (planned[r].empty()) continue;
+    storage::SafetensorsHeader header;
+    for (const PlannedChunk& p : planned[r]) {
+      const auto& t = plan.tensors[p.tensor];
+      const auto& c = t.chunks[p.chunk];
+      header.Add(p.key, t.dtype, c.box.lengths, c.nbytes);
+    }
+    storage::WrittenFile& f = out[r].first;
+    f.size = std::move(header).Finish().size();
+    for (const PlannedChunk& p : planned[r]) {
+      const uint64_t n = plan.tensors[p.tensor].chunks[p.chunk].nbytes;
+      storage::WrittenRange range{f.size, n, checksum(), {}};
+      if (block_size > 0 && n > block_size) range.block_xxh3.resize((n - 1) / block_size + 1);
+      for (uint64_t& h : range.block_xxh3) h = checksum();
+      if (!range.block_xxh3.empty()) range.xxh3 = BlockDigest(range.block_xxh3);  // as decoders check
+      f.ranges.push_back(std::move(range));
+      f.size += n;
+    }
+  }
+  for (const auto& b : plan.bytes) {
+    storage::WrittenFile& f = out[b.writer].second;
+    f.ranges.push_back({f.size, b.nbytes, checksum(), {}});
+    f.size += b.nbytes;
+  }
+  return out;
+}
+
+}  // namespace dcp::checkpoint
