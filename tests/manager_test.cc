@@ -860,6 +860,43 @@ TEST(ManagerMultiRank, CrashAtEveryOperationOfTwoRanks) {
   EXPECT_GT(total, 4 * n);
 }
 
+// The corrupt-step fallback with several ranks: only rank 1's file of step 3 is damaged, and
+// every rank falls back to step 2 alike, with the same reason (issue 19 item 5).
+TEST(ManagerMultiRank, EveryRankFallsBackPastACorruptStepAlike) {
+  TempDir d;
+  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& comm) {
+    State st(comm->rank(), 2);
+    CheckpointManager mgr(d.path(), RetentionPolicy{}, comm);
+    for (int64_t step = 1; step <= 3; ++step) {
+      st.Fill(step);
+      mgr.Save(step, st.sd);
+    }
+  });
+  const std::string step3 = d.path() + "/step_000000003/";
+  const auto files = testing::ListFiles(step3, "data-");
+  bool flipped = false;
+  for (const auto& f : files) {
+    if (f.find("-r00001.") != std::string::npos) {
+      testing::FlipByte(step3 + f, std::filesystem::file_size(step3 + f) - 1), flipped = true;
+    }
+  }
+  ASSERT_TRUE(flipped) << "no data file of rank 1 in step 3";
+  std::vector<LoadResult> results(2);
+  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& comm) {
+    State st(comm->rank(), 2);
+    CheckpointManager mgr(d.path(), RetentionPolicy{}, comm);
+    st.Clear();
+    results[comm->rank()] = mgr.Load(st.sd);
+    EXPECT_TRUE(st.Holds(2)) << "rank " << comm->rank();
+  });
+  for (const LoadResult& r : results) {
+    EXPECT_EQ(r.step, 2);
+    EXPECT_EQ(r.fell_back, results[0].fell_back);
+  }
+  EXPECT_NE(results[0].fell_back.find("step 3"), std::string::npos) << results[0].fell_back;
+  EXPECT_TRUE(std::filesystem::exists(step3 + "dcp.bad"));
+}
+
 TEST(ManagerMultiRank, LockRefusalReachesEveryRank) {
   TempDir d;
   CheckpointManager holder(d.path(), RetentionPolicy{});
