@@ -49,18 +49,31 @@ double Median(std::vector<double> v) {
 
 double GiBps(uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / kGiB : 0; }
 
-Result<std::vector<uint64_t>> SumAtRoot(Comm& comm, const std::vector<uint64_t>& mine) {
+namespace {
+Result<std::vector<uint64_t>> ReduceAtRoot(Comm& comm, const std::vector<uint64_t>& mine,
+                                           bool take_max) {
   std::string enc;
   wire::Writer w(enc);
   for (uint64_t v : mine) w.Fixed64(v);
   DCP_ASSIGN_OR_RETURN(auto all, comm.Gather(enc, 0));
-  std::vector<uint64_t> sum(mine.size(), 0);
+  std::vector<uint64_t> out(mine.size(), 0);
   for (const std::string& s : all) {
     wire::Reader r(s);
-    for (uint64_t& v : sum) v += r.Fixed64();
+    for (uint64_t& v : out) {
+      const uint64_t x = r.Fixed64();
+      v = take_max ? std::max(v, x) : v + x;
+    }
     if (!r.ok()) return DataLoss("bench: corrupt counters received");
   }
-  return sum;
+  return out;
+}
+}  // namespace
+
+Result<std::vector<uint64_t>> SumAtRoot(Comm& comm, const std::vector<uint64_t>& mine) {
+  return ReduceAtRoot(comm, mine, /*take_max=*/false);
+}
+Result<std::vector<uint64_t>> MaxAtRoot(Comm& comm, const std::vector<uint64_t>& mine) {
+  return ReduceAtRoot(comm, mine, /*take_max=*/true);
 }
 
 Status Runner::Setup() {
@@ -171,6 +184,7 @@ Status Runner::RunSave(int rep, PhaseReport* p) {
                        }));
   p->seconds.push_back(s);
   p->requests += last_requests_;
+  DCP_RETURN_IF_ERROR(RecordMemory(p, source_.tensor_bytes));
   DCP_ASSIGN_OR_RETURN(
       auto sums, SumAtRoot(comm_, {r.bytes_written, r.files_written, r.plan_cache_hit ? 1u : 0u}));
   if (rank_ == 0) {
@@ -236,12 +250,15 @@ Status Runner::RunAsyncSave(PhaseReport* p) {
   }
   DCP_RETURN_IF_ERROR(DeleteAndSettle(ckpt_));
   DCP_RETURN_IF_ERROR(comm_.Barrier());
+  StartMemory();
   const auto t0 = Clock::now();
   AsyncSave h = saver_->Save(source_.sd, ckpt_, SaveOptions{.comm = comm_ptr_});
   DCP_RETURN_IF_ERROR(comm_.Barrier());
   const double blocked = std::chrono::duration<double>(Clock::now() - t0).count();
   DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, h.status()));
   p->seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  StopMemory();
+  DCP_RETURN_IF_ERROR(RecordMemory(p, source_.tensor_bytes));
   p->blocked_seconds.push_back(blocked);
   // After the save, so that the first save finds memory as the job left it (the reference's
   // own allocation would otherwise warm the allocator for it).
@@ -337,6 +354,7 @@ Status Runner::RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layo
   // One machine: measure the broadcast machinery itself, not the host-aware default (which
   // would read through the shared page cache exactly as with broadcast off).
   lo.broadcast_within_host = true;
+  lo.max_staging_bytes = o_.load_max_staging_mib << 20;
   LoadResult r;
   DCP_ASSIGN_OR_RETURN(double s, Timed([&] {
                          auto res = checkpoint::Load(dst->sd, ckpt_, lo, *fs_);
@@ -345,6 +363,7 @@ Status Runner::RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layo
                        }));
   p->seconds.push_back(s);
   p->requests += last_requests_;
+  DCP_RETURN_IF_ERROR(RecordMemory(p, dst->tensor_bytes));
   if (rep == 0 && o_.verify) {
     DCP_RETURN_IF_ERROR(AgreeOnStatus(
         comm_, workload::VerifyStateDict(dst->sd).Annotate("bench: " + p->name + ": ")));
@@ -599,6 +618,18 @@ std::string FormatTable(const BenchReport& r) {
     }
     out += "\n";
   }
+  std::string memory;
+  for (const PhaseReport& p : r.phases) {
+    if (p.held_bytes == 0) continue;
+    memory += (memory.empty() ? "" : ", ") + p.name + " +" + HumanBytes(p.peak_rss_extra_bytes) +
+              " (" + Fixed(100.0 * p.peak_rss_extra_bytes / p.held_bytes, 1) + "%)";
+  }
+  if (!memory.empty()) {
+    out +=
+        "host memory, max over ranks: peak resident memory above the phase's start, and its "
+        "share of the tensors a rank holds: " +
+        memory + "\n";
+  }
   for (const PhaseReport& p : r.phases) {
     if (p.kind != "async") continue;
     std::snprintf(line, sizeof(line),
@@ -652,6 +683,7 @@ std::string ReportJson(const BenchReport& r) {
   j["load_layout"] = r.load_layout;
   j["cache"] = o.cold ? "cold" : "warm";
   j["repeat"] = o.repeat;
+  j["load_max_staging_bytes"] = o.load_max_staging_mib << 20;
   j["unique_bytes"] = r.unique_bytes;
   j["tensors"] = r.tensors;
   j["chunks"] = r.chunks;
@@ -703,7 +735,9 @@ std::string ReportJson(const BenchReport& r) {
                       {"reference", p.reference},
                       {"reference_seconds", p.reference_seconds},
                       {"ratio_to_reference", p.ratio_to_reference},
-                      {"requests", p.requests}};
+                      {"requests", p.requests},
+                      {"peak_rss_extra_bytes", p.peak_rss_extra_bytes},
+                      {"held_bytes", p.held_bytes}};
   }
   j["phases"] = phases;
   j["notes"] = r.notes;

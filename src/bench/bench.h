@@ -33,6 +33,8 @@ struct BenchOptions {
   // async: AsyncSaver::Prepare before the first save (timed on its own, prepare_seconds), as
   // a job would before its training loop; false: the first Save allocates the pool itself.
   bool async_prepare = true;
+  // Loads: LoadOptions::max_staging_bytes, in MiB.
+  uint64_t load_max_staging_mib = 256;
 };
 
 struct PhaseReport {
@@ -71,6 +73,12 @@ struct PhaseReport {
   double reference_seconds = 0;              // median
   double ratio_to_reference = 0;             // median_seconds / reference_seconds
   uint64_t requests = 0;  // object storage: requests of all ranks, summed over repetitions
+  // Host memory, max over ranks and repetitions: how far the process's resident memory rose
+  // during the phase above what it held at its start (the caller's tensors, a load's
+  // destination, a prepared staging pool are already resident then), and the tensor bytes
+  // the rank holds (its state; a load's destination). 0 when the kernel gives no peak.
+  uint64_t peak_rss_extra_bytes = 0;
+  uint64_t held_bytes = 0;
 };
 
 struct ReferenceReport {

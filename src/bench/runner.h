@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "bench/memory.h"
 #include "bench/physical.h"
 #include "comm/exchange.h"
 #include "dcp/async.h"
@@ -32,8 +33,9 @@ inline constexpr double kGiB = double(uint64_t{1} << 30);
 Status StatusOf(const std::function<void()>& fn);
 double Median(std::vector<double> v);
 double GiBps(uint64_t bytes, double seconds);
-// Sums of per-rank counters, gathered at rank 0.
+// Sums (maxima) of per-rank counters, gathered at rank 0.
 Result<std::vector<uint64_t>> SumAtRoot(Comm& comm, const std::vector<uint64_t>& mine);
+Result<std::vector<uint64_t>> MaxAtRoot(Comm& comm, const std::vector<uint64_t>& mine);
 std::string Fixed(double v, int digits);
 
 class Runner {
@@ -52,8 +54,10 @@ class Runner {
   Result<double> Timed(const std::function<Status()>& fn) {
     DCP_RETURN_IF_ERROR(comm_.Barrier());
     const uint64_t r0 = Requests();
+    StartMemory();
     const auto t0 = Clock::now();
     Status st = fn();
+    StopMemory();
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (report_.object_store) {
@@ -61,6 +65,24 @@ class Runner {
       last_requests_ = rank_ == 0 ? sums[0] : 0;
     }
     return s;
+  }
+  // The rise of this process's resident memory between the two calls, to last_peak_extra_.
+  void StartMemory() {
+    peak_reset_ = ResetPeakResident();
+    rss_at_start_ = ReadResident().now;
+  }
+  void StopMemory() {
+    const uint64_t peak = peak_reset_ ? ReadResident().peak : 0;
+    last_peak_extra_ = peak > rss_at_start_ ? peak - rss_at_start_ : 0;
+  }
+  // Rank 0 keeps the largest last_peak_extra_ and `held` of all ranks in `p`.
+  Status RecordMemory(PhaseReport* p, uint64_t held) {
+    DCP_ASSIGN_OR_RETURN(auto max, MaxAtRoot(comm_, {last_peak_extra_, held}));
+    if (rank_ == 0) {
+      p->peak_rss_extra_bytes = std::max(p->peak_rss_extra_bytes, max[0]);
+      p->held_bytes = std::max(p->held_bytes, max[1]);
+    }
+    return OkStatus();
   }
   uint64_t Requests() const {
     if (!report_.object_store) return 0;
@@ -154,6 +176,8 @@ class Runner {
   std::unique_ptr<testfs::ThrottledFileSystem> throttled_;
   storage::FileSystem* fs_ = &storage::PosixFileSystem();
   uint64_t last_requests_ = 0;  // see Timed
+  bool peak_reset_ = false;     // see StartMemory
+  uint64_t rss_at_start_ = 0, last_peak_extra_ = 0;
   workload::OwnedStateDict source_;
   std::unique_ptr<AsyncSaver> saver_;  // one for all repetitions: its staging pool is reused
 };

@@ -56,7 +56,8 @@ bool IsMember(const std::vector<int>& ranks, int rank) {
 // Outstanding broadcasts, oldest first, at most `limit`.
 class InFlight {
  public:
-  InFlight(size_t limit, LoadResult* stats) : limit_(std::max<size_t>(limit, 1)), stats_(stats) {}
+  InFlight(size_t limit, uint64_t max_staged, LoadResult* stats)
+      : limit_(std::max<size_t>(limit, 1)), max_staged_(max_staged), stats_(stats) {}
   // Requests remain only after a communication failure. The backend may still write into
   // their buffers (MPI cannot cancel a collective), so they are left allocated, as in
   // WaitOldest, rather than freed under it.
@@ -74,13 +75,18 @@ class InFlight {
     std::function<void(std::span<const std::byte>)> done;  // run on staging once complete
   };
 
+  // Waits for older broadcasts until a buffer of `bytes` fits the staging budget (one
+  // oversized buffer may go alone); called before that buffer is allocated.
+  Status MakeRoom(uint64_t bytes) {
+    while (!ops_.empty() && staged_ + bytes > max_staged_) DCP_RETURN_IF_ERROR(WaitOldest());
+    return OkStatus();
+  }
   Status Post(Comm& group, int root, std::span<std::byte> buf, Op op) {
-    // Bounded by count, and by staging memory (one oversized buffer may go alone).
-    while (!ops_.empty() &&
-           (ops_.size() >= limit_ || staged_ + op.staging.size() > kMaxStagedBytes)) {
-      DCP_RETURN_IF_ERROR(WaitOldest());
-    }
+    // Bounded by count, and by staging memory.
+    DCP_RETURN_IF_ERROR(MakeRoom(op.staging.size()));
+    while (ops_.size() >= limit_) DCP_RETURN_IF_ERROR(WaitOldest());
     staged_ += op.staging.size();
+    stats_->peak_staging_bytes = std::max(stats_->peak_staging_bytes, staged_);
     DCP_ASSIGN_OR_RETURN(op.request, group.IBroadcast(buf, root));
     ++stats_->broadcasts;
     ops_.push_back(std::move(op));
@@ -114,8 +120,8 @@ class InFlight {
   }
 
  private:
-  static constexpr uint64_t kMaxStagedBytes = uint64_t{1} << 30;
   size_t limit_;
+  uint64_t max_staged_;
   LoadResult* stats_;
   uint64_t staged_ = 0;
   std::deque<Op> ops_;
@@ -168,7 +174,8 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const planner::LocalLoadPlan& shared_reads, ChunkReads& reads,
                       const LoadOptions& opts, LoadResult* stats, Status* read_failure) {
   const int me = world.rank();
-  InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight), stats);
+  InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight), opts.max_staging_bytes,
+                     stats);
   reads.set_between_chunks([&] { in_flight.Progress(); });
   // After a read failure, keep the protocol going without reading: peers wait on us.
   auto read = [&](auto&& f) {
@@ -204,6 +211,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     if (op.chunks) {
       // Whole stored chunks into one staging buffer; every member scatters its regions.
       stats->shared_chunks += op.items.size();
+      DCP_RETURN_IF_ERROR(in_flight.MakeRoom(op.bytes));
       posted.staging.resize(op.bytes);
       uint64_t at = 0;
       for (uint32_t i : op.items) {
@@ -240,6 +248,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
             in_flight.Post(*groups[op.group], root, std::span(m.dst, op.bytes), {}));
         continue;
       }
+      DCP_RETURN_IF_ERROR(in_flight.MakeRoom(op.bytes));
       posted.staging.resize(op.bytes);
       uint64_t at = 0;
       for (uint32_t i : op.items) {
