@@ -407,6 +407,12 @@ void Runner::Finish() {
   auto& ref = report_.reference;
   ref.bytes = report_.unique_bytes;
   ref.write_gibps = GiBps(ref.bytes, Median(ref.write_seconds));
+  if (!ref.write_seconds.empty()) {
+    const auto [fast, slow] =
+        std::minmax_element(ref.write_seconds.begin(), ref.write_seconds.end());
+    ref.write_gibps_min = GiBps(ref.bytes, *slow);
+    ref.write_gibps_max = GiBps(ref.bytes, *fast);
+  }
   ref.read_cold_gibps = GiBps(ref.bytes, Median(ref.read_cold_seconds));
   ref.read_warm_gibps = GiBps(ref.bytes, Median(ref.read_warm_seconds));
   ref.memcpy_gibps_median = Median(ref.memcpy_gibps);
@@ -459,16 +465,14 @@ Result<BenchReport> Runner::Run() {
   PhaseReport recycled{.name = "manager.recycle", .kind = "manager", .layout = report_.save_layout};
   PhaseReport plain{.name = "manager.no_recycle", .kind = "manager", .layout = report_.save_layout};
   for (int rep = 0; rep < o_.repeat; ++rep) {
-    // The save (loads need its checkpoint) and the write reference, each after the same
-    // delete + sync + pause, in alternating order so neither always follows the other;
-    // then the loads and the read references.
-    if (rep % 2 == 0) {
-      DCP_RETURN_IF_ERROR(RunSave(rep, &save));
-      DCP_RETURN_IF_ERROR(RunReferenceWrite());
-    } else {
-      DCP_RETURN_IF_ERROR(RunReferenceWrite());
-      DCP_RETURN_IF_ERROR(RunSave(rep, &save));
-    }
+    // The save (loads need its checkpoint) between two write references, each after the
+    // same delete + sync + pause: the disk's rate drifts during a run, and references taken
+    // right before and right after the saves bracket what they met (their spread is
+    // reported). The first save comes first: it tells the references how many bytes to write.
+    // Then the loads and the read references.
+    if (rep > 0) DCP_RETURN_IF_ERROR(RunReferenceWrite());
+    DCP_RETURN_IF_ERROR(RunSave(rep, &save));
+    DCP_RETURN_IF_ERROR(RunReferenceWrite());
     // Its checkpoint replaces the save's; the loads read either the same way.
     if (Wants("async")) DCP_RETURN_IF_ERROR(RunAsyncSave(&async));
     for (PhaseReport& p : loads) {
@@ -579,9 +583,10 @@ std::string FormatTable(const BenchReport& r) {
   const auto& ref = r.reference;
   std::snprintf(line, sizeof(line),
                 "reference (same run, same directory, %d writer(s)/reader(s), %s): write %.2f "
-                "GiB/s, read cold %.2f GiB/s (resident before: %.3f), read warm %.2f GiB/s, "
-                "memcpy %.2f GiB/s (1 thread)\n\n",
-                r.ranks, HumanBytes(ref.bytes).c_str(), ref.write_gibps, ref.read_cold_gibps,
+                "GiB/s (%.2f-%.2f over %zu, before and after the saves), read cold %.2f GiB/s "
+                "(resident before: %.3f), read warm %.2f GiB/s, memcpy %.2f GiB/s (1 thread)\n\n",
+                r.ranks, HumanBytes(ref.bytes).c_str(), ref.write_gibps, ref.write_gibps_min,
+                ref.write_gibps_max, ref.write_seconds.size(), ref.read_cold_gibps,
                 ref.resident_fraction_before_cold_read, ref.read_warm_gibps,
                 ref.memcpy_gibps_median);
   out += line;
@@ -694,6 +699,8 @@ std::string ReportJson(const BenchReport& r) {
   const auto& ref = r.reference;
   j["reference"] = {{"bytes", ref.bytes},
                     {"write_gib_per_s", ref.write_gibps},
+                    {"write_gib_per_s_min", ref.write_gibps_min},
+                    {"write_gib_per_s_max", ref.write_gibps_max},
                     {"read_cold_gib_per_s", ref.read_cold_gibps},
                     {"read_warm_gib_per_s", ref.read_warm_gibps},
                     {"memcpy_gib_per_s", ref.memcpy_gibps_median},

@@ -85,6 +85,9 @@ struct ReferenceReport {
   uint64_t bytes = 0;  // = unique bytes, split evenly over the ranks
   std::vector<double> write_seconds, read_cold_seconds, read_warm_seconds, memcpy_gibps;
   double write_gibps = 0, read_cold_gibps = 0, read_warm_gibps = 0, memcpy_gibps_median = 0;
+  // The write reference's spread: the slowest and fastest of its measurements (right after
+  // every save repetition, and right before every one but the first).
+  double write_gibps_min = 0, write_gibps_max = 0;
   double resident_fraction_before_cold_read = 0;  // max over repetitions
   // Object storage: requests of all ranks, summed over repetitions (writes; cold reads).
   uint64_t write_requests = 0, read_requests = 0;
