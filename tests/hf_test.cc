@@ -22,6 +22,7 @@
 #include "storage/data_files.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
+#include "testfs/forwarding_file_system.h"
 
 namespace dcp {
 namespace {
@@ -111,7 +112,7 @@ DcpToHfOptions HfOptions(uint64_t max_shard = 5'000'000'000, uint64_t buffer = 2
 
 // The real file system, but creating the first dcp data file first truncates `victim` (as
 // another job rewriting the model while `dcp convert` reads it).
-class ShrinkingSource final : public storage::FileSystem {
+class ShrinkingSource final : public testfs::ForwardingFileSystem {
  public:
   explicit ShrinkingSource(std::string victim) : victim_(std::move(victim)) {}
   Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
@@ -119,17 +120,8 @@ class ShrinkingSource final : public storage::FileSystem {
       shrunk_ = true;
       std::filesystem::resize_file(victim_, 4096);
     }
-    return Fs().NewWritableFile(p);
+    return base().NewWritableFile(p);
   }
-  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
-    return Fs().OpenReadable(p);
-  }
-  Status Rename(const std::string& a, const std::string& b) override { return Fs().Rename(a, b); }
-  Status SyncDir(const std::string& d) override { return Fs().SyncDir(d); }
-  Status Remove(const std::string& p) override { return Fs().Remove(p); }
-  Status CreateDirs(const std::string& d) override { return Fs().CreateDirs(d); }
-  Result<std::vector<std::string>> List(const std::string& d) override { return Fs().List(d); }
-  Result<uint64_t> FileSize(const std::string& p) override { return Fs().FileSize(p); }
 
  private:
   std::string victim_;

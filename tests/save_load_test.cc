@@ -17,6 +17,7 @@
 #include "metadata/codec.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
+#include "testfs/forwarding_file_system.h"
 
 namespace dcp {
 namespace {
@@ -343,28 +344,21 @@ TEST_F(Checks, BytesEntryLargerThanItsFileIsRefusedBeforeAllocating) {
 
 // The real file system, but opening a data file (reads) or creating one (writes) throws
 // std::bad_alloc, as a large but legitimate buffer can on one rank.
-class ThrowingFileSystem final : public storage::FileSystem {
+class ThrowingFileSystem final : public testfs::ForwardingFileSystem {
  public:
   Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
     if (IsDcpDataFileName(p)) throw std::bad_alloc();
-    return base_.NewWritableFile(p);
+    return base().NewWritableFile(p);
   }
   Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
     if (IsDcpDataFileName(p)) throw std::bad_alloc();
-    return base_.OpenReadable(p);
+    return base().OpenReadable(p);
   }
-  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
-  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
-  Status Remove(const std::string& p) override { return base_.Remove(p); }
-  Status CreateDirs(const std::string& d) override { return base_.CreateDirs(d); }
-  Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
-  Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
 
  private:
   static bool IsDcpDataFileName(const std::string& p) {
     return checkpoint::IsDcpDataFileName(std::filesystem::path(p).filename().string());
   }
-  storage::FileSystem& base_ = storage::PosixFileSystem();
 };
 
 // Issue 19 item 4: an exception on one rank (std::bad_alloc while writing or reading) becomes

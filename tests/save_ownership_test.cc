@@ -26,6 +26,7 @@
 #include "dcp/checkpoint.h"
 #include "storage/lease_lock.h"
 #include "test_util.h"
+#include "testfs/forwarding_file_system.h"
 
 namespace dcp {
 namespace {
@@ -95,7 +96,7 @@ pid_t HoldKernelLockInChild(const std::string& path) {
 
 // Passes everything to the real file system, but the first Append to a data file waits at
 // a gate until the test opens it.
-class GatedFileSystem final : public storage::FileSystem {
+class GatedFileSystem final : public testfs::ForwardingFileSystem {
  public:
   class File final : public storage::WritableFile {
    public:
@@ -116,21 +117,9 @@ class GatedFileSystem final : public storage::FileSystem {
     std::unique_ptr<storage::WritableFile> base_;
   };
   Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
-    DCP_ASSIGN_OR_RETURN(auto f, base_.NewWritableFile(p));
+    DCP_ASSIGN_OR_RETURN(auto f, base().NewWritableFile(p));
     return std::unique_ptr<storage::WritableFile>(new File(*this, std::move(f)));
   }
-  Result<std::unique_ptr<storage::WritableFile>> NewExclusiveFile(const std::string& p) override {
-    return base_.NewExclusiveFile(p);
-  }
-  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
-    return base_.OpenReadable(p);
-  }
-  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
-  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
-  Status Remove(const std::string& p) override { return base_.Remove(p); }
-  Status CreateDirs(const std::string& d) override { return base_.CreateDirs(d); }
-  Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
-  Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
 
   void WaitAtGate() {
     std::unique_lock lock(mu_);
@@ -151,7 +140,6 @@ class GatedFileSystem final : public storage::FileSystem {
   }
 
  private:
-  storage::FileSystem& base_ = storage::PosixFileSystem();
   std::mutex mu_;
   std::condition_variable cv_;
   bool reached_ = false, open_ = false, passed_ = false;
@@ -382,7 +370,7 @@ TEST(SaveOwnership, RanksThatSeeDifferentDirectoriesFailBeforeWriting) {
 // A small disk: writes fail with ENOSPC once `capacity` bytes are held by files written
 // through it; removing a file frees its bytes. Removes can be made to fail (a save that
 // crashed before it could clean up).
-class SmallDisk final : public storage::FileSystem {
+class SmallDisk final : public testfs::ForwardingFileSystem {
  public:
   explicit SmallDisk(uint64_t capacity) : capacity_(capacity) {}
   class File final : public storage::WritableFile {
@@ -409,18 +397,15 @@ class SmallDisk final : public storage::FileSystem {
   };
   Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
     Forget(p);
-    DCP_ASSIGN_OR_RETURN(auto f, base_.NewWritableFile(p));
+    DCP_ASSIGN_OR_RETURN(auto f, base().NewWritableFile(p));
     return std::unique_ptr<storage::WritableFile>(new File(*this, std::move(f)));
   }
   Result<std::unique_ptr<storage::WritableFile>> NewExclusiveFile(const std::string& p) override {
-    DCP_ASSIGN_OR_RETURN(auto f, base_.NewExclusiveFile(p));
+    DCP_ASSIGN_OR_RETURN(auto f, base().NewExclusiveFile(p));
     return std::unique_ptr<storage::WritableFile>(new File(*this, std::move(f)));
   }
-  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
-    return base_.OpenReadable(p);
-  }
   Status Rename(const std::string& a, const std::string& b) override {
-    DCP_RETURN_IF_ERROR(base_.Rename(a, b));
+    DCP_RETURN_IF_ERROR(base().Rename(a, b));
     std::lock_guard lock(mu_);
     if (auto it = sizes_.find(b); it != sizes_.end()) used_ -= it->second, sizes_.erase(it);
     if (auto it = sizes_.find(a); it != sizes_.end()) {
@@ -429,16 +414,12 @@ class SmallDisk final : public storage::FileSystem {
     }
     return OkStatus();
   }
-  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
   Status Remove(const std::string& p) override {
     if (fail_removes) return Unavailable("injected: remove " + p);
-    DCP_RETURN_IF_ERROR(base_.Remove(p));
+    DCP_RETURN_IF_ERROR(base().Remove(p));
     Forget(p);
     return OkStatus();
   }
-  Status CreateDirs(const std::string& d) override { return base_.CreateDirs(d); }
-  Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
-  Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
 
   bool fail_removes = false;
 
@@ -447,7 +428,6 @@ class SmallDisk final : public storage::FileSystem {
     std::lock_guard lock(mu_);
     if (auto it = sizes_.find(p); it != sizes_.end()) used_ -= it->second, sizes_.erase(it);
   }
-  storage::FileSystem& base_ = storage::PosixFileSystem();
   std::mutex mu_;
   uint64_t capacity_, used_ = 0;
   std::map<std::string, uint64_t> sizes_;

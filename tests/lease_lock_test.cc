@@ -12,44 +12,20 @@
 #include <filesystem>
 #include <thread>
 
+#include "test_util.h"
+#include "testfs/forwarding_file_system.h"
+
 namespace dcp::storage {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/dcp_lease_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 // The real file system seen as an object store: no flock, so holders are judged by their
 // lock's content and heartbeat alone (as on S3, or a shared file system whose locks do not
 // reach other hosts).
-class NoFlockFileSystem final : public FileSystem {
+class NoFlockFileSystem final : public testfs::ForwardingFileSystem {
  public:
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p) override {
-    return base_.NewWritableFile(p);
-  }
-  Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& p) override {
-    return base_.NewExclusiveFile(p);
-  }
-  Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& p) override {
-    return base_.OpenReadable(p);
-  }
-  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
-  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
-  Status Remove(const std::string& p) override { return base_.Remove(p); }
-  Status CreateDirs(const std::string& d) override { return base_.CreateDirs(d); }
-  Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
-  Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
   bool IsObjectStore() const override { return true; }
-
- private:
-  FileSystem& base_ = PosixFileSystem();
 };
 
 // A process on host `host` that takes the lock at `path` with `lease` seconds and holds it,
@@ -109,8 +85,8 @@ TEST(LeaseLock, HolderRoundTripsWithFixedWidthTimes) {
 }
 
 TEST(LeaseLock, TheHolderRenewsItsHeartbeat) {
-  TempDir d;
-  const std::string path = d.path + "/lock";
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
   LeaseLock lock;
   ASSERT_TRUE(lock.Acquire(PosixFileSystem(), path, "t", "save", "1", {.lease_seconds = 0.2}).ok());
   auto first = ReadLockHolder(PosixFileSystem(), path);
@@ -133,8 +109,8 @@ TEST(LeaseLock, TheHolderRenewsItsHeartbeat) {
 // once (the kernel shows it alive); once it is killed its lease still runs, then the next
 // taker breaks it and names it.
 TEST(LeaseLock, ADeadHolderOfAnotherHostIsBrokenAfterItsLease) {
-  TempDir d;
-  const std::string path = d.path + "/lock";
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
   pid_t holder = HolderOnHost("host-a", path, /*lease=*/2, /*no_flock=*/false);
   ASSERT_GT(holder, 0);
   AsHost b("host-b");
@@ -165,8 +141,8 @@ TEST(LeaseLock, ADeadHolderOfAnotherHostIsBrokenAfterItsLease) {
 // heartbeat alone keeps a live holder's lock: it is never broken while renewed, and broken
 // once its holder is gone and the lease ran out.
 TEST(LeaseLock, WithoutFlockARenewedLeaseIsNeverBroken) {
-  TempDir d;
-  const std::string path = d.path + "/lock";
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
   NoFlockFileSystem fs;
   const double lease = 6;  // renewed every 1.5 s
   pid_t holder = HolderOnHost("host-a", path, lease, /*no_flock=*/true);
@@ -198,8 +174,8 @@ TEST(LeaseLock, WithoutFlockARenewedLeaseIsNeverBroken) {
 
 // On a store without flock the same host's dead process is seen by its pid.
 TEST(LeaseLock, WithoutFlockADeadProcessOfThisHostIsSeenAtOnce) {
-  TempDir d;
-  const std::string path = d.path + "/lock";
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
   NoFlockFileSystem fs;
   pid_t holder = HolderOnHost("host-a", path, /*lease=*/300, /*no_flock=*/true);
   ASSERT_GT(holder, 0);

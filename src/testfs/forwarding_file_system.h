@@ -1,0 +1,50 @@
+// A file system that passes calls to another: tests derive from it and override only the calls
+// they change (a gate, a fault, a planted change), instead of forwarding each by hand.
+// ReuseFile and WriteAtomic keep FileSystem's own implementations, which go through this
+// object's calls, so an override applies to them too.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "storage/file_system.h"
+
+namespace dcp::testfs {
+
+class ForwardingFileSystem : public storage::FileSystem {
+ public:
+  explicit ForwardingFileSystem(storage::FileSystem& base = storage::PosixFileSystem())
+      : base_(base) {}
+
+  Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
+    return base_.NewWritableFile(p);
+  }
+  Result<std::unique_ptr<storage::WritableFile>> NewExclusiveFile(const std::string& p) override {
+    return base_.NewExclusiveFile(p);
+  }
+  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
+    return base_.OpenReadable(p);
+  }
+  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
+  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
+  Status Remove(const std::string& p) override { return base_.Remove(p); }
+  Status Exchange(const std::string& a, const std::string& b) override {
+    return base_.Exchange(a, b);
+  }
+  Status CreateDirs(const std::string& d) override { return base_.CreateDirs(d); }
+  Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
+  Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
+  bool IsObjectStore() const override { return base_.IsObjectStore(); }
+  Status DropUnfinishedWrites(const std::string& d) override {
+    return base_.DropUnfinishedWrites(d);
+  }
+
+ protected:
+  storage::FileSystem& base() { return base_; }
+
+ private:
+  storage::FileSystem& base_;
+};
+
+}  // namespace dcp::testfs
