@@ -14,6 +14,7 @@
 #include "checkpoint/save.h"
 #include "checkpoint/verify.h"
 #include "dcp/checkpoint.h"
+#include "hf/safetensors_header.h"
 #include "metadata/codec.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
@@ -409,6 +410,38 @@ TEST_F(Checks, FlippedByteIsAChecksumErrorUnlessVerificationIsOff) {
   EXPECT_NE(v.find(DataFile()), std::string::npos) << v;
   StateDict d2 = Dest();
   EXPECT_NO_THROW(load(d2, tmp_.path(), {.verify_checksums = false}));
+}
+
+// A data file is also a safetensors file for other tools; its header is outside the chunk
+// checksums, so verify reads it: every byte of every tensor entry in the header JSON (key,
+// dtype, shape, offsets), flipped in turn, fails verify naming the file. Loads never read it.
+TEST_F(Checks, EveryFlippedByteOfAHeaderTensorEntryFailsVerify) {
+  const std::string path = DataFile();
+  auto header = hf::ReadSafetensorsHeader(storage::PosixFileSystem(), path);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  std::string text(header->header_length, '\0');
+  std::ifstream(path, std::ios::binary).seekg(8).read(text.data(), text.size());
+  // The entries: from each key's opening quote to the closing brace of its object.
+  std::vector<std::pair<uint64_t, uint64_t>> entries;
+  for (const auto& t : header->tensors) {
+    const size_t at = text.find("\"" + t.name + "\"");
+    ASSERT_NE(at, std::string::npos) << t.name;
+    entries.emplace_back(8 + at, 8 + text.find('}', at) + 1);
+  }
+  int flips = 0;
+  for (const auto& [begin, end] : entries) {
+    for (uint64_t b = begin; b < end; ++b, ++flips) {
+      testing::FlipByte(path, b);
+      auto r = checkpoint::Verify(storage::PosixFileSystem(), tmp_.path());
+      EXPECT_FALSE(r.ok()) << "a flipped byte at " << b << " of the header passed verify";
+      if (!r.ok()) {
+        EXPECT_NE(r.status().message().find(path), std::string::npos);
+      }
+      testing::FlipByte(path, b);  // back
+    }
+  }
+  EXPECT_GT(flips, 40);
+  EXPECT_TRUE(checkpoint::Verify(storage::PosixFileSystem(), tmp_.path()).ok());
 }
 
 TEST_F(Checks, EveryFlippedDataByteFailsVerify) {

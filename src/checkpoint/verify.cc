@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
+#include <unordered_map>
 
 #include "checkpoint/chunk_reads.h"
 #include "checkpoint/metadata_io.h"
+#include "hf/safetensors_header.h"
 #include "storage/chunk_reader.h"
 
 namespace dcp::checkpoint {
@@ -36,6 +39,50 @@ std::vector<Range> RangesOfFile(const metadata::Metadata& md, uint32_t file) {
     return a.range.byte_offset < b.range.byte_offset;
   });
   return ranges;
+}
+
+// A dcp tensor data file is also a safetensors file other tools read: its header must parse
+// and describe every stored chunk where the metadata puts it, with its dtype and shape. Loads
+// never read the header and the chunk checksums do not cover it, so only a verify sees it.
+Status VerifySafetensorsHeader(storage::FileSystem& fs, const std::string& path,
+                               const metadata::Metadata& md, uint32_t file) {
+  auto header = hf::ReadSafetensorsHeader(fs, path);
+  if (!header.ok()) {
+    return DataLoss("data file " + path +
+                    ": its safetensors header is damaged: " + header.status().message());
+  }
+  std::unordered_map<uint64_t, const hf::HeaderTensor*> at;  // by absolute data offset
+  for (const hf::HeaderTensor& t : header->tensors) {
+    if (t.end > t.begin) at[header->data_start() + t.begin] = &t;
+  }
+  // The key of each chunk, as the writer names it: the fqn, or "<fqn>.__dcp_chunk_<k>" for the
+  // k-th (in metadata order) of several chunks of one tensor in this file.
+  std::unordered_map<const metadata::StoredChunk*, std::string> key;
+  for (const auto& t : md.tensors) {
+    int here = 0, k = 0;
+    for (const auto& c : t.chunks) here += c.file == file;
+    for (const auto& c : t.chunks) {
+      if (c.file != file) continue;
+      key[&c] = here == 1 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(k++);
+    }
+  }
+  for (const Range& r : RangesOfFile(md, file)) {
+    if (!r.chunk || r.chunk->byte_length == 0) continue;
+    auto it = at.find(r.chunk->byte_offset);
+    const hf::HeaderTensor* h = it == at.end() ? nullptr : it->second;
+    if (!h || h->end - h->begin != r.chunk->byte_length || h->dtype != r.tensor->dtype ||
+        !(h->shape == r.chunk->box.lengths) || h->name != key[r.chunk]) {
+      return DataLoss("data file " + path + ": its safetensors header does not describe tensor '" +
+                      r.tensor->fqn + "' chunk " + r.chunk->box.ToString() + " at byte " +
+                      std::to_string(r.chunk->byte_offset) + " as the metadata does");
+    }
+  }
+  return OkStatus();
+}
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -98,6 +145,10 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
   for (uint32_t f = 0; f < md.files.size(); ++f) {
     const std::string path = storage::JoinPath(DataDirOf(dir), md.files[f].name);
     DCP_RETURN_IF_ERROR(VerifyDataFile(fs, path, md, f, &report.bytes_checked));
+    // HuggingFace sources: their metadata was built from these very headers.
+    if (md.has_checksums && EndsWith(md.files[f].name, ".safetensors")) {
+      DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, md, f));
+    }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
