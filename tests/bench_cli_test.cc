@@ -61,7 +61,7 @@ TEST(BenchCliTest, TinyBenchWritesTheDocumentedKeys) {
   // of resident memory during a phase is measured, not assumed (a real save needs something).
   EXPECT_GT(j["phases"]["save"]["held_bytes"].get<uint64_t>(), 0u);
   EXPECT_GT(j["phases"]["save"]["peak_rss_extra_bytes"].get<uint64_t>(), 0u);
-  EXPECT_EQ(j["load_max_staging_bytes"], uint64_t{256} << 20);
+  EXPECT_EQ(j["load_max_broadcast_buffer_bytes"], uint64_t{256} << 20);
   EXPECT_EQ(j["phases"]["load.no_broadcast"]["bytes_read_storage"], j["unique_bytes"]);
   // Cold means cold: the kernel held none of the checkpoint right before the load -- unless
   // the scratch directory is in memory (tmpfs), which the report must then say.

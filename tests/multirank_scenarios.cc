@@ -510,18 +510,19 @@ void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
     for (const auto& c : t.chunks) tensor_bytes += c.byte_length;
   }
   for (const auto& b : md->bytes) bytes_entries += b.byte_length;
-  // Issue 20 item 5: broadcast buffers stay within LoadOptions::max_staging_bytes, but for a
-  // single buffer larger than it (unbatched here: one stored chunk or shard per buffer).
+  // Issue 20 item 5: broadcast buffers stay within LoadOptions::max_broadcast_buffer_bytes, but for
+  // a single buffer larger than it (unbatched here: one stored chunk or shard per buffer).
   uint64_t largest_chunk = 0;
   for (const auto& t : md->tensors) {
     for (const auto& c : t.chunks) largest_chunk = std::max(largest_chunk, c.byte_length);
   }
   const uint64_t cap = 64 << 10;
-  LoadResult capped = LoadVerified(
-      comm, model, layout, ckpt,
-      {.broadcast_batch_bytes = 0, .max_staging_bytes = cap, .broadcast_within_host = true});
+  LoadResult capped = LoadVerified(comm, model, layout, ckpt,
+                                   {.broadcast_batch_bytes = 0,
+                                    .max_broadcast_buffer_bytes = cap,
+                                    .broadcast_within_host = true});
   uint64_t peak = 0;
-  for (uint64_t p : GatherU64(*comm, capped.peak_staging_bytes)) peak = std::max(peak, p);
+  for (uint64_t p : GatherU64(*comm, capped.peak_broadcast_buffer_bytes)) peak = std::max(peak, p);
   EXPECT_LE(peak, std::max(cap, largest_chunk));
   if (save_layout == load_layout && save_layout.rfind("dp", 0) == 0) {
     // Pure replication: every unique tensor byte read from storage exactly once in total

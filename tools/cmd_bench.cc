@@ -69,8 +69,8 @@ void AddBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--pause", o.pause_seconds, "seconds to settle after delete + sync")
       ->capture_default_str();
   cmd->add_flag("!--no-verify", o.verify, "skip checking every loaded byte");
-  cmd->add_option("--max-staging-mib", o.load_max_staging_mib,
-                  "loads: LoadOptions::max_staging_bytes in MiB (default 256)")
+  cmd->add_option("--max-broadcast-buffer-mib", o.load_max_broadcast_buffer_mib,
+                  "loads: LoadOptions::max_broadcast_buffer_bytes in MiB (default 256)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-async-prepare", o.async_prepare,
                 "async: no AsyncSaver::Prepare, the first save allocates its staging pool");

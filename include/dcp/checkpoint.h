@@ -90,9 +90,9 @@ struct LoadOptions {
   // Host memory a rank holds for broadcasts in flight beyond the destination tensors: batches
   // of small shards and the whole stored chunks a reshard shares. Posting waits for older
   // broadcasts while more would be held; one buffer larger than this goes alone (so the bound
-  // is the larger of this and the largest such buffer). LoadResult::peak_staging_bytes says
-  // what a load held.
-  uint64_t max_staging_bytes = uint64_t{256} << 20;
+  // is the larger of this and the largest such buffer). LoadResult::peak_broadcast_buffer_bytes
+  // says what a load held.
+  uint64_t max_broadcast_buffer_bytes = uint64_t{256} << 20;
   // Ranks of one host share its page cache: by default, bytes wanted only by ranks of one
   // host are read by each of them (storage is read once, the others copy from memory, which
   // beats a broadcast between processes) and only groups spanning hosts broadcast. True
@@ -122,8 +122,8 @@ struct LoadResult {
   uint64_t bytes_sent = 0;      // as broadcast root
   uint64_t bytes_received = 0;  // as broadcast receiver
   uint64_t groups_created = 0;  // group communicators created (cached across loads)
-  // Broadcast buffers held at once (LoadOptions::max_staging_bytes).
-  uint64_t peak_staging_bytes = 0;
+  // Broadcast buffers held at once (LoadOptions::max_broadcast_buffer_bytes).
+  uint64_t peak_broadcast_buffer_bytes = 0;
   // Phases (seconds).
   double metadata_seconds = 0;
   double plan_seconds = 0;      // local plan

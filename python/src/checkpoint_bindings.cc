@@ -151,6 +151,7 @@ void BindCheckpoint(py::module_& m) {
       .def_readonly("batches", &LoadResult::batches)
       .def_readonly("bytes_sent", &LoadResult::bytes_sent)
       .def_readonly("bytes_received", &LoadResult::bytes_received)
+      .def_readonly("peak_broadcast_buffer_bytes", &LoadResult::peak_broadcast_buffer_bytes)
       .def_readonly("groups_created", &LoadResult::groups_created)
       .def_readonly("metadata_seconds", &LoadResult::metadata_seconds)
       .def_readonly("plan_seconds", &LoadResult::plan_seconds)
@@ -190,10 +191,11 @@ void BindCheckpoint(py::module_& m) {
       "load",
       [](StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm, bool broadcast,
          bool allow_partial, std::string strip_prefix, std::string add_prefix,
-         bool verify_checksums, int max_open_files) {
+         bool verify_checksums, int max_open_files, uint64_t max_broadcast_buffer_bytes) {
         LoadOptions opts;
         opts.verify_checksums = verify_checksums;
         opts.max_open_files = max_open_files;
+        opts.max_broadcast_buffer_bytes = max_broadcast_buffer_bytes;
         opts.comm = std::move(comm);
         opts.broadcast = broadcast;
         opts.allow_partial = allow_partial;
@@ -204,7 +206,8 @@ void BindCheckpoint(py::module_& m) {
       },
       py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("broadcast"),
       py::arg("allow_partial"), py::arg("strip_prefix"), py::arg("add_prefix"),
-      py::arg("verify_checksums") = true, py::arg("max_open_files") = 8);
+      py::arg("verify_checksums") = true, py::arg("max_open_files") = 8,
+      py::arg("max_broadcast_buffer_bytes") = LoadOptions{}.max_broadcast_buffer_bytes);
 
   py::class_<StagingStats>(m, "StagingStats")
       .def_readonly("bytes_staged", &StagingStats::bytes_staged)

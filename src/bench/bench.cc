@@ -354,7 +354,7 @@ Status Runner::RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layo
   // One machine: measure the broadcast machinery itself, not the host-aware default (which
   // would read through the shared page cache exactly as with broadcast off).
   lo.broadcast_within_host = true;
-  lo.max_staging_bytes = o_.load_max_staging_mib << 20;
+  lo.max_broadcast_buffer_bytes = o_.load_max_broadcast_buffer_mib << 20;
   LoadResult r;
   DCP_ASSIGN_OR_RETURN(double s, Timed([&] {
                          auto res = checkpoint::Load(dst->sd, ckpt_, lo, *fs_);
@@ -688,7 +688,7 @@ std::string ReportJson(const BenchReport& r) {
   j["load_layout"] = r.load_layout;
   j["cache"] = o.cold ? "cold" : "warm";
   j["repeat"] = o.repeat;
-  j["load_max_staging_bytes"] = o.load_max_staging_mib << 20;
+  j["load_max_broadcast_buffer_bytes"] = o.load_max_broadcast_buffer_mib << 20;
   j["unique_bytes"] = r.unique_bytes;
   j["tensors"] = r.tensors;
   j["chunks"] = r.chunks;

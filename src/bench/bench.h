@@ -33,8 +33,8 @@ struct BenchOptions {
   // async: AsyncSaver::Prepare before the first save (timed on its own, prepare_seconds), as
   // a job would before its training loop; false: the first Save allocates the pool itself.
   bool async_prepare = true;
-  // Loads: LoadOptions::max_staging_bytes, in MiB.
-  uint64_t load_max_staging_mib = 256;
+  // Loads: LoadOptions::max_broadcast_buffer_bytes, in MiB.
+  uint64_t load_max_broadcast_buffer_mib = 256;
 };
 
 struct PhaseReport {

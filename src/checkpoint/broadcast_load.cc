@@ -86,7 +86,7 @@ class InFlight {
     DCP_RETURN_IF_ERROR(MakeRoom(op.staging.size()));
     while (ops_.size() >= limit_) DCP_RETURN_IF_ERROR(WaitOldest());
     staged_ += op.staging.size();
-    stats_->peak_staging_bytes = std::max(stats_->peak_staging_bytes, staged_);
+    stats_->peak_broadcast_buffer_bytes = std::max(stats_->peak_broadcast_buffer_bytes, staged_);
     DCP_ASSIGN_OR_RETURN(op.request, group.IBroadcast(buf, root));
     ++stats_->broadcasts;
     ops_.push_back(std::move(op));
@@ -174,8 +174,8 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const planner::LocalLoadPlan& shared_reads, ChunkReads& reads,
                       const LoadOptions& opts, LoadResult* stats, Status* read_failure) {
   const int me = world.rank();
-  InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight), opts.max_staging_bytes,
-                     stats);
+  InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight),
+                     opts.max_broadcast_buffer_bytes, stats);
   reads.set_between_chunks([&] { in_flight.Progress(); });
   // After a read failure, keep the protocol going without reading: peers wait on us.
   auto read = [&](auto&& f) {

@@ -40,6 +40,18 @@ def main() -> None:
         # Groups of 2 are created once (by their members) and reused by the next load.
         assert r.groups_created == (1 if attempt == 0 else 0), (attempt, r.groups_created)
 
+    # A broadcast buffer budget of one byte: every buffer goes alone, the data is the same.
+    sd = state(torch.zeros(8, 8), torch.zeros(6, 8, dtype=torch.int32))
+    r = dcp.load(sd, os.path.join(root, "ckpt"), max_broadcast_buffer_bytes=1)
+    assert torch.equal(sd["pairs"].full_tensor(), full_a)
+    assert torch.equal(sd["all"].full_tensor(), full_b)
+    assert r.peak_broadcast_buffer_bytes <= 64 * 4 + 48 * 4, r.peak_broadcast_buffer_bytes
+    try:
+        dcp.load(sd, os.path.join(root, "ckpt"), max_broadcast_buffer_bytes=0)
+        raise AssertionError("a zero broadcast buffer budget was accepted")
+    except ValueError as e:
+        assert "max_broadcast_buffer_bytes" in str(e), e
+
     # A process subgroup: ranks 1 and 3 save and load alone.
     sub = dist.new_group([1, 3])
     if rank in (1, 3):
