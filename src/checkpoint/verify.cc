@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <string_view>
 #include <unordered_map>
 
 #include "checkpoint/chunk_reads.h"
@@ -55,34 +54,28 @@ Status VerifySafetensorsHeader(storage::FileSystem& fs, const std::string& path,
   for (const hf::HeaderTensor& t : header->tensors) {
     if (t.end > t.begin) at[header->data_start() + t.begin] = &t;
   }
-  // The key of each chunk, as the writer names it: the fqn, or "<fqn>.__dcp_chunk_<k>" for the
-  // k-th (in metadata order) of several chunks of one tensor in this file.
-  std::unordered_map<const metadata::StoredChunk*, std::string> key;
+  // One pass over the metadata: each chunk of this file with the key its writer gave it, the
+  // fqn, or "<fqn>.__dcp_chunk_<k>" for the k-th (in metadata order) of several in this file.
   for (const auto& t : md.tensors) {
     int here = 0, k = 0;
     for (const auto& c : t.chunks) here += c.file == file;
     for (const auto& c : t.chunks) {
       if (c.file != file) continue;
-      key[&c] = here == 1 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(k++);
-    }
-  }
-  for (const Range& r : RangesOfFile(md, file)) {
-    if (!r.chunk || r.chunk->byte_length == 0) continue;
-    auto it = at.find(r.chunk->byte_offset);
-    const hf::HeaderTensor* h = it == at.end() ? nullptr : it->second;
-    if (!h || h->end - h->begin != r.chunk->byte_length || h->dtype != r.tensor->dtype ||
-        !(h->shape == r.chunk->box.lengths) || h->name != key[r.chunk]) {
-      return DataLoss("data file " + path + ": its safetensors header does not describe tensor '" +
-                      r.tensor->fqn + "' chunk " + r.chunk->box.ToString() + " at byte " +
-                      std::to_string(r.chunk->byte_offset) + " as the metadata does");
+      const std::string key = here == 1 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(k);
+      ++k;
+      if (c.byte_length == 0) continue;
+      auto it = at.find(c.byte_offset);
+      const hf::HeaderTensor* h = it == at.end() ? nullptr : it->second;
+      if (!h || h->end - h->begin != c.byte_length || h->dtype != t.dtype ||
+          !(h->shape == c.box.lengths) || h->name != key) {
+        return DataLoss("data file " + path +
+                        ": its safetensors header does not describe tensor '" + t.fqn + "' chunk " +
+                        c.box.ToString() + " at byte " + std::to_string(c.byte_offset) +
+                        " as the metadata does");
+      }
     }
   }
   return OkStatus();
-}
-
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -146,7 +139,7 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
     const std::string path = storage::JoinPath(DataDirOf(dir), md.files[f].name);
     DCP_RETURN_IF_ERROR(VerifyDataFile(fs, path, md, f, &report.bytes_checked));
     // HuggingFace sources: their metadata was built from these very headers.
-    if (md.has_checksums && EndsWith(md.files[f].name, ".safetensors")) {
+    if (md.has_checksums && md.files[f].name.ends_with(".safetensors")) {
       DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, md, f));
     }
   }

@@ -150,7 +150,8 @@ std::vector<Written> LayOutWrites(const planner::GlobalSavePlan& plan, int world
       storage::WrittenRange range{f.size, n, checksum(), {}};
       if (block_size > 0 && n > block_size) range.block_xxh3.resize((n - 1) / block_size + 1);
       for (uint64_t& h : range.block_xxh3) h = checksum();
-      if (!range.block_xxh3.empty()) range.xxh3 = BlockDigest(range.block_xxh3);  // as decoders check
+      if (!range.block_xxh3.empty())
+        range.xxh3 = BlockDigest(range.block_xxh3);  // as decoders check
       f.ranges.push_back(std::move(range));
       f.size += n;
     }

@@ -39,6 +39,13 @@ bool ProcessAlive(int64_t pid) {
   return line[close + 2] != 'Z' && line[close + 2] != 'X';
 }
 
+// The text of the lock at `path` through `fs`, refused when longer than a lock can be.
+Result<std::string> ReadLockText(FileSystem& fs, const std::string& path) {
+  DCP_ASSIGN_OR_RETURN(uint64_t size, fs.FileSize(path));
+  if (size > kMaxLockBytes) return DataLoss(path + " is not a dcp lock (too large)");
+  return ReadWholeFile(fs, path);
+}
+
 // The holder in `text`; a file that is no lock is judged by its modification time.
 LockHolder HolderOf(std::string_view text, int64_t mtime_ms) {
   auto h = DecodeLockHolder(text);
@@ -168,9 +175,7 @@ struct LeaseLock::State {
       buf.resize(static_cast<size_t>(n));
       return buf;
     }
-    DCP_ASSIGN_OR_RETURN(uint64_t size, fs->FileSize(path));
-    if (size > kMaxLockBytes) return std::string(kMaxLockBytes + 1, ' ');
-    return ReadWholeFile(*fs, path);
+    return ReadLockText(*fs, path);
   }
 
   Status WriteContent() {
@@ -375,9 +380,7 @@ void LeaseLock::Release() {
 }
 
 Result<LockHolder> ReadLockHolder(FileSystem& fs, const std::string& path) {
-  DCP_ASSIGN_OR_RETURN(uint64_t size, fs.FileSize(path));
-  if (size > kMaxLockBytes) return DataLoss(path + " is not a dcp lock (too large)");
-  DCP_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(fs, path));
+  DCP_ASSIGN_OR_RETURN(std::string text, ReadLockText(fs, path));
   auto h = DecodeLockHolder(text);
   if (!h.ok()) return DataLoss(path + " is not a dcp lock");
   return h;
