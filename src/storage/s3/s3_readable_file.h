@@ -1,0 +1,71 @@
+// Reads of one S3 object by ranged GETs, with read-ahead over the ranges a load announced.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "storage/file_system.h"
+#include "storage/s3/s3_client.h"
+
+namespace dcp::storage::s3 {
+
+class S3FileSystem;
+
+// Announced ranges (WillRead) become extents: neighbours less than kGap apart merged up to
+// one part (larger ranges cut into parts). A read inside an extent starts the GETs of it and
+// of the next `connections` extents, then waits for its own only: while the caller uses one
+// extent, the following ones are on the wire, and every read slides that window on. An
+// extent goes once its bytes have all been read; the oldest fetched go when more than two
+// windows' worth are held, so memory stays bounded whatever order the reads come in. Reads
+// larger than a part go straight out, in parallel parts. No lock is held while waiting on
+// the network: readers of other extents of the file go on.
+class S3ReadableFile final : public ReadableFile {
+ public:
+  static constexpr uint64_t kGap = uint64_t{1} << 20;
+
+  S3ReadableFile(S3FileSystem& fs, S3Location loc, std::string path, uint64_t size);
+  ~S3ReadableFile() override;  // waits for the GETs it started
+
+  // Adds extents for `ranges`; a range overlapping an extent already announced is skipped
+  // (it is read directly, or from that extent).
+  void WillRead(std::span<const ByteRange> ranges) override;
+  Status ReadAt(uint64_t offset, std::span<std::byte> dst) override;
+  uint64_t size() const override { return size_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  struct Fetch;  // one extent's GET, shared with the pool task that runs it
+  struct Extent {
+    uint64_t begin, end;
+    uint32_t group;  // the pieces of one large range share an odd group; small ones even
+    std::shared_ptr<Fetch> fetch = nullptr;  // null until started, and once read or evicted
+    uint64_t served = 0;                     // bytes read from it so far
+    uint64_t started = 0;                    // start order, for eviction
+  };
+
+  // The extent holding [offset, offset + length), or extents_.size(). Holds mu_.
+  size_t Find(uint64_t offset, uint64_t length) const;
+  bool Overlaps(uint64_t begin, uint64_t end) const;
+  bool FetchAhead(size_t i, size_t k) const;
+  // Extent i and the next ones started; the oldest finished beyond the budget dropped.
+  void StartWindow(size_t i);
+  void Start(Extent& e);
+  Status ReadExtent(size_t i, uint64_t offset, std::span<std::byte> dst,
+                    std::unique_lock<std::mutex>& lock);
+
+  S3FileSystem& fs_;
+  S3Location loc_;
+  std::string path_;
+  uint64_t size_;
+  std::mutex mu_;
+  std::vector<Extent> extents_;                // ascending, disjoint
+  std::vector<std::weak_ptr<Fetch>> started_;  // to wait for at the end
+  size_t prune_at_ = 64;
+  uint32_t group_ = 0;
+  uint64_t starts_ = 0;
+};
+
+}  // namespace dcp::storage::s3
