@@ -51,8 +51,7 @@ def _is_tensor_type(t: type) -> bool:
 _TENSOR_TYPES = {t: False for t in (int, float, str, bool, type(None), dict, list, tuple)}
 
 
-def is_tensor(obj: Any) -> bool:
-    t = type(obj)
+def is_tensor_type(t: type) -> bool:
     known = _TENSOR_TYPES.get(t)
     if known is not None:
         return known
@@ -60,6 +59,10 @@ def is_tensor(obj: Any) -> bool:
     if answer:
         _TENSOR_TYPES[t] = True
     return answer
+
+
+def is_tensor(obj: Any) -> bool:
+    return is_tensor_type(type(obj))
 
 
 def is_torch_tensor(obj: Any) -> bool:

@@ -13,12 +13,14 @@ Each leaf keeps its path (the real keys: a dict's own key objects, list indices)
 load writes a value back under the template's key, whatever its type.
 """
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, List, NamedTuple, Set, Tuple
 
 from ._errors import invalid_argument
 
 Path = Tuple[Any, ...]
+_PLAIN_DICTS = (dict, OrderedDict)  # whose values() and iteration are the built-in ones
 
 
 class Flat(NamedTuple):
@@ -53,7 +55,7 @@ def is_walked(obj: Any, walks: Callable[[Any], bool]) -> bool:
     return False
 
 
-def flatten(state_dict: Mapping, is_tensor: Callable[[Any], bool],
+def flatten(state_dict: Mapping, is_tensor_type: Callable[[type], bool],
             walks: Callable[[Any], bool]) -> Flat:
     """Every leaf of `state_dict` by its dotted name. Two paths with one name are an error."""
     if not isinstance(state_dict, Mapping):
@@ -66,19 +68,7 @@ def flatten(state_dict: Mapping, is_tensor: Callable[[Any], bool],
     values: List[str] = []
     kinds: Dict[str, str] = {}
 
-    def walk(obj: Any, path: Path, name: str, kind: str) -> None:
-        tensor = is_tensor(obj)
-        if not tensor and is_walked(obj, walks):
-            if id(obj) in seen:
-                aliased.add(id(obj))
-            seen.add(id(obj))
-            if isinstance(obj, Mapping):
-                items, k = obj.items(), "d"
-            else:
-                items, k = enumerate(obj), "t" if isinstance(obj, tuple) else "l"
-            for key, v in items:
-                walk(v, path + (key,), f"{name}.{key}", kind + k)
-            return
+    def add(obj: Any, path: Path, name: str, kind: str, tensor: bool) -> None:
         if name in leaves:
             raise invalid_argument(
                 f"two state dict entries are both named '{name}' (paths {paths[name]!r} and "
@@ -91,8 +81,50 @@ def flatten(state_dict: Mapping, is_tensor: Callable[[Any], bool],
         else:
             values.append(name)
 
-    for k, v in state_dict.items():
-        walk(v, (k,), str(k), "d")
+    def walk(obj: Any, path: Path, name: str, kind: str) -> None:
+        tensor = is_tensor_type(type(obj))
+        if tensor or not is_walked(obj, walks):
+            add(obj, path, name, kind, tensor)
+            return
+        if id(obj) in seen:
+            aliased.add(id(obj))
+        seen.add(id(obj))
+        if isinstance(obj, Mapping):
+            walk_dict(obj, path, name + ".", kind + "d")
+        else:
+            k = "t" if isinstance(obj, tuple) else "l"
+            for key, v in enumerate(obj):
+                walk(v, path + (key,), f"{name}.{key}", kind + k)
+
+    def walk_dict(obj: Mapping, path: Path, prefix: str, kind: str) -> None:
+        # A model's or an optimizer state's dict holds thousands of tensors under string
+        # keys: each run of them is taken in one C-level pass per field (a repeated call
+        # pays this per tensor); the other entries are walked one by one.
+        keys, items = list(obj), list(obj.values())
+        types = list(map(type, items))
+        tensor_types: Set[type] = set()
+        if type(obj) in _PLAIN_DICTS and set(map(type, keys)) == {str}:
+            tensor_types = {t for t in set(types) if is_tensor_type(t)}
+        start = 0
+        for i in [i for i, t in enumerate(types) if t not in tensor_types]:
+            add_tensors(keys[start:i], items[start:i], path, prefix, kind)
+            walk(items[i], path + (keys[i],), prefix + str(keys[i]), kind)
+            start = i + 1
+        add_tensors(keys[start:], items[start:], path, prefix, kind)
+
+    def add_tensors(keys: List[str], items: List[Any], path: Path, prefix: str,
+                    kind: str) -> None:
+        names = list(map(prefix.__add__, keys)) if prefix else keys
+        if not leaves.keys().isdisjoint(names):  # a name taken: the error names both paths
+            for key, name, item in zip(keys, names, items):
+                add(item, path + (key,), name, kind, True)
+            return
+        leaves.update(zip(names, items))
+        paths.update(zip(names, map(path.__add__, zip(keys))))
+        kinds.update(dict.fromkeys(names, kind))
+        tensors.extend(items)
+
+    walk_dict(state_dict, (), "", "d")
     return Flat(leaves, paths, aliased, tensors, values, kinds)
 
 

@@ -8,6 +8,7 @@ loaded in place, then handed to load_state_dict(): torch.distributed.checkpoint'
 import gc
 import hashlib
 import json
+import operator
 import sys
 import threading
 import time
@@ -16,9 +17,12 @@ from collections.abc import Mapping
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _boundary, _dcp, _paths, _values
-from ._chunks import host_chunks, is_tensor, is_torch_tensor
+from ._chunks import host_chunks, is_tensor, is_tensor_type, is_torch_tensor
 from ._errors import DcpError, error
 from ._flatten import Flat, flatten, set_leaves
+
+
+_NEVER_STATEFUL = (int, float, str, bool, bytes, type(None), dict, list, tuple)
 
 
 def is_stateful(obj: Any) -> bool:
@@ -35,9 +39,15 @@ class Prepared:
                         f"state_dict must be a dict, not {type(state_dict).__name__}")
         self.started = time.perf_counter()
         self.original = state_dict
-        # A shallow copy with every Stateful replaced by its state_dict().
-        self.state = {k: (v.state_dict() if is_stateful(v) else v) for k, v in state_dict.items()}
-        self.flat: Flat = flatten(self.state, is_tensor, is_torch_tensor)
+        # A shallow copy with every Stateful replaced by its state_dict() (a flat dict of
+        # tensors and numbers, as a model's, holds none: told by its few types).
+        types = set(map(type, state_dict.values()))
+        if all(t in _NEVER_STATEFUL or is_tensor_type(t) for t in types):
+            self.state = dict(state_dict)
+        else:
+            self.state = {k: (v.state_dict() if is_stateful(v) else v)
+                          for k, v in state_dict.items()}
+        self.flat: Flat = flatten(self.state, is_tensor_type, is_torch_tensor)
         self.sd: Any = None
         self.owners: List[Any] = []  # the memory the engine reads or fills: kept alive
         self.write_backs: List[Callable[[], None]] = []  # load: staged copies -> tensors
@@ -45,7 +55,7 @@ class Prepared:
         self.replacements: Dict[str, Any] = {}  # load: meta tensors -> the allocated ones
         self.layout: Optional[tuple] = None  # save: the paths and container kinds
         self.cache_key: Optional[tuple] = None
-        self.signatures: Optional[list] = None  # per tensor leaf, when cacheable
+        self.signatures: Optional["Signatures"] = None  # of the tensor leaves, when cacheable
 
     def python_seconds(self) -> float:
         return time.perf_counter() - self.started
@@ -61,8 +71,8 @@ _CACHE_SIZE = 4
 
 
 def _signature(leaf: Any) -> Optional[tuple]:
-    """(local tensor, (data_ptr, dtype, shape, spec)) of a CPU tensor that the engine uses in
-    place; None for anything else (it is prepared anew each time)."""
+    """(local tensor, spec) of a CPU tensor that the engine uses in place (spec None for a
+    plain tensor); None for anything else (it is prepared anew each time)."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(leaf, torch.Tensor):
         return None
@@ -72,31 +82,60 @@ def _signature(leaf: Any) -> Optional[tuple]:
     local = getattr(leaf, "_local_tensor", None) if spec is not None else leaf
     if local is None or not local.is_cpu or not local.is_contiguous():
         return None
-    return local, (local.data_ptr(), local.dtype, local.shape, spec)
+    return local, spec
+
+
+_SPEC, _LOCAL = operator.attrgetter("_spec"), operator.attrgetter("_local_tensor")
+_DTYPE, _SHAPE, _IS_CPU = (operator.attrgetter(a) for a in ("dtype", "shape", "is_cpu"))
+
+
+class Signatures:
+    """What a reused preparation must find again, by column (one C-level pass per check
+    instead of a Python loop per tensor: a repeated call over thousands of tensors costs
+    about half as much): the leaves' classes, the DTensors' positions and specs, and the
+    local tensors' memory, dtypes and shapes (all were contiguous on the CPU)."""
+
+    __slots__ = ("kinds", "dtensors", "specs", "ptrs", "dtypes", "shapes")
+
+    def __init__(self, leaves: List[Any], got: List[tuple]) -> None:
+        self.kinds = list(map(type, leaves))
+        self.dtensors = [i for i, (_, spec) in enumerate(got) if spec is not None]
+        self.specs = [got[i][1] for i in self.dtensors]
+        locals_ = [local for local, _ in got]
+        self.ptrs, self.dtypes, self.shapes = self._memory(locals_)
+
+    @staticmethod
+    def _memory(locals_: List[Any]) -> tuple:
+        return (list(map(sys.modules["torch"].Tensor.data_ptr, locals_)),
+                list(map(_DTYPE, locals_)), list(map(_SHAPE, locals_)))
+
+    def match(self, leaves: List[Any]) -> Optional[List[Any]]:
+        """The local tensors of `leaves` when they match, else None."""
+        if len(leaves) != len(self.kinds) or list(map(type, leaves)) != self.kinds:
+            return None
+        every = len(self.dtensors) == len(leaves)
+        dtensors = leaves if every else [leaves[i] for i in self.dtensors]
+        if list(map(_SPEC, dtensors)) != self.specs:  # specs: identity first, then ==
+            return None
+        if every:
+            locals_ = list(map(_LOCAL, leaves))
+        else:
+            locals_ = list(leaves)
+            for i, d in zip(self.dtensors, dtensors):
+                locals_[i] = d._local_tensor
+        if (self._memory(locals_) != (self.ptrs, self.dtypes, self.shapes) or
+                not all(map(sys.modules["torch"].Tensor.is_contiguous, locals_)) or
+                not all(map(_IS_CPU, locals_))):
+            return None
+        return locals_
 
 
 def _reuse(p: Prepared, cached: Prepared) -> bool:
-    """Takes `cached`'s engine StateDict into `p` when every tensor leaf matches (the loop
-    every repeated call runs: kept to the few checks that make reuse safe)."""
-    sigs = cached.signatures
-    if len(sigs) != len(p.flat.tensors):
+    """Takes `cached`'s engine StateDict into `p` when every tensor leaf matches."""
+    owners = cached.signatures.match(p.flat.tensors)
+    if owners is None:
         return False
-    tensor_type = sys.modules["torch"].Tensor
-    owners = []
-    for leaf, (ptr, dtype, shape, spec) in zip(p.flat.tensors, sigs):
-        if not isinstance(leaf, tensor_type):
-            return False
-        if spec is not None:
-            if getattr(leaf, "_spec", None) is not spec and getattr(leaf, "_spec", None) != spec:
-                return False
-            local = leaf._local_tensor
-        else:
-            local = leaf
-        if (local.data_ptr() != ptr or local.dtype != dtype or local.shape != shape or
-                not local.is_cpu or not local.is_contiguous()):
-            return False
-        owners.append(local)
-    p.sd, p.owners, p.signatures = cached.sd, owners, sigs
+    p.sd, p.owners, p.signatures = cached.sd, owners, cached.signatures
     return True
 
 
@@ -125,8 +164,8 @@ def _build(p: Prepared, for_load: bool, load_as: Optional[Dict[str, Any]] = None
             if got is None or len(chunks) != 1 or chunks[0].owner is not got[0]:
                 sigs = None  # a staged copy, several chunks or none: not reusable
             else:
-                sigs.append(got[1])
-    p.signatures = sigs
+                sigs.append(got)
+    p.signatures = None if sigs is None else Signatures(p.flat.tensors, sigs)
 
 
 def prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool = False,

@@ -381,6 +381,64 @@ def test_repeated_calls_reuse_preparation_without_keeping_tensors(tmp_path):
     assert ref() is None
 
 
+def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path):
+    """Each change that keeps the names (and often the address) must be seen: the engine
+    would otherwise read stale memory or the wrong bytes."""
+    from hyperdcp import _prepare
+
+    def fresh():
+        return torch.arange(16.0).reshape(4, 4)
+
+    changes = {
+        "new memory": lambda t: setattr(t, "data", torch.full((4, 4), 5.0)),
+        "same memory, other shape": lambda t: t.data.resize_(2, 4),
+        "same memory, other dtype": lambda t: setattr(t, "data", t.data.view(torch.int32)),
+        "same memory, transposed": lambda t: setattr(t, "data", t.data.t()),
+        "a Parameter in its place": None,
+    }
+    for i, (what, change) in enumerate(changes.items()):
+        _prepare._CACHE.clear()
+        t = fresh()
+        state = {"w": t, "n": 1, "b": torch.ones(3)}
+        dcp.save(state, tmp_path / f"a{i}")  # prepared and cached
+        if change is None:
+            state["w"] = torch.nn.Parameter(t.clone().mul_(2), requires_grad=False)
+        else:
+            change(t)
+        want = state["w"].detach().clone()
+        dcp.save(state, tmp_path / f"b{i}")
+        got = dcp.load_all(tmp_path / f"b{i}")
+        assert got["w"].dtype == want.dtype and torch.equal(got["w"], want), what
+        assert torch.equal(got["b"], torch.ones(3)) and got["n"] == 1, what
+    # Another class over the same memory (a DTensor's local tensor in its place would keep
+    # the DTensor's global shape): not the same entry either.
+    t = fresh()
+    sigs = _prepare.Signatures([t], [(t, None)])
+    assert sigs.match([t]) == [t]
+    assert sigs.match([torch.nn.Parameter(t, requires_grad=False)]) is None
+
+
+def test_flattening_keeps_torch_order_and_names_around_tensor_runs():
+    from collections import OrderedDict
+
+    from hyperdcp._chunks import is_tensor_type, is_torch_tensor
+    from hyperdcp._flatten import flatten
+
+    t = [torch.full((1,), float(i)) for i in range(6)]
+    state = {"a": OrderedDict([("x", t[0]), ("y", 3), ("z", t[1])]), "b": t[2], 7: t[3],
+             "c": {"d": t[4], "e": [1, 2], "f": t[5]}}
+    flat = flatten(state, is_tensor_type, is_torch_tensor)
+    assert list(flat.leaves) == ["a.x", "a.y", "a.z", "b", "7", "c.d", "c.e", "c.f"]
+    assert [id(x) for x in flat.tensors] == [id(x) for x in t]
+    assert flat.values == ["a.y", "c.e"]
+    assert flat.paths["a.z"] == ("a", "z") and flat.paths["7"] == (7,)
+    assert flat.kinds["c.f"] == "dd" and flat.kinds["b"] == "d"
+    with pytest.raises(dcp.DcpError, match=r"both named 'a\.x'.*\('a', 'x'\).*\('a\.x',\)"):
+        flatten({"a": {"x": t[0]}, "a.x": t[1]}, is_tensor_type, is_torch_tensor)
+    with pytest.raises(dcp.DcpError, match=r"both named 'a\.x'"):
+        flatten({"a.x": t[1], "a": {"x": t[0], "y": t[2]}}, is_tensor_type, is_torch_tensor)
+
+
 def test_async_saver_options_reach_the_engine(tmp_path):
     try:
         dcp.set_async_options(max_staging_bytes=1 << 20, staging_threads=1, persist_nice=0)
