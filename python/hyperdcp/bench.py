@@ -14,6 +14,10 @@ FileSystemReader, fsync on), under the same conditions:
   (posix_fadvise DONTNEED) before the load; the residency left (mincore) is reported;
 - load.warm: every file is read just before the load;
 - reshard: a cold load into other placements (Shard(0) -> Shard(1), Replicate() -> Shard(0));
+- with --dir s3://bucket/prefix (configured from the environment: AWS_ENDPOINT_URL, keys):
+  torch DCP writes and reads through fsspec (FsspecWriter/FsspecReader over s3fs, its
+  documented path to object storage), dcp natively; every object is deleted before each
+  save, and there is no cache, so load.warm is another cold load;
 - async.blocked: async_save until it returned (the caller's blocking time, max over ranks),
   async.total: until persisted. torch's async_save gets a gloo group of its own, as its
   documentation advises (dcp derives one itself).
@@ -24,11 +28,7 @@ in the first repetition (untimed). Ratio: torch seconds / dcp seconds (> 1: dcp 
 """
 
 import argparse
-import ctypes
 import json
-import mmap
-import os
-import shutil
 import statistics
 import sys
 import time
@@ -41,9 +41,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 import hyperdcp as dcp
+from hyperdcp._bench_scratch import scratch_for
 
 PHASES = ["save", "load.cold", "load.warm", "reshard", "async.blocked", "async.total"]
-_CHUNK = 16 << 20
 
 
 # -- the state dict --------------------------------------------------------------------------
@@ -128,80 +128,6 @@ def unique_bytes(shapes) -> int:
                for s, d, _ in shapes.values())
 
 
-# -- the page cache ----------------------------------------------------------------------------
-def files_under(path: str) -> List[str]:
-    out = []
-    for root, _, names in os.walk(path):
-        out.extend(os.path.join(root, n) for n in names)
-    return sorted(out)
-
-
-def drop_cache(path: str) -> None:
-    """Writes back and drops every file of `path` from the page cache (as `dcp bench`)."""
-    for f in files_under(path):
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
-
-
-def resident_fraction(path: str) -> float:
-    """How much of the files under `path` sits in the page cache now (mincore over a
-    read-only mapping, which reads nothing)."""
-    page = mmap.PAGESIZE
-    total = resident = 0
-    for f in files_under(path):
-        size = os.path.getsize(f)
-        if size == 0:
-            continue
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-            if addr in (None, ctypes.c_void_p(-1).value):
-                raise OSError(ctypes.get_errno(), f"mmap {f}")
-            try:
-                n = (size + page - 1) // page
-                vec = (ctypes.c_ubyte * n)()
-                if _libc.mincore(addr, size, vec) != 0:
-                    raise OSError(ctypes.get_errno(), f"mincore {f}")
-                resident += sum(b & 1 for b in bytes(vec))
-                total += n
-            finally:
-                _libc.munmap(addr, size)
-        finally:
-            os.close(fd)
-    return resident / total if total else 0.0
-
-
-def read_all(path: str) -> None:
-    buf = bytearray(_CHUNK)
-    for f in files_under(path):
-        with open(f, "rb", buffering=0) as fh:
-            while fh.readinto(buf):
-                pass
-
-
-def in_memory_fs(path: str) -> bool:
-    best, fstype = "", ""
-    with open("/proc/mounts") as fh:
-        for line in fh:
-            parts = line.split()
-            mnt = parts[1]
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-                best, fstype = mnt, parts[2]
-    return fstype in ("tmpfs", "ramfs")
-
-
 # -- the two libraries -------------------------------------------------------------------------
 class Dcp:
     name = "dcp"
@@ -223,17 +149,18 @@ class Dcp:
 class TorchDcp:
     name = "torch"
 
-    def __init__(self) -> None:
+    def __init__(self, scratch: Any) -> None:
         self.async_pg = dist.new_group(backend="gloo")
+        self.scratch = scratch  # its writer and reader for the scratch space
 
     def save(self, sd, d):
-        torch_dcp.save(sd, storage_writer=torch_dcp.FileSystemWriter(d))
+        torch_dcp.save(sd, storage_writer=self.scratch.torch_writer())
 
     def load(self, sd, d):
-        torch_dcp.load(sd, storage_reader=torch_dcp.FileSystemReader(d))
+        torch_dcp.load(sd, storage_reader=self.scratch.torch_reader())
 
     def async_save(self, sd, d):
-        f = torch_dcp.async_save(sd, storage_writer=torch_dcp.FileSystemWriter(d),
+        f = torch_dcp.async_save(sd, storage_writer=self.scratch.torch_writer(),
                                  process_group=self.async_pg)
         return lambda: f.result(timeout=600)
 
@@ -290,31 +217,11 @@ def max_over_ranks(x: float) -> float:
     return float(t.item())
 
 
-def fresh_dir(d: str, pause: float) -> None:
-    """Deletes `d` and syncs (rank 0), then pauses: the same start for every save."""
-    dist.barrier()
-    if dist.get_rank() == 0:
-        shutil.rmtree(d, ignore_errors=True)
-        os.sync()
-    dist.barrier()
-    time.sleep(pause)
-
-
-def cold(d: str) -> float:
-    """Drops `d` from the page cache (rank 0, every file); its residency afterwards."""
-    dist.barrier()
-    frac = 0.0
-    if dist.get_rank() == 0:
-        drop_cache(d)
-        frac = resident_fraction(d)
-    dist.barrier()
-    return frac
-
-
-def run_lib(lib, states, shapes, d: str, args, verify: bool, out: Dict[str, List[float]],
+def run_lib(lib, states, shapes, scratch: Any, args, verify: bool, out: Dict[str, List[float]],
             resident: List[float], python: Dict[str, List[float]]) -> None:
     """One repetition of every phase; `python` gets dcp's Python-side seconds per phase."""
     src, same, other = states
+    d = scratch.ckpt
 
     def py(phase: str) -> None:
         if isinstance(lib, Dcp):
@@ -331,25 +238,23 @@ def run_lib(lib, states, shapes, d: str, args, verify: bool, out: Dict[str, List
         if verify:
             check(dst, shapes, layout, f"{lib.name} {phase}")
 
-    fresh_dir(d, args.pause)
+    scratch.fresh(args.pause)
     out["save"].append(timed(lambda: lib.save(src, d)))
     py("save")
 
     zero(same)
-    resident.append(cold(d))
+    resident.append(scratch.cold())
     load("load.cold", same, "save")
 
     zero(same)
-    dist.barrier()
-    if dist.get_rank() == 0:
-        read_all(d)
+    scratch.warm()
     load("load.warm", same, "save")
 
     zero(other)
-    resident.append(cold(d))
+    resident.append(scratch.cold())
     load("reshard", other, "reshard")
 
-    fresh_dir(d, args.pause)
+    scratch.fresh(args.pause)
     dist.barrier()
     t0 = time.perf_counter()
     wait = lib.async_save(src, d)
@@ -373,7 +278,8 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=None,
                     help="layers (6 tensors each; default: from --size-mb and --hidden)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dir", default=None, help="scratch directory (default: ./dcp-bench-scratch)")
+    ap.add_argument("--dir", default=None, help="scratch directory or s3://bucket/prefix "
+                    "(default: ./dcp-bench-scratch)")
     ap.add_argument("--pause", type=float, default=1.0, help="seconds after delete + sync")
     ap.add_argument("--json", default=None, help="write the results here (rank 0)")
     ap.add_argument("--no-verify", action="store_true")
@@ -384,10 +290,8 @@ def main(argv=None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.hidden % (4 * world):
         raise SystemExit(f"--hidden {args.hidden} is not a multiple of 4 x {world} ranks")
-    scratch = os.path.abspath(args.dir or "dcp-bench-scratch")
-    d = os.path.join(scratch, "ckpt")
-    if rank == 0:
-        os.makedirs(scratch, exist_ok=True)
+    scratch = scratch_for(args.dir or "dcp-bench-scratch")
+    d = scratch.ckpt
     mesh = init_device_mesh("cpu", (world,))
     shapes = model_shapes(args.size_mb, args.hidden, args.layers)
     nbytes = unique_bytes(shapes)
@@ -395,7 +299,7 @@ def main(argv=None) -> int:
                for s, t, r in shapes.values() if r)
     states = (make_state(shapes, mesh, "save", True), make_state(shapes, mesh, "save", False),
               make_state(shapes, mesh, "reshard", False))
-    libs = [Dcp(), TorchDcp()]
+    libs = [Dcp(), TorchDcp(scratch)]
     results = {lib.name: {p: [] for p in PHASES} for lib in libs}
     resident: Dict[str, List[float]] = {lib.name: [] for lib in libs}
     python: Dict[str, List[float]] = {p: [] for p in PHASES[:-1] + ["staged_bytes"]}
@@ -412,20 +316,18 @@ def main(argv=None) -> int:
     for rep in range(args.repeat):
         order = libs if rep % 2 == 0 else libs[::-1]
         for lib in order:
-            run_lib(lib, states, shapes, d, args, verify=rep == 0 and not args.no_verify,
+            run_lib(lib, states, shapes, scratch, args, verify=rep == 0 and not args.no_verify,
                     out=results[lib.name], resident=resident[lib.name], python=python)
         if rank == 0:
             print(f"  repetition {rep + 1}/{args.repeat} done", flush=True)
-    fresh_dir(d, 0)
+    scratch.fresh(0)
     prep = preparation_seconds(states[0])
     staged = int(statistics.median(python["staged_bytes"]))
     memcpy = memcpy_seconds(staged)
     fault = fault_seconds(staged)
 
     if rank == 0:
-        notes = []
-        if in_memory_fs(scratch):
-            notes.append(f"{scratch} is on an in-memory file system: cold loads are not cold")
+        notes = scratch.notes()
         med = {n: {p: statistics.median(v) for p, v in r.items()} for n, r in results.items()}
         gib = nbytes / 2**30
         print(f"\n{'phase':<15}{'dcp s':>10}{'torch s':>10}{'torch/dcp':>11}"
@@ -475,7 +377,7 @@ def main(argv=None) -> int:
     dist.barrier()
     if rank == 0:
         if args.dir is None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.remove()
     dist.destroy_process_group()
     return 0
 

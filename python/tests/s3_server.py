@@ -3,6 +3,7 @@ fault proxy in front of it for what the server cannot do by itself (503 SlowDown
 reset mid-request)."""
 
 import http.client
+import os
 import socket
 import subprocess
 import sys
@@ -19,12 +20,19 @@ def _free_port() -> int:
 
 
 class MotoServer:
-    def __init__(self) -> None:
+    """`unauthenticated`: with a number, the server accepts that many requests unsigned, then
+    checks every request's SigV4 signature against the access keys created through its IAM
+    API (moto's INITIAL_NO_AUTH_ACTION_COUNT), and the IAM policies of their user."""
+
+    def __init__(self, unauthenticated: Optional[int] = None) -> None:
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ)
+        if unauthenticated is not None:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(unauthenticated)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         deadline = time.monotonic() + 60
         while True:
             try:
