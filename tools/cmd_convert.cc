@@ -63,7 +63,7 @@ void ToDcp(const ConvertArgs& a, const std::shared_ptr<Comm>& comm) {
   const std::set<std::string> before = DataFiles(a.dst);
   HfToDcpOptions opts{.comm = comm};
   opts.on_start = [&](uint64_t total, uint64_t) {
-    if (!show) return;
+    if (!show || a.dst.starts_with("s3://")) return;  // progress watches local files grow
     progress.emplace("dcp convert " + a.src, total, 0, "data files written");
     poll.emplace(*progress, [&a, &before, total]() -> std::pair<uint64_t, uint64_t> {
       uint64_t bytes = 0, files = 0;

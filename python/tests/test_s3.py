@@ -218,6 +218,30 @@ def test_signatures_checked_by_the_server(tmp_path):
         server.stop()
 
 
+def test_convert_between_huggingface_and_an_s3_checkpoint(s3, dcp_cli, tmp_path):
+    """`dcp convert` with the dcp side on S3: a checkpoint on S3 exported to local safetensors
+    (the dcp reads go through the object store) and back to a new S3 checkpoint (a save with
+    the commit without rename); the HuggingFace side must be local, said clearly."""
+    torch.manual_seed(3)
+    state = {"emb": torch.randn(300, 64), "norm": torch.randn(64).to(torch.bfloat16),
+             "ids": torch.arange(5000, dtype=torch.int64)}
+    dcp.save(state, f"s3://{BUCKET}/conv/src", no_dist=True)
+    hf = tmp_path / "hf"
+    p = run([dcp_cli, "convert", f"s3://{BUCKET}/conv/src", str(hf), "--to", "hf", "--quiet"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (hf / "model.safetensors").stat().st_size > 300 * 64 * 4
+    p = run([dcp_cli, "convert", str(hf), f"s3://{BUCKET}/conv/back", "--quiet"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = {k: torch.zeros_like(v) for k, v in state.items()}
+    dcp.load(got, f"s3://{BUCKET}/conv/back", no_dist=True)
+    for k in state:
+        assert torch.equal(got[k], state[k]), k
+    p = run([dcp_cli, "convert", f"s3://{BUCKET}/conv/src", f"s3://{BUCKET}/conv/hf", "--to",
+             "hf"])
+    assert p.returncode != 0 and "must be a local path" in p.stdout + p.stderr, \
+        p.stdout + p.stderr
+
+
 def test_manager_retention_and_resume(s3, dcp_cli):
     _, client = s3
     root = f"s3://{BUCKET}/mgr"

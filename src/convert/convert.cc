@@ -46,7 +46,7 @@ std::string ShardHeader(const std::vector<OutTensor>& tensors, const OutShard& s
 // dcp load into `buffer`. Written under a temporary name and renamed when complete.
 Status WriteShard(const std::string& src, const std::string& dst,
                   const std::vector<OutTensor>& tensors, const OutShard& shard,
-                  const DcpToHfOptions& opts, storage::FileSystem& fs,
+                  const DcpToHfOptions& opts, storage::FileSystem& src_fs, storage::FileSystem& fs,
                   std::vector<std::byte>& buffer, DcpToHfResult* out) {
   const std::string path = storage::JoinPath(dst, shard.file);
   const std::string tmp = path + ".tmp";
@@ -73,7 +73,7 @@ Status WriteShard(const std::string& src, const std::string& dst,
       sd.add(t.fqn, TensorView{buffer.data() + pos, t.dtype, t.shape});
       pos += t.bytes;
     }
-    auto loaded = checkpoint::Load(sd, src, LoadOptions{}, fs);
+    auto loaded = checkpoint::Load(sd, src, LoadOptions{}, src_fs);
     if (!loaded.ok()) return loaded.status();
     DCP_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(buffer.data(), group_bytes)));
     out->tensors += j - i;
@@ -173,7 +173,9 @@ std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world)
 }
 
 Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
-                              const HfToDcpOptions& opts, storage::FileSystem& fs) {
+                              const HfToDcpOptions& opts, storage::FileSystem& fs,
+                              storage::FileSystem* dst_fs) {
+  storage::FileSystem& out = dst_fs ? *dst_fs : fs;
   const auto t0 = Clock::now();
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   HfToDcpResult result;
@@ -218,7 +220,7 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
   if (opts.on_start) opts.on_start(result.total_bytes, result.bytes);
   // The mappings stay until the save returned.
-  DCP_ASSIGN_OR_RETURN(result.save, checkpoint::Save(sd, dst, SaveOptions{.comm = comm}, fs));
+  DCP_ASSIGN_OR_RETURN(result.save, checkpoint::Save(sd, dst, SaveOptions{.comm = comm}, out));
   // A source that shrank meanwhile was read in part as zeros: that checkpoint is not the
   // model, so its metadata goes (the data files stay for the next save into dst to clear).
   Status unchanged;
@@ -228,7 +230,7 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
   unchanged = AgreeOnStatus(*comm, unchanged);
   if (!unchanged.ok()) {
     if (comm->rank() == 0) {
-      (void)fs.Remove(storage::JoinPath(dst, std::string(checkpoint::kMetadataName)));
+      (void)out.Remove(storage::JoinPath(dst, std::string(checkpoint::kMetadataName)));
     }
     return FailedPrecondition(unchanged.message() + "; the checkpoint written to " + dst +
                               " was uncommitted");
@@ -258,7 +260,9 @@ std::vector<OutShard> PlanShards(const std::vector<OutTensor>& tensors, uint64_t
 
 Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
                               const DcpToHfOptions& opts, storage::FileSystem& fs,
-                              const std::function<void(size_t index)>& after_shard) {
+                              const std::function<void(size_t index)>& after_shard,
+                              storage::FileSystem* src_fs) {
+  storage::FileSystem& in = src_fs ? *src_fs : fs;
   const auto t0 = Clock::now();
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int rank = comm->rank(), world = comm->size();
@@ -266,7 +270,7 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
 
   // Every rank reads the metadata once and plans the same shards; every later load is checked
   // against these bytes (CheckSourceUnchanged).
-  auto md = checkpoint::ReadMetadata(fs, src);
+  auto md = checkpoint::ReadMetadata(in, src);
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, md.status()));
   const std::string encoded = metadata::Encode(*md);
   std::vector<OutTensor> tensors;
@@ -341,8 +345,8 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
   std::vector<std::byte> buffer;
   for (size_t s = 0; s < shards.size() && st.ok(); ++s) {
     if (static_cast<int>(s % world) != rank) continue;
-    st = WriteShard(src, staging, tensors, shards[s], opts, fs, buffer, &result);
-    if (st.ok()) st = CheckSourceUnchanged(fs, src, encoded);
+    st = WriteShard(src, staging, tensors, shards[s], opts, in, fs, buffer, &result);
+    if (st.ok()) st = CheckSourceUnchanged(in, src, encoded);
     if (st.ok() && after_shard) after_shard(s);
   }
   buffer = {};
@@ -360,7 +364,7 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
                         index.dump(2) + "\n", ".tmp");
   }
   // Every rank's loads are done: one last look at the source, then the swap.
-  if (st.ok() && rank == 0) st = CheckSourceUnchanged(fs, src, encoded);
+  if (st.ok() && rank == 0) st = CheckSourceUnchanged(in, src, encoded);
   if (st.ok() && rank == 0) st = InstallExport(fs, staging, dst, dst_exists, aside);
   st = AgreeOnStatus(*comm, st);
   if (!st.ok()) return abandon(st);
@@ -401,31 +405,30 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
 
 namespace {
 
-// Conversion writes into a staging directory that it renames into place: object stores have
-// no directory rename.
-Status LocalOnly(const std::string& src, const std::string& dst) {
-  for (const std::string* p : {&src, &dst}) {
-    if (storage::IsObjectStorePath(*p)) {
-      return InvalidArgument("convert " + *p +
-                             ": conversion reads and writes local directories; "
-                             "load from or save to s3:// with dcp.load/dcp.save instead");
-    }
-  }
-  return OkStatus();
+// A HuggingFace side is local: a source is mapped into memory, an export is written into a
+// staging directory renamed into place (object stores have neither). The dcp side may be
+// anywhere a checkpoint may be.
+Status HfSideLocal(const std::string& hf_path, const char* role) {
+  if (!storage::IsObjectStorePath(hf_path)) return OkStatus();
+  return InvalidArgument(std::string("convert: the HuggingFace ") + role + " " + hf_path +
+                         " must be a local path (safetensors files are mapped or written in "
+                         "place); the dcp checkpoint may be on s3://");
 }
 
 }  // namespace
 
 HfToDcpResult convert_hf_to_dcp(const std::string& src, const std::string& dst,
                                 const HfToDcpOptions& opts) {
-  ThrowIfError(LocalOnly(src, dst));
-  return ValueOrThrow(convert::HfToDcp(src, dst, opts, storage::PosixFileSystem()));
+  ThrowIfError(HfSideLocal(src, "source"));
+  storage::FileSystem* out = ValueOrThrow(storage::FileSystemFor(dst));
+  return ValueOrThrow(convert::HfToDcp(src, dst, opts, storage::PosixFileSystem(), out));
 }
 
 DcpToHfResult convert_dcp_to_hf(const std::string& src, const std::string& dst,
                                 const DcpToHfOptions& opts) {
-  ThrowIfError(LocalOnly(src, dst));
-  return ValueOrThrow(convert::DcpToHf(src, dst, opts, storage::PosixFileSystem()));
+  ThrowIfError(HfSideLocal(dst, "destination"));
+  storage::FileSystem* in = ValueOrThrow(storage::FileSystemFor(src));
+  return ValueOrThrow(convert::DcpToHf(src, dst, opts, storage::PosixFileSystem(), {}, in));
 }
 
 }  // namespace dcp

@@ -23,8 +23,11 @@ namespace dcp::convert {
 // far, ties to the lowest rank. Deterministic: every rank computes the same answer.
 std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world);
 
+// `fs` holds the source (mapped: a local file system); the checkpoint is saved into `dst_fs`
+// when given (an object store), else into `fs`.
 Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
-                              const HfToDcpOptions& opts, storage::FileSystem& fs);
+                              const HfToDcpOptions& opts, storage::FileSystem& fs,
+                              storage::FileSystem* dst_fs = nullptr);
 
 // ---- dcp -> HF
 
@@ -47,10 +50,13 @@ struct OutShard {
 // starting 8-byte aligned every tensor is aligned to its element size.
 std::vector<OutShard> PlanShards(const std::vector<OutTensor>& tensors, uint64_t max_shard_bytes);
 
+// `fs` holds the export (written into a staging directory renamed into place: a local file
+// system); the checkpoint is read from `src_fs` when given (an object store), else from `fs`.
 // `after_shard` (tests): called on this rank after shard `index` is written and the source
 // checked.
 Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
                               const DcpToHfOptions& opts, storage::FileSystem& fs,
-                              const std::function<void(size_t index)>& after_shard = {});
+                              const std::function<void(size_t index)>& after_shard = {},
+                              storage::FileSystem* src_fs = nullptr);
 
 }  // namespace dcp::convert
