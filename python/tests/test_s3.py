@@ -155,6 +155,33 @@ def test_a_lock_of_another_save_refuses_the_save(s3):
     dcp.save({"x": torch.ones(4)}, ck, no_dist=True)
 
 
+def test_two_saves_racing_into_one_prefix(s3):
+    """Two processes saving into one prefix at the same moment: the conditional PUT of the
+    lock lets one through; the other fails naming the lock (or, when they did not overlap,
+    both succeed one after the other). The checkpoint is always one save's state, whole."""
+    ck = f"s3://{BUCKET}/race/ck"
+    script = str(WORKERS / "s3_job.py")
+    env = dict(os.environ, PYTHONPATH=str(WORKERS))
+    refused = 0
+    for round_ in range(3):
+        values = (20 + 2 * round_, 21 + 2 * round_)
+        procs = [subprocess.Popen([sys.executable, script, "save", ck, str(v), "32"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for v in values]
+        outs = [p.communicate(timeout=300) for p in procs]
+        failed = [i for i, p in enumerate(procs) if p.returncode != 0]
+        assert len(failed) <= 1, outs
+        for i in failed:
+            assert "dcp.lock" in outs[i][1], outs[i][1]
+        refused += len(failed)
+        got = {"w": torch.zeros(32 << 18), "step": 0}
+        dcp.load(got, ck, no_dist=True, allow_partial=True)
+        winners = [v for i, v in enumerate(values) if i not in failed]
+        assert got["step"] in winners, (got["step"], winners)
+        assert torch.equal(got["w"], torch.full_like(got["w"], float(got["step"]))), round_
+    print(f"saves refused by the other's lock: {refused} of 3 rounds")
+
+
 def test_throttling_and_resets_are_retried(s3):
     server, client = s3
     proxy = FaultProxy(server.port, every=4)
