@@ -1,6 +1,7 @@
 #include "async/async_saver.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -448,6 +449,25 @@ TEST(AsyncSaver, SaveFromACallbackIsRefused) {
   });
   saver.WaitAll();
   EXPECT_EQ(code.get_future().get(), StatusCode::kFailedPrecondition);
+}
+
+TEST(AsyncSaver, StagingThreadsShareTheCpusAmongTorchrunsLocalRanks) {
+  // torchrun names the ranks on this node LOCAL_WORLD_SIZE (Open MPI and MPICH have their
+  // own names): with as many local ranks as CPUs, each rank stages with one thread, even
+  // with bytes enough to keep several busy (more would oversubscribe the cores).
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const std::string cpus = std::to_string(CPU_COUNT(&set));
+  ASSERT_EQ(setenv("LOCAL_WORLD_SIZE", cpus.c_str(), 1), 0);
+  TempDir tmp;
+  std::vector<float> big(size_t{32} << 20 >> 2, 1.0f);  // 32 MiB: four threads' worth
+  StateDict sd;
+  sd.add("w", TensorView(big.data(), DType::kF32, {static_cast<int64_t>(big.size())}));
+  AsyncSaver saver;  // reads the launcher's environment when built
+  AsyncSave h = saver.Save(sd, tmp.Sub("ck"));
+  unsetenv("LOCAL_WORLD_SIZE");
+  EXPECT_EQ(h.staging().threads, 1);
+  EXPECT_NO_THROW(h.Get());
 }
 
 TEST(AsyncSaver, DefaultSaver) {
