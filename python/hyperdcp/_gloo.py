@@ -30,6 +30,10 @@ from ._errors import DcpError, error
 _STORE_POLL_S = 0.5  # how often a waiting rank looks for another rank's abort
 _POST_AFTER_S = 1.0  # a rank that waits this long says in the store where it waits
 _GLOO_MARGIN_S = 60.0  # gloo's own operation timeout comes this long after ours
+# Message bytes that travel with the length in a collective's first round: most messages
+# (agreements, statuses, small plans) fit, and then take one gloo round instead of two (a
+# round across processes costs a millisecond or more on a busy host).
+_INLINE = 4096
 
 
 class Job:
@@ -224,40 +228,56 @@ class GlooGroup:
         return opts
 
     @staticmethod
-    def _as_tensor(data: bytes, length: int) -> Any:
+    def _as_tensor(data: bytes, length: int, skip: int = 0) -> Any:
+        """`length` bytes: data[skip:] then zeros."""
         import torch
 
         t = torch.zeros(length, dtype=torch.uint8)
-        if data:
-            ctypes.memmove(t.data_ptr(), data, len(data))
+        data = bytes(data)  # its own buffer, addressed below (no copy of a bytes object)
+        n = min(len(data) - skip, length)
+        if n > 0:
+            src = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+            ctypes.memmove(t.data_ptr(), src + skip, n)
         return t
 
     @staticmethod
     def _to_bytes(t: Any, n: int) -> bytes:
         return ctypes.string_at(t.data_ptr(), n) if n else b""
 
-    def _all_sizes(self, n: int, timeout_s: float) -> List[int]:
+    @classmethod
+    def _head(cls, data: bytes) -> Any:
+        """The first round's message: the length (8 bytes) and up to _INLINE bytes."""
+        return cls._as_tensor(len(data).to_bytes(8, "little") + data[:_INLINE], 8 + _INLINE)
+
+    @staticmethod
+    def _unhead(t: Any) -> Tuple[int, bytes]:
+        raw = ctypes.string_at(t.data_ptr(), 8 + _INLINE)
+        n = int.from_bytes(raw[:8], "little")
+        return n, raw[8:8 + min(n, _INLINE)]
+
+    def _all_heads(self, data: bytes, timeout_s: float) -> List[Tuple[int, bytes]]:
+        """Every rank's (length, first bytes), in one round."""
         import torch
 
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self._size)]
-        self._wait(self._pg.allgather([sizes], [torch.tensor([n], dtype=torch.int64)],
+        heads = [torch.empty(8 + _INLINE, dtype=torch.uint8) for _ in range(self._size)]
+        self._wait(self._pg.allgather([heads], [self._head(data)],
                                       self._opts("AllgatherOptions", timeout_s)), "all_gather", timeout_s)
-        return [int(s.item()) for s in sizes]
+        return [self._unhead(h) for h in heads]
 
     # -- the PyComm interface --------------------------------------------------------------
     def all_gather(self, data: bytes, timeout_s: float) -> List[bytes]:
         def go() -> List[bytes]:
             import torch
 
-            sizes = self._all_sizes(len(data), timeout_s)
-            longest = max(sizes)
-            if longest == 0:
-                return [b""] * self._size
-            out = [torch.empty(longest, dtype=torch.uint8) for _ in range(self._size)]
-            self._wait(self._pg.allgather([out], [self._as_tensor(data, longest)],
+            heads = self._all_heads(data, timeout_s)
+            rest = max(n for n, _ in heads) - _INLINE
+            if rest <= 0:
+                return [b for _, b in heads]
+            out = [torch.empty(rest, dtype=torch.uint8) for _ in range(self._size)]
+            self._wait(self._pg.allgather([out], [self._as_tensor(data, rest, _INLINE)],
                                           self._opts("AllgatherOptions", timeout_s)),
                        "all_gather", timeout_s)
-            return [self._to_bytes(t, n) for t, n in zip(out, sizes)]
+            return [b + self._to_bytes(t, max(0, n - _INLINE)) for (n, b), t in zip(heads, out)]
 
         return self._run("all_gather", go)
 
@@ -265,34 +285,36 @@ class GlooGroup:
         def go() -> List[bytes]:
             import torch
 
-            sizes = self._all_sizes(len(data), timeout_s)
-            longest = max(sizes)
+            # Every rank learns every length (so that all agree on a second round).
+            heads = self._all_heads(data, timeout_s)
             mine = root == self._rank
-            if longest == 0:
-                return [b""] * self._size if mine else []
-            out = [torch.empty(longest, dtype=torch.uint8) for _ in range(self._size)] \
+            rest = max(n for n, _ in heads) - _INLINE
+            if rest <= 0:
+                return [b for _, b in heads] if mine else []
+            out = [torch.empty(rest, dtype=torch.uint8) for _ in range(self._size)] \
                 if mine else []
-            self._wait(self._pg.gather([out] if mine else [], [self._as_tensor(data, longest)],
+            self._wait(self._pg.gather([out] if mine else [],
+                                       [self._as_tensor(data, rest, _INLINE)],
                                        self._opts("GatherOptions", timeout_s, rootRank=root)),
                        "gather", timeout_s)
-            return [self._to_bytes(t, n) for t, n in zip(out, sizes)] if mine else []
+            if not mine:
+                return []
+            return [b + self._to_bytes(t, max(0, n - _INLINE)) for (n, b), t in zip(heads, out)]
 
         return self._run("gather", go)
 
     def broadcast(self, data: bytes, root: int, timeout_s: float) -> bytes:
         def go() -> bytes:
-            import torch
-
-            size = torch.tensor([len(data)], dtype=torch.int64)
+            head = self._head(data if self._rank == root else b"")
             self._wait(self._pg.broadcast(
-                [size], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast", timeout_s)
-            n = int(size.item())
-            if n == 0:
-                return b""
-            buf = self._as_tensor(data if self._rank == root else b"", n)
+                [head], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast", timeout_s)
+            n, first = self._unhead(head)
+            if n <= _INLINE:
+                return first
+            buf = self._as_tensor(data if self._rank == root else b"", n - _INLINE, _INLINE)
             self._wait(self._pg.broadcast(
                 [buf], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast", timeout_s)
-            return self._to_bytes(buf, n)
+            return first + self._to_bytes(buf, n - _INLINE)
 
         return self._run("broadcast", go)
 

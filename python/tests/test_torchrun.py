@@ -51,6 +51,13 @@ def test_read_once_broadcast_and_subgroups(torchrun, tmp_path):
     assert out.count(": ok") == 4, out
 
 
+def test_gloo_collectives_of_every_size(torchrun, tmp_path):
+    """all_gather, gather and broadcast over hyperdcp's gloo groups, messages of every size
+    class (one round or two) differing between ranks in the same call."""
+    out = torchrun(3, "gloo_collectives.py")
+    assert out.count("collectives ok") == 3, out
+
+
 def test_bench_against_torch_dcp_runs(torchrun, tmp_path):
     """`python -m hyperdcp.bench` at a tiny size (so it cannot rot): both libraries' loads are
     checked against the saved values inside the bench (a mismatch fails the job), and the
