@@ -2,6 +2,7 @@
 // load-time checks, corruption and crash safety.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -442,6 +443,45 @@ TEST_F(Checks, EveryFlippedByteOfAHeaderTensorEntryFailsVerify) {
   }
   EXPECT_GT(flips, 40);
   EXPECT_TRUE(checkpoint::Verify(storage::PosixFileSystem(), tmp_.path()).ok());
+}
+
+// Several chunks of one tensor in one data file are keyed "<fqn>.__dcp_chunk_<k>" in its
+// header, k in metadata order: verify finds each under its key, and a key naming another
+// chunk's place (two keys swapped) fails it.
+TEST(VerifyHeaders, SeveralChunksOfATensorInOneFileAreKeyedInMetadataOrder) {
+  TempDir tmp;
+  std::vector<float> a(9, 1.0f), b(9, 2.0f), c(4, 3.0f);
+  StateDict sd;
+  sd.add("w", TensorView(a.data(), DType::kF32, {3, 3}), Chunk{{6, 3}, {0, 0}});
+  sd.add("w", TensorView(b.data(), DType::kF32, {3, 3}), Chunk{{6, 3}, {3, 0}});
+  sd.add("v", TensorView(c.data(), DType::kF32, {4}));
+  auto saved = checkpoint::Save(sd, tmp.path(), {}, storage::PosixFileSystem());
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), tmp.path());
+  ASSERT_TRUE(md.ok());
+  const std::string path = tmp.Sub(md->files[md->FindTensor("w")->chunks[0].file].name);
+  auto header = hf::ReadSafetensorsHeader(storage::PosixFileSystem(), path);
+  ASSERT_TRUE(header.ok());
+  std::vector<std::string> names;
+  for (const auto& t : header->tensors) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"v", "w.__dcp_chunk_0", "w.__dcp_chunk_1"}));
+  ASSERT_TRUE(checkpoint::Verify(storage::PosixFileSystem(), tmp.path()).ok());
+  // Swap the two keys in place (same length): each chunk now named as the other.
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string text(header->header_length, '\0');
+  f.seekg(8).read(text.data(), text.size());
+  const size_t k0 = text.find("w.__dcp_chunk_0"), k1 = text.find("w.__dcp_chunk_1");
+  ASSERT_NE(k0, std::string::npos);
+  ASSERT_NE(k1, std::string::npos);
+  text[k0 + 14] = '1';
+  text[k1 + 14] = '0';
+  f.seekp(8).write(text.data(), text.size());
+  f.close();
+  auto r = checkpoint::Verify(storage::PosixFileSystem(), tmp.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("does not describe tensor 'w'"), std::string::npos)
+      << r.status().message();
 }
 
 TEST_F(Checks, EveryFlippedDataByteFailsVerify) {

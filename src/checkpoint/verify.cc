@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 #include <unordered_map>
 
 #include "checkpoint/chunk_reads.h"
@@ -13,38 +14,52 @@ namespace dcp::checkpoint {
 
 namespace {
 
-// Every range of `md` (tensor chunks and bytes entries) stored in data file `file`.
+// A range of a data file: a tensor chunk or a bytes entry.
 struct Range {
   storage::StoredRange range;
   const metadata::TensorMeta* tensor;
   const metadata::StoredChunk* chunk;
   const metadata::BytesMeta* bytes;
+  // The chunk's key in the file's safetensors header: its tensor's fqn when it is the
+  // tensor's only chunk in this file (-1), else "<fqn>.__dcp_chunk_<k>" (k, in metadata order).
+  int64_t chunk_key = -1;
 };
 
-std::vector<Range> RangesOfFile(const metadata::Metadata& md, uint32_t file) {
-  std::vector<Range> ranges;
+// Every data file's ranges, each file's in file order (read sequentially once), from one
+// pass over the metadata: O(chunks), however many files.
+std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md) {
+  std::vector<std::vector<Range>> by_file(md.files.size());
+  std::unordered_map<uint32_t, int64_t> in_file, next;  // per tensor: its chunks per file
   for (const auto& t : md.tensors) {
+    in_file.clear();
+    next.clear();
+    if (t.chunks.size() > 1) {
+      for (const auto& c : t.chunks) ++in_file[c.file];
+    }
     for (const auto& c : t.chunks) {
-      if (c.file == file) ranges.push_back({RangeOf(md, c), &t, &c, nullptr});
+      if (c.file >= by_file.size()) continue;  // the decoder refuses such metadata
+      const bool several = t.chunks.size() > 1 && in_file[c.file] > 1;
+      by_file[c.file].push_back({RangeOf(md, c), &t, &c, nullptr, several ? next[c.file]++ : -1});
     }
   }
   for (const auto& b : md.bytes) {
-    if (b.file == file) {
-      ranges.push_back({{b.byte_offset, b.byte_length, b.xxh3, 0, {}}, nullptr, nullptr, &b});
-    }
+    if (b.file >= by_file.size()) continue;
+    by_file[b.file].push_back(
+        {{b.byte_offset, b.byte_length, b.xxh3, 0, {}}, nullptr, nullptr, &b});
   }
-  // In file order: the file is read sequentially once.
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
-    return a.range.byte_offset < b.range.byte_offset;
-  });
-  return ranges;
+  for (std::vector<Range>& ranges : by_file) {
+    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+      return a.range.byte_offset < b.range.byte_offset;
+    });
+  }
+  return by_file;
 }
 
 // A dcp tensor data file is also a safetensors file other tools read: its header must parse
 // and describe every stored chunk where the metadata puts it, with its dtype and shape. Loads
 // never read the header and the chunk checksums do not cover it, so only a verify sees it.
 Status VerifySafetensorsHeader(storage::FileSystem& fs, const std::string& path,
-                               const metadata::Metadata& md, uint32_t file) {
+                               std::span<const Range> ranges) {
   auto header = hf::ReadSafetensorsHeader(fs, path);
   if (!header.ok()) {
     return DataLoss("data file " + path +
@@ -54,41 +69,29 @@ Status VerifySafetensorsHeader(storage::FileSystem& fs, const std::string& path,
   for (const hf::HeaderTensor& t : header->tensors) {
     if (t.end > t.begin) at[header->data_start() + t.begin] = &t;
   }
-  // One pass over the metadata: each chunk of this file with the key its writer gave it, the
-  // fqn, or "<fqn>.__dcp_chunk_<k>" for the k-th (in metadata order) of several in this file.
-  for (const auto& t : md.tensors) {
-    int here = 0, k = 0;
-    for (const auto& c : t.chunks) here += c.file == file;
-    for (const auto& c : t.chunks) {
-      if (c.file != file) continue;
-      const std::string key = here == 1 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(k);
-      ++k;
-      if (c.byte_length == 0) continue;
-      auto it = at.find(c.byte_offset);
-      const hf::HeaderTensor* h = it == at.end() ? nullptr : it->second;
-      if (!h || h->end - h->begin != c.byte_length || h->dtype != t.dtype ||
-          !(h->shape == c.box.lengths) || h->name != key) {
-        return DataLoss("data file " + path +
-                        ": its safetensors header does not describe tensor '" + t.fqn + "' chunk " +
-                        c.box.ToString() + " at byte " + std::to_string(c.byte_offset) +
-                        " as the metadata does");
-      }
+  for (const Range& r : ranges) {
+    if (!r.tensor || r.chunk->byte_length == 0) continue;
+    const metadata::TensorMeta& t = *r.tensor;
+    const metadata::StoredChunk& c = *r.chunk;
+    const std::string key =
+        r.chunk_key < 0 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(r.chunk_key);
+    auto it = at.find(c.byte_offset);
+    const hf::HeaderTensor* h = it == at.end() ? nullptr : it->second;
+    if (!h || h->end - h->begin != c.byte_length || h->dtype != t.dtype ||
+        !(h->shape == c.box.lengths) || h->name != key) {
+      return DataLoss("data file " + path + ": its safetensors header does not describe tensor '" +
+                      t.fqn + "' chunk " + c.box.ToString() + " at byte " +
+                      std::to_string(c.byte_offset) + " as the metadata does");
     }
   }
   return OkStatus();
 }
 
-}  // namespace
-
-Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
-                      const metadata::Metadata& md, uint32_t file, uint64_t* bytes_checked) {
-  return VerifyDataFileSpans(fs, path, md, file, {}, bytes_checked);
-}
-
-Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
-                           const metadata::Metadata& md, uint32_t file,
-                           const std::vector<std::pair<uint64_t, uint64_t>>& spans,
-                           uint64_t* bytes_checked) {
+// VerifyDataFileSpans over the file's ranges, already found.
+Status VerifyRanges(storage::FileSystem& fs, const std::string& path, const metadata::Metadata& md,
+                    uint32_t file, std::span<const Range> ranges,
+                    const std::vector<std::pair<uint64_t, uint64_t>>& spans,
+                    uint64_t* bytes_checked) {
   auto inside = [&](const storage::StoredRange& r) {
     if (spans.empty()) return true;
     for (const auto& [offset, length] : spans) {
@@ -111,7 +114,7 @@ Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
   if (!md.has_checksums) return OkStatus();
   std::vector<std::byte> buf;
   uint64_t checked = 0;
-  for (const Range& r : RangesOfFile(md, file)) {
+  for (const Range& r : ranges) {
     if (!inside(r.range)) continue;
     // Streamed through a bounded buffer; every block checksum, or the one checksum.
     Status s = storage::VerifyRange(**f, r.range, buf, &checked);
@@ -126,6 +129,22 @@ Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
   return OkStatus();
 }
 
+}  // namespace
+
+Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
+                      const metadata::Metadata& md, uint32_t file, uint64_t* bytes_checked) {
+  return VerifyDataFileSpans(fs, path, md, file, {}, bytes_checked);
+}
+
+Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
+                           const metadata::Metadata& md, uint32_t file,
+                           const std::vector<std::pair<uint64_t, uint64_t>>& spans,
+                           uint64_t* bytes_checked) {
+  if (file >= md.files.size()) return InvalidArgument(path + ": no such data file in the metadata");
+  const std::vector<std::vector<Range>> by_file = RangesByFile(md);
+  return VerifyRanges(fs, path, md, file, by_file[file], spans, bytes_checked);
+}
+
 Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();
   DCP_ASSIGN_OR_RETURN(metadata::Metadata md, ReadMetadata(fs, dir));
@@ -135,12 +154,13 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
   report.bytes_entries = md.bytes.size();
   report.has_checksums = md.has_checksums;
   report.chunks = md.TotalChunks();
+  const std::vector<std::vector<Range>> by_file = RangesByFile(md);
   for (uint32_t f = 0; f < md.files.size(); ++f) {
     const std::string path = storage::JoinPath(DataDirOf(dir), md.files[f].name);
-    DCP_RETURN_IF_ERROR(VerifyDataFile(fs, path, md, f, &report.bytes_checked));
+    DCP_RETURN_IF_ERROR(VerifyRanges(fs, path, md, f, by_file[f], {}, &report.bytes_checked));
     // HuggingFace sources: their metadata was built from these very headers.
     if (md.has_checksums && md.files[f].name.ends_with(".safetensors")) {
-      DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, md, f));
+      DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, by_file[f]));
     }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
