@@ -74,7 +74,11 @@ class S3Scratch:
     torch DCP reaches it through fsspec's s3fs, its documented path to object storage."""
 
     def __init__(self, path: str) -> None:
-        import s3fs  # torch DCP's S3 path: needed only here
+        try:
+            import s3fs  # torch DCP's S3 path: needed only here
+        except ImportError as e:
+            raise SystemExit(f"--dir {path}: torch DCP reaches S3 through fsspec's s3fs, "
+                             "which is not installed (pip install s3fs)") from e
 
         self.root = path.rstrip("/")
         self.ckpt = self.root + "/ckpt"
