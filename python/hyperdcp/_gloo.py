@@ -32,8 +32,15 @@ _POST_AFTER_S = 1.0  # a rank that waits this long says in the store where it wa
 _GLOO_MARGIN_S = 60.0  # gloo's own operation timeout comes this long after ours
 # Message bytes that travel with the length in a collective's first round: most messages
 # (agreements, statuses, small plans) fit, and then take one gloo round instead of two (a
-# round across processes costs a millisecond or more on a busy host).
+# round across processes costs a millisecond or more on a busy host). Every rank receives
+# every rank's first round, so large groups inline less (256 KiB per rank in all).
 _INLINE = 4096
+_FIRST_ROUND_BYTES = 256 << 10
+
+
+def inline_bytes(size: int) -> int:
+    """The bytes inlined in a group of `size` ranks: the same on every rank."""
+    return min(_INLINE, _FIRST_ROUND_BYTES // max(size, 1))
 
 
 class Job:
@@ -244,22 +251,23 @@ class GlooGroup:
     def _to_bytes(t: Any, n: int) -> bytes:
         return ctypes.string_at(t.data_ptr(), n) if n else b""
 
-    @classmethod
-    def _head(cls, data: bytes) -> Any:
-        """The first round's message: the length (8 bytes) and up to _INLINE bytes."""
-        return cls._as_tensor(len(data).to_bytes(8, "little") + data[:_INLINE], 8 + _INLINE)
+    def _head(self, data: bytes) -> Any:
+        """The first round's message: the length (8 bytes) and the first inlined bytes."""
+        inline = inline_bytes(self._size)
+        return self._as_tensor(len(data).to_bytes(8, "little") + data[:inline], 8 + inline)
 
-    @staticmethod
-    def _unhead(t: Any) -> Tuple[int, bytes]:
-        raw = ctypes.string_at(t.data_ptr(), 8 + _INLINE)
+    def _unhead(self, t: Any) -> Tuple[int, bytes]:
+        inline = inline_bytes(self._size)
+        raw = ctypes.string_at(t.data_ptr(), 8 + inline)
         n = int.from_bytes(raw[:8], "little")
-        return n, raw[8:8 + min(n, _INLINE)]
+        return n, raw[8:8 + min(n, inline)]
 
     def _all_heads(self, data: bytes, timeout_s: float) -> List[Tuple[int, bytes]]:
         """Every rank's (length, first bytes), in one round."""
         import torch
 
-        heads = [torch.empty(8 + _INLINE, dtype=torch.uint8) for _ in range(self._size)]
+        heads = [torch.empty(8 + inline_bytes(self._size), dtype=torch.uint8)
+                 for _ in range(self._size)]
         self._wait(self._pg.allgather([heads], [self._head(data)],
                                       self._opts("AllgatherOptions", timeout_s)), "all_gather", timeout_s)
         return [self._unhead(h) for h in heads]
@@ -270,14 +278,15 @@ class GlooGroup:
             import torch
 
             heads = self._all_heads(data, timeout_s)
-            rest = max(n for n, _ in heads) - _INLINE
+            inline = inline_bytes(self._size)
+            rest = max(n for n, _ in heads) - inline
             if rest <= 0:
                 return [b for _, b in heads]
             out = [torch.empty(rest, dtype=torch.uint8) for _ in range(self._size)]
-            self._wait(self._pg.allgather([out], [self._as_tensor(data, rest, _INLINE)],
+            self._wait(self._pg.allgather([out], [self._as_tensor(data, rest, inline)],
                                           self._opts("AllgatherOptions", timeout_s)),
                        "all_gather", timeout_s)
-            return [b + self._to_bytes(t, max(0, n - _INLINE)) for (n, b), t in zip(heads, out)]
+            return [b + self._to_bytes(t, max(0, n - inline)) for (n, b), t in zip(heads, out)]
 
         return self._run("all_gather", go)
 
@@ -287,34 +296,36 @@ class GlooGroup:
 
             # Every rank learns every length (so that all agree on a second round).
             heads = self._all_heads(data, timeout_s)
+            inline = inline_bytes(self._size)
             mine = root == self._rank
-            rest = max(n for n, _ in heads) - _INLINE
+            rest = max(n for n, _ in heads) - inline
             if rest <= 0:
                 return [b for _, b in heads] if mine else []
             out = [torch.empty(rest, dtype=torch.uint8) for _ in range(self._size)] \
                 if mine else []
             self._wait(self._pg.gather([out] if mine else [],
-                                       [self._as_tensor(data, rest, _INLINE)],
+                                       [self._as_tensor(data, rest, inline)],
                                        self._opts("GatherOptions", timeout_s, rootRank=root)),
                        "gather", timeout_s)
             if not mine:
                 return []
-            return [b + self._to_bytes(t, max(0, n - _INLINE)) for (n, b), t in zip(heads, out)]
+            return [b + self._to_bytes(t, max(0, n - inline)) for (n, b), t in zip(heads, out)]
 
         return self._run("gather", go)
 
     def broadcast(self, data: bytes, root: int, timeout_s: float) -> bytes:
         def go() -> bytes:
+            inline = inline_bytes(self._size)
             head = self._head(data if self._rank == root else b"")
             self._wait(self._pg.broadcast(
                 [head], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast", timeout_s)
             n, first = self._unhead(head)
-            if n <= _INLINE:
+            if n <= inline:
                 return first
-            buf = self._as_tensor(data if self._rank == root else b"", n - _INLINE, _INLINE)
+            buf = self._as_tensor(data if self._rank == root else b"", n - inline, inline)
             self._wait(self._pg.broadcast(
                 [buf], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast", timeout_s)
-            return first + self._to_bytes(buf, n - _INLINE)
+            return first + self._to_bytes(buf, n - inline)
 
         return self._run("broadcast", go)
 

@@ -123,10 +123,11 @@ class Signatures:
             locals_ = list(leaves)
             for i, d in zip(self.dtensors, dtensors):
                 locals_[i] = d._local_tensor
+        tensor = sys.modules["torch"].Tensor
         if (self._memory(locals_) != (self.ptrs, self.dtypes, self.shapes) or
-                not all(map(sys.modules["torch"].Tensor.is_contiguous, locals_)) or
-                not all(map(_IS_CPU, locals_))):
-            return None
+                not all(map(tensor.is_contiguous, locals_)) or not all(map(_IS_CPU, locals_)) or
+                any(map(tensor.is_conj, locals_)) or any(map(tensor.is_neg, locals_))):
+            return None  # (a conjugate or negative view of the same memory reads differently)
         return locals_
 
 

@@ -394,6 +394,7 @@ def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path):
         "same memory, other shape": lambda t: t.data.resize_(2, 4),
         "same memory, other dtype": lambda t: setattr(t, "data", t.data.view(torch.int32)),
         "same memory, transposed": lambda t: setattr(t, "data", t.data.t()),
+        "same memory, a negative view": lambda t: setattr(t, "data", torch._neg_view(t.data)),
         "a Parameter in its place": None,
     }
     for i, (what, change) in enumerate(changes.items()):
@@ -410,6 +411,12 @@ def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path):
         got = dcp.load_all(tmp_path / f"b{i}")
         assert got["w"].dtype == want.dtype and torch.equal(got["w"], want), what
         assert torch.equal(got["b"], torch.ones(3)) and got["n"] == 1, what
+    # A conjugate view of the same complex memory reads differently.
+    _prepare._CACHE.clear()
+    z = torch.complex(torch.arange(4.0), torch.ones(4))
+    dcp.save({"z": z}, tmp_path / "z1")
+    dcp.save({"z": z.conj()}, tmp_path / "z2")
+    assert torch.equal(dcp.load_all(tmp_path / "z2")["z"], z.conj().resolve_conj())
     # Another class over the same memory (a DTensor's local tensor in its place would keep
     # the DTensor's global shape): not the same entry either.
     t = fresh()
@@ -433,6 +440,13 @@ def test_flattening_keeps_torch_order_and_names_around_tensor_runs():
     assert flat.values == ["a.y", "c.e"]
     assert flat.paths["a.z"] == ("a", "z") and flat.paths["7"] == (7,)
     assert flat.kinds["c.f"] == "dd" and flat.kinds["b"] == "d"
+    # A dict subclass iterating in its own order: names still go with their own values.
+    class Reversed(dict):
+        def __iter__(self):
+            return reversed(list(super().__iter__()))
+
+    flat = flatten({"m": Reversed(a=t[0], b=t[1])}, is_tensor_type, is_torch_tensor)
+    assert flat.leaves["m.a"] is t[0] and flat.leaves["m.b"] is t[1]
     with pytest.raises(dcp.DcpError, match=r"both named 'a\.x'.*\('a', 'x'\).*\('a\.x',\)"):
         flatten({"a": {"x": t[0]}, "a.x": t[1]}, is_tensor_type, is_torch_tensor)
     with pytest.raises(dcp.DcpError, match=r"both named 'a\.x'"):

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "async/staging_pool.h"
@@ -458,14 +459,22 @@ TEST(AsyncSaver, StagingThreadsShareTheCpusAmongTorchrunsLocalRanks) {
   cpu_set_t set;
   ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
   const std::string cpus = std::to_string(CPU_COUNT(&set));
+  const char* before = std::getenv("LOCAL_WORLD_SIZE");
+  const std::optional<std::string> saved =
+      before ? std::optional<std::string>(before) : std::nullopt;
   ASSERT_EQ(setenv("LOCAL_WORLD_SIZE", cpus.c_str(), 1), 0);
+  std::optional<AsyncSaver> saver;
+  saver.emplace();  // reads the launcher's environment when built, and only then
+  if (saved) {
+    setenv("LOCAL_WORLD_SIZE", saved->c_str(), 1);
+  } else {
+    unsetenv("LOCAL_WORLD_SIZE");
+  }
   TempDir tmp;
   std::vector<float> big(size_t{32} << 20 >> 2, 1.0f);  // 32 MiB: four threads' worth
   StateDict sd;
   sd.add("w", TensorView(big.data(), DType::kF32, {static_cast<int64_t>(big.size())}));
-  AsyncSaver saver;  // reads the launcher's environment when built
-  AsyncSave h = saver.Save(sd, tmp.Sub("ck"));
-  unsetenv("LOCAL_WORLD_SIZE");
+  AsyncSave h = saver->Save(sd, tmp.Sub("ck"));
   EXPECT_EQ(h.staging().threads, 1);
   EXPECT_NO_THROW(h.Get());
 }

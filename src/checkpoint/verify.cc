@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <span>
 #include <unordered_map>
 
@@ -25,9 +26,10 @@ struct Range {
   int64_t chunk_key = -1;
 };
 
-// Every data file's ranges, each file's in file order (read sequentially once), from one
-// pass over the metadata: O(chunks), however many files.
-std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md) {
+// Every data file's ranges (or only file `only`'s), each file's in file order (read
+// sequentially once), from one pass over the metadata: O(chunks), however many files.
+std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md,
+                                             std::optional<uint32_t> only = std::nullopt) {
   std::vector<std::vector<Range>> by_file(md.files.size());
   std::unordered_map<uint32_t, int64_t> in_file, next;  // per tensor: its chunks per file
   for (const auto& t : md.tensors) {
@@ -37,13 +39,13 @@ std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md) {
       for (const auto& c : t.chunks) ++in_file[c.file];
     }
     for (const auto& c : t.chunks) {
-      if (c.file >= by_file.size()) continue;  // the decoder refuses such metadata
+      if (c.file >= by_file.size() || (only && c.file != *only)) continue;
       const bool several = t.chunks.size() > 1 && in_file[c.file] > 1;
       by_file[c.file].push_back({RangeOf(md, c), &t, &c, nullptr, several ? next[c.file]++ : -1});
     }
   }
   for (const auto& b : md.bytes) {
-    if (b.file >= by_file.size()) continue;
+    if (b.file >= by_file.size() || (only && b.file != *only)) continue;
     by_file[b.file].push_back(
         {{b.byte_offset, b.byte_length, b.xxh3, 0, {}}, nullptr, nullptr, &b});
   }
@@ -141,7 +143,7 @@ Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
                            const std::vector<std::pair<uint64_t, uint64_t>>& spans,
                            uint64_t* bytes_checked) {
   if (file >= md.files.size()) return InvalidArgument(path + ": no such data file in the metadata");
-  const std::vector<std::vector<Range>> by_file = RangesByFile(md);
+  const std::vector<std::vector<Range>> by_file = RangesByFile(md, file);
   return VerifyRanges(fs, path, md, file, by_file[file], spans, bytes_checked);
 }
 

@@ -7,7 +7,7 @@ import sys
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _get_process_group_store
 
-from hyperdcp._gloo import _INLINE, GlooGroup, Job
+from hyperdcp._gloo import GlooGroup, Job, inline_bytes
 
 
 def message(rank: int, size: int) -> bytes:
@@ -19,7 +19,8 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     job = Job(_get_process_group_store(dist.group.WORLD), "test/gloo", rank, world, 120.0)
     group = GlooGroup(job, "test/gloo", range(world))
-    sizes = [0, 10, _INLINE, _INLINE + 1, 3 * _INLINE + 17]
+    inline = inline_bytes(world)
+    sizes = [0, 10, inline, inline + 1, 3 * inline + 17]
     for round_ in range(len(sizes)):
         mine = [sizes[(round_ + r) % len(sizes)] for r in range(world)]
         want = [message(r, mine[r]) for r in range(world)]

@@ -10,7 +10,9 @@
 namespace dcp::storage::s3 {
 
 struct S3ReadableFile::Fetch {
-  explicit Fetch(uint64_t bytes) : data(bytes) {}
+  // Not zero-filled: the GET writes every byte before a reader sees any.
+  explicit Fetch(uint64_t bytes)
+      : buffer(std::make_unique_for_overwrite<std::byte[]>(bytes)), data(buffer.get(), bytes) {}
 
   Status Wait() {
     std::unique_lock<std::mutex> lock(mu);
@@ -30,7 +32,8 @@ struct S3ReadableFile::Fetch {
     cv.notify_all();
   }
 
-  std::vector<std::byte> data;
+  std::unique_ptr<std::byte[]> buffer;
+  std::span<std::byte> data;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
