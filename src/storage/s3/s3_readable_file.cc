@@ -67,7 +67,8 @@ void S3ReadableFile::WillRead(std::span<const ByteRange> ranges) {
       // streamed through a bounce buffer); read whole, it goes straight out instead.
       ++group_;
       for (uint64_t at = r.offset; at < end; at += part) {
-        added.push_back({at, std::min(end, at + part), group_});
+        const uint64_t piece_end = std::min(end, at + part);
+        added.push_back({at, piece_end, group_, piece_end - at});
       }
       ++group_;
       continue;
@@ -75,9 +76,10 @@ void S3ReadableFile::WillRead(std::span<const ByteRange> ranges) {
     if (!added.empty() && added.back().group == group_ && r.offset <= added.back().end + kGap &&
         end - added.back().begin <= part) {
       added.back().end = end;
+      added.back().wanted += r.length;
       continue;
     }
-    added.push_back({r.offset, end, group_});
+    added.push_back({r.offset, end, group_, r.length});
   }
   for (Extent& e : added) extents_.push_back(std::move(e));
   std::sort(extents_.begin(), extents_.end(),
@@ -127,7 +129,9 @@ Status S3ReadableFile::ReadExtent(size_t i, uint64_t offset, std::span<std::byte
     return s;
   }
   it->served += dst.size();
-  if (it->served >= it->end - it->begin) it->fetch.reset();  // read in full: not needed again
+  // Its announced bytes all read: not needed again (a gap merged in is never read; a read
+  // after this fetches it anew).
+  if (it->served >= it->wanted) it->fetch.reset();
   return OkStatus();
 }
 

@@ -18,8 +18,8 @@ class S3FileSystem;
 // one part (larger ranges cut into parts). A read inside an extent starts the GETs of it and
 // of the next `connections` extents, then waits for its own only: while the caller uses one
 // extent, the following ones are on the wire, and every read slides that window on. An
-// extent goes once its bytes have all been read; the oldest fetched go when more than two
-// windows' worth are held, so memory stays bounded whatever order the reads come in. Reads
+// extent goes once the bytes announced in it have all been read; the oldest fetched go when more
+// than two windows' worth are held, so memory stays bounded whatever order the reads come in. Reads
 // larger than a part go straight out, in parallel parts. No lock is held while waiting on
 // the network: readers of other extents of the file go on.
 class S3ReadableFile final : public ReadableFile {
@@ -40,7 +40,8 @@ class S3ReadableFile final : public ReadableFile {
   struct Fetch;  // one extent's GET, shared with the pool task that runs it
   struct Extent {
     uint64_t begin, end;
-    uint32_t group;  // the pieces of one large range share an odd group; small ones even
+    uint32_t group;       // the pieces of one large range share an odd group; small ones even
+    uint64_t wanted = 0;  // bytes announced in it (gaps merged in are not)
     std::shared_ptr<Fetch> fetch = nullptr;  // null until started, and once read or evicted
     uint64_t served = 0;                     // bytes read from it so far
     uint64_t started = 0;                    // start order, for eviction
