@@ -19,6 +19,7 @@
 #include "storage/lease_lock.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
+#include "testfs/forwarding_file_system.h"
 
 namespace dcp {
 namespace {
@@ -594,15 +595,9 @@ TEST(ManagerRecycle, FourRanksEachOverwriteTheirOwnFile) {
 
 // Over a FaultFileSystem: a rename whose directory was not fsynced afterwards is undone by a
 // crash (the old target comes back), as on a real file system.
-class LossyRenameFs final : public storage::FileSystem {
+class LossyRenameFs final : public testfs::ForwardingFileSystem {
  public:
-  explicit LossyRenameFs(testfs::FaultFileSystem& f) : f_(f) {}
-  Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
-    return f_.NewWritableFile(p);
-  }
-  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
-    return f_.OpenReadable(p);
-  }
+  explicit LossyRenameFs(testfs::FaultFileSystem& f) : ForwardingFileSystem(f), f_(f) {}
   Status Rename(const std::string& from, const std::string& to) override {
     std::optional<std::string> old;
     if (auto r = storage::ReadWholeFile(storage::PosixFileSystem(), to); r.ok()) old = *r;
@@ -633,10 +628,6 @@ class LossyRenameFs final : public storage::FileSystem {
     }
     return f;
   }
-  Status Remove(const std::string& p) override { return f_.Remove(p); }
-  Status CreateDirs(const std::string& d) override { return f_.CreateDirs(d); }
-  Result<std::vector<std::string>> List(const std::string& d) override { return f_.List(d); }
-  Result<uint64_t> FileSize(const std::string& p) override { return f_.FileSize(p); }
 
   // Unsynced data is cut back, then unsynced renames are undone, newest first.
   int Crash() {

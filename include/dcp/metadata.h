@@ -71,10 +71,17 @@ struct Metadata {
   const TensorMeta* FindTensor(std::string_view fqn) const;  // binary search; null if absent
   const BytesMeta* FindBytes(std::string_view fqn) const;
   // Blocks a chunk of `byte_length` bytes has block checksums for (0: one checksum).
-  uint64_t NumBlocks(uint64_t byte_length) const {
-    return block_size == 0 || byte_length <= block_size ? 0 : (byte_length - 1) / block_size + 1;
-  }
+  uint64_t NumBlocks(uint64_t byte_length) const;
 };
+
+// Blocks a chunk of `byte_length` bytes has checksums for with blocks of `block_size`
+// (0: one checksum for the chunk).
+inline uint64_t NumBlocks(uint64_t block_size, uint64_t byte_length) {
+  return block_size == 0 || byte_length <= block_size ? 0 : (byte_length - 1) / block_size + 1;
+}
+inline uint64_t Metadata::NumBlocks(uint64_t byte_length) const {
+  return dcp::NumBlocks(block_size, byte_length);
+}
 
 // The `dcp inspect --json` document (schema in docs/format.md; scripts may rely on its keys):
 // files, every tensor with its chunks, bytes entries and totals.

@@ -85,7 +85,7 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
          no_dist: bool = False, broadcast: bool = True, allow_partial: bool = False,
          strip_prefix: str = "", add_prefix: str = "", verify_checksums: bool = True,
          max_open_files: int = 8, allow_pickle: bool = False,
-         device: Any = None, max_broadcast_buffer_bytes: int = 256 << 20) -> _dcp.LoadResult:
+         device: Any = None, max_broadcast_buffer_bytes: Optional[int] = None) -> _dcp.LoadResult:
     """Loads the checkpoint into `state_dict`, resharding as needed; every rank calls it.
 
     torch.distributed.checkpoint.load's signature and meaning: tensors are filled in place;
@@ -96,8 +96,8 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     entries the checkpoint lacks keep their values. `strip_prefix`/`add_prefix` rename the
     checkpoint's entries before matching. `verify_checksums`: every byte read is checked.
     `max_broadcast_buffer_bytes`: host memory per rank for broadcasts in flight beyond the
-    destination (batches, stored chunks a reshard shares); r.peak_broadcast_buffer_bytes says
-    what the load held.
+    destination (batches, stored chunks a reshard shares; None: the engine's default, 256 MiB);
+    r.peak_broadcast_buffer_bytes says what the load held.
     A tensor of the template on the meta device (a model built on meta) is allocated (on the
     CPU, or on `device`), loaded, and put in the state dict in its place, as torch does: then
     `model.load_state_dict(state_dict, assign=True)`.
@@ -105,11 +105,13 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     started = time.perf_counter()
     directory, allow_partial = load_source(checkpoint_id, storage_reader, planner, allow_partial)
     comm = comm_for(process_group, no_dist)
-    if not max_broadcast_buffer_bytes > 0:
+    if max_broadcast_buffer_bytes is not None and not max_broadcast_buffer_bytes > 0:
         raise ValueError("max_broadcast_buffer_bytes must be positive, not "
                          f"{max_broadcast_buffer_bytes!r}")
     args = (directory, comm, broadcast, allow_partial, strip_prefix, add_prefix,
-            verify_checksums, max_open_files, int(max_broadcast_buffer_bytes))
+            verify_checksums, max_open_files)
+    if max_broadcast_buffer_bytes is not None:  # else the binding's: LoadOptions' default
+        args += (int(max_broadcast_buffer_bytes),)
     p = prepare_on_every_rank(state_dict, comm, for_load=True, agree=True)
     try:
         try:

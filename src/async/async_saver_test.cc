@@ -16,6 +16,7 @@
 #include "dcp/checkpoint.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
+#include "testfs/forwarding_file_system.h"
 
 namespace dcp::async {
 namespace {
@@ -83,7 +84,8 @@ bool WaitUntilWaitingForBuffers(const AsyncSaver& saver) {
   return true;
 }
 
-class GatedFileSystem final : public storage::FileSystem {
+// Holds every save at its first directory creation until Open().
+class GatedFileSystem final : public testfs::ForwardingFileSystem {
  public:
   void Open() {
     {
@@ -92,15 +94,6 @@ class GatedFileSystem final : public storage::FileSystem {
     }
     cv_.notify_all();
   }
-  Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& p) override {
-    return base_.NewWritableFile(p);
-  }
-  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
-    return base_.OpenReadable(p);
-  }
-  Status Rename(const std::string& f, const std::string& t) override { return base_.Rename(f, t); }
-  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
-  Status Remove(const std::string& p) override { return base_.Remove(p); }
   Status CreateDirs(const std::string& d) override {
     std::unique_lock lock(mu_);
     ++blocked_;
@@ -108,18 +101,15 @@ class GatedFileSystem final : public storage::FileSystem {
     const bool opened = cv_.wait_for(lock, 60s, [&] { return open_; });
     --blocked_;
     if (!opened) return DeadlineExceeded("gate closed");
-    return base_.CreateDirs(d);
+    return base().CreateDirs(d);
   }
   // Blocks until a save is held at the gate (bounded: false after 60 s).
   bool WaitUntilSomeoneIsBlocked() {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, 60s, [&] { return blocked_ > 0; });
   }
-  Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
-  Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
 
  private:
-  storage::FileSystem& base_ = storage::PosixFileSystem();
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/guarded.h"
 #include "core/wire.h"
 
 namespace dcp::checkpoint {
@@ -177,9 +178,10 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
   InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight),
                      opts.max_broadcast_buffer_bytes, stats);
   reads.set_between_chunks([&] { in_flight.Progress(); });
-  // After a read failure, keep the protocol going without reading: peers wait on us.
+  // After a read failure, keep the protocol going without reading: peers wait on us. An
+  // exception in a read is this rank's failure like any other.
   auto read = [&](auto&& f) {
-    if (read_failure->ok()) *read_failure = f();
+    if (read_failure->ok()) *read_failure = Guarded("", f);
   };
   bool chunks_phase = true;
   // The callbacks of posted operations refer to the schedule until the final drain.
@@ -212,7 +214,10 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
       // Whole stored chunks into one staging buffer; every member scatters its regions.
       stats->shared_chunks += op.items.size();
       DCP_RETURN_IF_ERROR(in_flight.MakeRoom(op.bytes));
-      posted.staging.resize(op.bytes);
+      DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
+        posted.staging.resize(op.bytes);
+        return OkStatus();
+      }));
       uint64_t at = 0;
       for (uint32_t i : op.items) {
         const planner::SharedChunk& c = plan.chunks[i];
@@ -249,7 +254,10 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
         continue;
       }
       DCP_RETURN_IF_ERROR(in_flight.MakeRoom(op.bytes));
-      posted.staging.resize(op.bytes);
+      DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
+        posted.staging.resize(op.bytes);
+        return OkStatus();
+      }));
       uint64_t at = 0;
       for (uint32_t i : op.items) {
         const uint64_t n = plan.shards[i].nbytes;

@@ -57,6 +57,10 @@ int DataFileRank(std::string_view name) {
   return ParseDataFileName(name, &ext);
 }
 
+std::string ChunkKey(const std::string& fqn, bool several, uint64_t k) {
+  return several ? fqn + ".__dcp_chunk_" + std::to_string(k) : fqn;
+}
+
 int TensorDataFileRank(std::string_view name) {
   std::string_view ext;
   const int rank = ParseDataFileName(name, &ext);

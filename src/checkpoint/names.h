@@ -22,6 +22,10 @@ bool IsMetadataTmpName(std::string_view name);
 int DataFileRank(std::string_view name);
 // The writer rank of a tensor data file (data-<id>-r<rank>.safetensors); -1 for other names.
 int TensorDataFileRank(std::string_view name);
+// A stored chunk's key in its data file's safetensors header: the tensor's fqn when it is the
+// tensor's only chunk in that file, else "<fqn>.__dcp_chunk_<k>" for the k-th of them (in
+// metadata order). Other safetensors readers see these names.
+std::string ChunkKey(const std::string& fqn, bool several, uint64_t k);
 // r<rank>.safetensors: a retired tensor data file waiting in a recycle directory to become
 // rank <rank>'s next data file (SaveOptions::recycle_dir).
 std::string RecycledFileName(int rank);

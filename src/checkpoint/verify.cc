@@ -8,6 +8,7 @@
 
 #include "checkpoint/chunk_reads.h"
 #include "checkpoint/metadata_io.h"
+#include "checkpoint/names.h"
 #include "hf/safetensors_header.h"
 #include "storage/chunk_reader.h"
 
@@ -21,9 +22,7 @@ struct Range {
   const metadata::TensorMeta* tensor;
   const metadata::StoredChunk* chunk;
   const metadata::BytesMeta* bytes;
-  // The chunk's key in the file's safetensors header: its tensor's fqn when it is the
-  // tensor's only chunk in this file (-1), else "<fqn>.__dcp_chunk_<k>" (k, in metadata order).
-  int64_t chunk_key = -1;
+  std::string key;  // a tensor chunk's key in the file's safetensors header (ChunkKey)
 };
 
 // Every data file's ranges (or only file `only`'s), each file's in file order (read
@@ -41,7 +40,8 @@ std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md,
     for (const auto& c : t.chunks) {
       if (c.file >= by_file.size() || (only && c.file != *only)) continue;
       const bool several = t.chunks.size() > 1 && in_file[c.file] > 1;
-      by_file[c.file].push_back({RangeOf(md, c), &t, &c, nullptr, several ? next[c.file]++ : -1});
+      by_file[c.file].push_back({RangeOf(md, c), &t, &c, nullptr,
+                                 ChunkKey(t.fqn, several, several ? next[c.file]++ : 0)});
     }
   }
   for (const auto& b : md.bytes) {
@@ -75,12 +75,10 @@ Status VerifySafetensorsHeader(storage::FileSystem& fs, const std::string& path,
     if (!r.tensor || r.chunk->byte_length == 0) continue;
     const metadata::TensorMeta& t = *r.tensor;
     const metadata::StoredChunk& c = *r.chunk;
-    const std::string key =
-        r.chunk_key < 0 ? t.fqn : t.fqn + ".__dcp_chunk_" + std::to_string(r.chunk_key);
     auto it = at.find(c.byte_offset);
     const hf::HeaderTensor* h = it == at.end() ? nullptr : it->second;
     if (!h || h->end - h->begin != c.byte_length || h->dtype != t.dtype ||
-        !(h->shape == c.box.lengths) || h->name != key) {
+        !(h->shape == c.box.lengths) || h->name != r.key) {
       return DataLoss("data file " + path + ": its safetensors header does not describe tensor '" +
                       t.fqn + "' chunk " + c.box.ToString() + " at byte " +
                       std::to_string(c.byte_offset) + " as the metadata does");
@@ -160,8 +158,8 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
   for (uint32_t f = 0; f < md.files.size(); ++f) {
     const std::string path = storage::JoinPath(DataDirOf(dir), md.files[f].name);
     DCP_RETURN_IF_ERROR(VerifyRanges(fs, path, md, f, by_file[f], {}, &report.bytes_checked));
-    // HuggingFace sources: their metadata was built from these very headers.
-    if (md.has_checksums && md.files[f].name.ends_with(".safetensors")) {
+    // dcp's own tensor data files (a HuggingFace source's metadata was built from its headers).
+    if (TensorDataFileRank(md.files[f].name) >= 0) {
       DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, by_file[f]));
     }
   }

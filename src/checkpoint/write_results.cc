@@ -114,8 +114,7 @@ void ForEachPlannedChunk(const planner::GlobalSavePlan& plan, int only, F&& add)
     for (uint32_t c = 0; c < chunks.size(); ++c) {
       const int w = chunks[c].writer;
       if (only >= 0 && w != only) continue;
-      add(w, PlannedChunk{t, c,
-                          count[w] == 1 ? fqn : fqn + ".__dcp_chunk_" + std::to_string(next[w]++)});
+      add(w, PlannedChunk{t, c, ChunkKey(fqn, count[w] > 1, count[w] > 1 ? next[w]++ : 0)});
     }
   }
 }
@@ -148,7 +147,7 @@ std::vector<Written> LayOutWrites(const planner::GlobalSavePlan& plan, int world
     for (const PlannedChunk& p : planned[r]) {
       const uint64_t n = plan.tensors[p.tensor].chunks[p.chunk].nbytes;
       storage::WrittenRange range{f.size, n, checksum(), {}};
-      if (block_size > 0 && n > block_size) range.block_xxh3.resize((n - 1) / block_size + 1);
+      range.block_xxh3.resize(NumBlocks(block_size, n));
       for (uint64_t& h : range.block_xxh3) h = checksum();
       if (!range.block_xxh3.empty())
         range.xxh3 = BlockDigest(range.block_xxh3);  // as decoders check

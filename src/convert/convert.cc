@@ -229,8 +229,16 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
   }
   unchanged = AgreeOnStatus(*comm, unchanged);
   if (!unchanged.ok()) {
+    // Rank 0 uncommits; a failure to do so is said, on every rank (the checkpoint would load).
+    Status removed;
     if (comm->rank() == 0) {
-      (void)out.Remove(storage::JoinPath(dst, std::string(checkpoint::kMetadataName)));
+      removed = out.Remove(storage::JoinPath(dst, std::string(checkpoint::kMetadataName)));
+    }
+    removed = AgreeOnStatus(*comm, removed);
+    if (!removed.ok()) {
+      return DataLoss(unchanged.message() + "; the checkpoint written to " + dst +
+                      " could NOT be uncommitted (" + removed.message() +
+                      "): remove its metadata before loading it");
     }
     return FailedPrecondition(unchanged.message() + "; the checkpoint written to " + dst +
                               " was uncommitted");

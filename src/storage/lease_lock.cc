@@ -41,9 +41,12 @@ bool ProcessAlive(int64_t pid) {
 
 // The text of the lock at `path` through `fs`, refused when longer than a lock can be.
 Result<std::string> ReadLockText(FileSystem& fs, const std::string& path) {
-  DCP_ASSIGN_OR_RETURN(uint64_t size, fs.FileSize(path));
-  if (size > kMaxLockBytes) return DataLoss(path + " is not a dcp lock (too large)");
-  return ReadWholeFile(fs, path);
+  // One open and one read: the size is the opened file's, not a second look at the name.
+  DCP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, fs.OpenReadable(path));
+  if (f->size() > kMaxLockBytes) return DataLoss(path + " is not a dcp lock (too large)");
+  std::string text(f->size(), '\0');
+  DCP_RETURN_IF_ERROR(f->ReadAt(0, std::as_writable_bytes(std::span(text.data(), text.size()))));
+  return text;
 }
 
 // The holder in `text`; a file that is no lock is judged by its modification time.
