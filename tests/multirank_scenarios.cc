@@ -604,6 +604,32 @@ void BroadcastSlabs(const std::shared_ptr<Comm>& comm, const std::string& dir) {
     EXPECT_LE(max_slabs, *std::max_element(read_whole.begin(), read_whole.end()));
     EXPECT_LE(static_cast<double>(max_slabs), 1.2 * static_cast<double>(unique) / comm->size());
   }
+  // Written by one rank, loaded whole by every rank, checksums verified: an 8 MiB tensor
+  // stored as one chunk of 8 checksum blocks is cut inside it, at blocks, so every stored byte
+  // is read once and each rank reads 2 MiB (uncut, one rank would read all 8).
+  const std::string single = dir + "/one-rank";
+  std::vector<float> w(2048 * 1024);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 65521);
+  if (comm->rank() == 0) {
+    StateDict one;
+    one.add("w", TensorView(w.data(), DType::kF32, {2048, 1024}));
+    ASSERT_NO_THROW(save(one, single));
+  }
+  ASSERT_TRUE(comm->Barrier().ok());
+  std::vector<float> got(w.size(), -1.0f);
+  StateDict dst;
+  dst.add("w", TensorView(got.data(), DType::kF32, {2048, 1024}));
+  LoadResult r;
+  ASSERT_NO_THROW(r = load(dst, single,
+                           {.comm = comm,
+                            .verify_checksums = true,
+                            .broadcast_slab_bytes = 1 << 20,
+                            .broadcast_within_host = true}));
+  EXPECT_EQ(got, w);
+  EXPECT_EQ(GatherU64(*comm, r.bytes_read),
+            std::vector<uint64_t>(comm->size(), (uint64_t{8} << 20) / comm->size()))
+      << "the one stored chunk was not cut at its blocks among the readers";
+  EXPECT_EQ(r.shared_chunks, 0u);
   ASSERT_TRUE(comm->Barrier().ok());
 }
 

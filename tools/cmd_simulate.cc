@@ -40,7 +40,8 @@ void AddSimulate(CLI::App& app, int* exit_code) {
   simulate::SimulateOptions& o = a->opts;
   AddWorkloadFlags(cmd, &o.workload, "e.g. tp8,ep8,dp256 (default dp<ranks>)",
                    "default: the save layout");
-  cmd->add_option("--ranks", o.ranks, "world size")->required();
+  cmd->add_option("--ranks", o.ranks, "world size of the load (the save layout may have another)")
+      ->required();
   cmd->add_option("--ranks-per-host", o.ranks_per_host,
                   "ranks sharing a host and its page cache (no broadcast among them)")
       ->capture_default_str();

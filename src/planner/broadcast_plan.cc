@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -135,34 +136,136 @@ void ShareStoredChunks(
 
 namespace {
 
-// With whole-chunk reads, the rows (relative to the shard's first) where `box` of `tensor`
-// may be cut into slabs: those no stored chunk crosses. Ascending, in (0, rows).
-std::vector<int64_t> CleanCuts(uint32_t tensor, const Box& box, StoredChunkFinder& finder,
-                               const metadata::Metadata& md) {
-  // Each intersecting stored chunk's rows, relative to the shard, sorted by start.
-  std::vector<std::pair<int64_t, int64_t>> spans;
-  for (const size_t i : finder.Candidates(tensor, box)) {
-    auto region = Intersect(box, md.tensors[tensor].chunks[i].box);
-    if (!region || region->Empty()) continue;
-    const int64_t s = region->offsets[0] - box.offsets[0];
-    spans.push_back({s, s + region->lengths[0]});
-  }
-  std::sort(spans.begin(), spans.end());
-  // A boundary is a cut unless some span starting before it ends after it.
-  std::vector<int64_t> cuts;
-  int64_t reach = 0;  // furthest end among spans started so far
-  for (const auto& [start, end] : spans) {
-    if (start > 0 && reach <= start && (cuts.empty() || cuts.back() != start)) {
-      cuts.push_back(start);
+// With verified reads, the rows (relative to the shard's first, in (0, rows)) where `box` of
+// `tensor` may be cut into slabs so that the readers on either side fetch disjoint stored
+// bytes: rows no stored chunk crosses, and rows inside chunks with block checksums (format 3)
+// that start a checksum block of every chunk crossing them (each side then reads and verifies
+// only its own blocks). A chunk with one checksum is never cut: it is read whole.
+class CutRows {
+ public:
+  CutRows(uint32_t tensor, const Box& box, StoredChunkFinder& finder,
+          const metadata::Metadata& md) {
+    const metadata::TensorMeta& t = md.tensors[tensor];
+    const auto rows = box.lengths[0];
+    struct Span {
+      int64_t from, to;  // rows of the shard it covers
+      int64_t start;     // its chunk's first row, relative to the shard (may be negative)
+      int64_t step;      // rows between block-aligned rows inside it; 0: no cut inside
+    };
+    std::vector<Span> spans;
+    for (const size_t i : finder.Candidates(tensor, box)) {
+      const metadata::StoredChunk& sc = t.chunks[i];
+      auto region = Intersect(box, sc.box);
+      if (!region || region->Empty()) continue;
+      const int64_t from = region->offsets[0] - box.offsets[0];
+      int64_t step = 0;
+      if (!sc.block_xxh3.empty() && md.block_size > 0 && sc.box.lengths[0] > 0) {
+        const uint64_t row_bytes = sc.byte_length / static_cast<uint64_t>(sc.box.lengths[0]);
+        if (row_bytes > 0)
+          step = static_cast<int64_t>(md.block_size / std::gcd(row_bytes, md.block_size));
+      }
+      spans.push_back({from, from + region->lengths[0], sc.box.offsets[0] - box.offsets[0], step});
     }
-    reach = std::max(reach, end);
+    // Elementary intervals between consecutive span ends; each row boundary is clean unless a
+    // span crosses it, and an interval's inside may be cut where every span covering it agrees.
+    std::vector<int64_t> edges;
+    for (const Span& sp : spans) {
+      edges.push_back(sp.from);
+      edges.push_back(sp.to);
+    }
+    std::sort(edges.begin(), edges.end());
+    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+    const bool inside = spans.size() <= kMaxSpansForBlockCuts;
+    for (size_t e = 0; e < edges.size(); ++e) {
+      const int64_t u = edges[e];
+      if (u > 0 && u < rows && std::none_of(spans.begin(), spans.end(), [u](const Span& sp) {
+            return sp.from < u && u < sp.to;
+          })) {
+        clean_.push_back(u);
+      }
+      if (!inside || e + 1 == edges.size()) continue;
+      const int64_t v = edges[e + 1];
+      int64_t step = 0, start = 0;
+      bool ok = false;
+      for (const Span& sp : spans) {
+        if (sp.from > u || sp.to < v) continue;  // does not cover [u, v)
+        if (sp.step == 0 || (ok && sp.start != start)) {
+          ok = false;
+          step = 0;
+          break;
+        }
+        step = ok ? std::lcm(step, sp.step) : sp.step;
+        start = sp.start;
+        ok = step <= rows;
+        if (!ok) break;
+      }
+      if (ok && step > 0) runs_.push_back({u, v, Mod(start, step), step});
+    }
+    for (const Run& r : runs_) count_ += r.Points();
+    count_ += clean_.size();
   }
-  return cuts;
-}
+
+  // How many rows may be cut.
+  uint64_t count() const { return count_; }
+
+  // An allowed row near `row`, the nearest among the clean rows around it and the
+  // block-aligned rows around it in its own and the neighbouring intervals (ties: the lower);
+  // -1 when there is none.
+  int64_t Nearest(int64_t row) const {
+    int64_t best = -1;
+    auto consider = [&](int64_t c) {
+      if (c < 0) return;
+      const int64_t d = c > row ? c - row : row - c;
+      const int64_t bd = best > row ? best - row : row - best;
+      if (best < 0 || d < bd || (d == bd && c < best)) best = c;
+    };
+    auto it = std::lower_bound(clean_.begin(), clean_.end(), row);
+    if (it != clean_.end()) consider(*it);
+    if (it != clean_.begin()) consider(*(it - 1));
+    auto r = std::upper_bound(runs_.begin(), runs_.end(), row,
+                              [](int64_t x, const Run& run) { return x < run.from; });
+    if (r != runs_.end()) consider(r->First());
+    if (r != runs_.begin()) {
+      const Run& run = *(r - 1);
+      if (row < run.to) {
+        const int64_t below = row - Mod(row - run.phase, run.step);
+        consider(below > run.from ? below : -1);
+        consider(below + run.step < run.to ? below + run.step : -1);
+        if (r - 1 != runs_.begin()) consider((r - 2)->Last());
+      } else {
+        consider(run.Last());
+      }
+    }
+    return best;
+  }
+
+ private:
+  static constexpr size_t kMaxSpansForBlockCuts = 256;
+  static int64_t Mod(int64_t a, int64_t m) { return ((a % m) + m) % m; }
+  // Rows from < r < to with r = phase (mod step).
+  struct Run {
+    int64_t from, to, phase, step;
+    int64_t First() const {
+      const int64_t r = from + 1 + Mod(phase - from - 1, step);
+      return r < to ? r : -1;
+    }
+    int64_t Last() const {
+      const int64_t r = to - 1 - Mod(to - 1 - phase, step);
+      return r > from ? r : -1;
+    }
+    uint64_t Points() const {
+      const int64_t f = First();
+      return f < 0 ? 0 : static_cast<uint64_t>((Last() - f) / step + 1);
+    }
+  };
+  std::vector<int64_t> clean_;  // ascending
+  std::vector<Run> runs_;       // ascending, disjoint
+  uint64_t count_ = 0;
+};
 
 // `box` cut along dimension 0 into about nbytes / slab_bytes slabs of similar size: at even
-// rows, or with whole-chunk reads at the clean cuts nearest to them; {box} when it is small
-// or cannot be cut.
+// rows, or with whole-chunk reads at the allowed rows nearest to them (CutRows); {box} when it
+// is small or cannot be cut.
 std::vector<Box> CutIntoSlabs(uint32_t tensor, const Box& box, uint64_t nbytes, uint64_t slab_bytes,
                               StoredChunkFinder* finder, const metadata::Metadata* md,
                               bool whole_chunk_reads) {
@@ -170,21 +273,17 @@ std::vector<Box> CutIntoSlabs(uint32_t tensor, const Box& box, uint64_t nbytes, 
   const auto rows = static_cast<uint64_t>(box.lengths[0]);
   if (nbytes % rows != 0) return {box};  // a row is not a whole number of bytes
   const bool anywhere = md == nullptr || !whole_chunk_reads;
-  std::vector<int64_t> cuts;
-  if (!anywhere) cuts = CleanCuts(tensor, box, *finder, *md);
-  const uint64_t n =
-      std::min<uint64_t>((nbytes + slab_bytes - 1) / slab_bytes, anywhere ? rows : cuts.size() + 1);
+  std::optional<CutRows> cuts;
+  if (!anywhere) cuts.emplace(tensor, box, *finder, *md);
+  const uint64_t n = std::min<uint64_t>((nbytes + slab_bytes - 1) / slab_bytes,
+                                        anywhere ? rows : cuts->count() + 1);
   std::vector<Box> out;
   int64_t from = 0;
   for (uint64_t k = 1; k <= n; ++k) {
     int64_t to = static_cast<int64_t>(rows);
     if (k < n) {
       to = static_cast<int64_t>(rows * k / n);
-      if (!anywhere) {
-        auto it = std::lower_bound(cuts.begin(), cuts.end(), to);
-        if (it == cuts.end() || (it != cuts.begin() && to - *(it - 1) < *it - to)) --it;
-        to = *it;
-      }
+      if (!anywhere) to = cuts->Nearest(to);
       if (to <= from) continue;
     }
     Box slab = box;

@@ -88,11 +88,11 @@ struct BroadcastPlanOptions {
   const std::vector<uint64_t>* host_of_rank = nullptr;
   // Shared shards larger than this are cut into dimension-0 slabs of about this size;
   // 0: a rank's fair share of all the bytes read / kSlabsPerShare, at least kMinSlabBytes.
-  // With whole_chunk_reads, slabs end only where no stored chunk crosses, so a shard inside
-  // one stored chunk stays whole: a chunk with one checksum (formats 1, 2) is read whole, and
-  // a cut inside one with block checksums would have both readers fetch the edge block (and
-  // ShareStoredChunks then broadcast the whole chunk instead); cutting at block boundaries
-  // there is not done yet.
+  // With whole_chunk_reads, slabs end where no stored chunk crosses, or inside chunks with
+  // block checksums (format 3) at rows that start a checksum block of every chunk crossing
+  // them, so the readers on either side fetch and verify disjoint blocks (a cut elsewhere
+  // would have both fetch the edge block, and ShareStoredChunks then broadcast the whole
+  // chunk instead). A chunk with one checksum (formats 1, 2) is read whole and never cut.
   uint64_t slab_bytes = 0;
   // [rank][file of md]: whether the rank can read the file where it is (a memory tier's
   // restore: its host holds a copy); null: every rank reads every file. A shared stored

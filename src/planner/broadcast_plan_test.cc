@@ -401,6 +401,50 @@ TEST(PlanBroadcastTest, WithChecksumsSlabsEndOnlyBetweenStoredChunks) {
   EXPECT_EQ(sum, 4096u);
 }
 
+TEST(PlanBroadcastTest, WithBlockChecksumsSlabsEndAtBlocksInsideStoredChunks) {
+  // Format 3 with 256-byte blocks. Tensor 0 [64, 8] F32 (32-byte rows: a block every 8 rows)
+  // stored as rows [0, 10) and [10, 64); tensor 1 as column halves (16-byte rows: a block
+  // every 16 rows of each half); tensor 2 as rows [0, 64) with one checksum (format 2 style),
+  // never cut. Four ranks on four hosts want all three whole.
+  metadata::Metadata md;
+  md.block_size = 256;
+  md.files = {{"f", 6144}};
+  auto blocks = [](uint64_t bytes) { return std::vector<uint64_t>(NumBlocks(256, bytes), 1); };
+  metadata::TensorMeta rows{"a", DType::kF32, {64, 8}, {}};
+  rows.chunks.push_back({Box{{0, 0}, {10, 8}}, 0, 0, 320, 0, blocks(320)});
+  rows.chunks.push_back({Box{{10, 0}, {54, 8}}, 0, 320, 1728, 0, blocks(1728)});
+  metadata::TensorMeta cols{"b", DType::kF32, {64, 8}, {}};
+  cols.chunks.push_back({Box{{0, 0}, {64, 4}}, 0, 2048, 1024, 0, blocks(1024)});
+  cols.chunks.push_back({Box{{0, 4}, {64, 4}}, 0, 3072, 1024, 0, blocks(1024)});
+  metadata::TensorMeta whole{"c", DType::kF32, {64, 8}, {}};
+  whole.chunks.push_back({Box{{0, 0}, {64, 8}}, 0, 4096, 2048, 0});
+  md.tensors = {rows, cols, whole};
+  const Box all{{0, 0}, {64, 8}};
+  LoadIdentity id{{{0, all, 2048, true}, {1, all, 2048, true}, {2, all, 2048, true}}};
+  BroadcastPlan p = PlanBroadcast({id}, {{0, 1, 2, 3}}, 4,
+                                  {&md, /*whole_chunk_reads=*/true, nullptr, /*slab_bytes=*/256});
+  ExpectSlabsTile(p);
+  const auto a = EntriesOf(p, 0, all);
+  ASSERT_GT(a.size(), 1u);
+  bool inside = false;  // a cut inside the second stored chunk
+  for (const auto& s : a) {
+    const int64_t start = s.slab.offsets[0];
+    inside = inside || start > 10;
+    EXPECT_TRUE(start == 0 || start == 10 || (start > 10 && (start - 10) % 8 == 0))
+        << s.slab.ToString();
+  }
+  EXPECT_TRUE(inside);
+  const auto b = EntriesOf(p, 1, all);
+  ASSERT_GT(b.size(), 1u);
+  for (const auto& s : b) EXPECT_EQ(s.slab.offsets[0] % 16, 0) << s.slab.ToString();
+  EXPECT_EQ(EntriesOf(p, 2, all).size(), 1u);
+  // Each reader fetches only its own blocks: no stored chunk is read twice or shared whole.
+  EXPECT_TRUE(p.chunks.empty());
+  uint64_t sum = 0;
+  for (uint64_t r : p.read_bytes) sum += r;
+  EXPECT_EQ(sum, 6144u);
+}
+
 TEST(ScheduleBroadcastsTest, BatchesPerGroupAndReaderInIssueOrder) {
   BroadcastPlan p;
   p.groups = {{0, 1}, {0, 1, 2}};

@@ -237,13 +237,14 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
   const workload::LayoutSpec& save_layout = w.save_layout;
   const workload::LayoutSpec& load_layout = w.load_layout;
   r.model_bytes = model.TotalBytes();
-  for (const auto* l : {&save_layout, &load_layout}) {
-    if (l->WorldSize() != n) {
-      return InvalidArgument("simulate: layout " + l->ToString() + " has " +
-                             std::to_string(l->WorldSize()) + " ranks, --ranks is " +
-                             std::to_string(n));
-    }
+  // The load runs on --ranks ranks; the save may have run on another number (a checkpoint
+  // written by one rank and loaded by many replicas).
+  if (load_layout.WorldSize() != n) {
+    return InvalidArgument("simulate: layout " + load_layout.ToString() + " has " +
+                           std::to_string(load_layout.WorldSize()) + " ranks, --ranks is " +
+                           std::to_string(n));
   }
+  const int save_n = save_layout.WorldSize();
   r.save_layout = save_layout.ToString();
   r.load_layout = load_layout.ToString();
 
@@ -266,7 +267,7 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
   for (const auto& p : save.plans) r.save_plan_items += p.items.size();
   t0 = Clock::now();
   DCP_ASSIGN_OR_RETURN(planner::GlobalSavePlan plan,
-                       planner::PlanSave(save.plans, save.holders, n));
+                       planner::PlanSave(save.plans, save.holders, save_n));
   r.plan_seconds = Since(t0);
 
   // A cache hit costs the digest over the gathered hashes (save.cc).
@@ -276,7 +277,7 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
     (void)digest;
     r.cache_hit_plan_seconds = Since(t0);
   }
-  r.hello_bytes_per_rank = checkpoint::kSaveHelloBytes * static_cast<uint64_t>(n);
+  r.hello_bytes_per_rank = checkpoint::kSaveHelloBytes * static_cast<uint64_t>(save_n);
   for (uint64_t s : save.encoded_sizes) {
     r.plans_bytes_per_rank += s;
     r.max_encoded_plan_bytes = std::max(r.max_encoded_plan_bytes, s);
@@ -287,7 +288,7 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
   t0 = Clock::now();
   std::vector<uint64_t> written;
   DCP_ASSIGN_OR_RETURN(metadata::Metadata md,
-                       BuildMetadata(plan, n, &written, &r.commit_gather_bytes));
+                       BuildMetadata(plan, save_n, &written, &r.commit_gather_bytes));
   r.metadata_build_seconds = Since(t0);
   r.tensors = md.tensors.size();
   r.bytes_entries = md.bytes.size();
@@ -301,7 +302,7 @@ Result<SimulateReport> Simulate(const SimulateOptions& o) {
     r.bytes_written.sum += w;
     r.writers += w > 0;
   }
-  r.bytes_written.mean = static_cast<double>(r.bytes_written.sum) / n;
+  r.bytes_written.mean = static_cast<double>(r.bytes_written.sum) / save_n;
   t0 = Clock::now();
   const std::string encoded = metadata::Encode(md);
   r.metadata_encode_seconds = Since(t0);

@@ -21,7 +21,7 @@ namespace dcp::simulate {
 struct SimulateOptions {
   // Save layout default "dp<ranks>"; load layout default: the save layout.
   workload::WorkloadOptions workload{.layers = 48};
-  int ranks = 0;  // must equal both layouts' world size
+  int ranks = 0;  // the load layout's world size (the save layout may have another)
   // Ranks r and r' share a host (and its page cache) when r / ranks_per_host equals
   // r' / ranks_per_host; replicas within a host are not broadcast, as in Load.
   int ranks_per_host = 8;
