@@ -110,6 +110,55 @@ void CheckIBroadcastPipelined(Comm& c) {
   DCP_ASSERT_OK((*empty)->Wait());
 }
 
+void CheckIAllGatherVScattered(Comm& c) {
+  const int n = c.size();
+  // Rank r's ranges: empty ones, small ones packed together, one over Comm::kInPlaceBytes on
+  // even ranks, sizes differing by rank; the last rank of several sends nothing.
+  auto sizes_of = [n](int r) {
+    if (n > 1 && r == n - 1) return std::vector<size_t>{};
+    return std::vector<size_t>{0,    17 + static_cast<size_t>(r),
+                               3000, r % 2 == 0 ? (size_t{2} << 20) + 5 : 0,
+                               1,    100 * static_cast<size_t>(r)};
+  };
+  std::vector<std::vector<std::string>> bufs(n);
+  std::vector<Comm::Ranges> from(n);
+  for (int s = 0; s < n; ++s) {
+    const auto sizes = sizes_of(s);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      bufs[s].push_back(s == c.rank() ? Pattern(sizes[i], s * 16 + static_cast<int>(i))
+                                      : std::string(sizes[i], '\0'));
+    }
+    for (std::string& b : bufs[s]) from[s].push_back(Bytes(b));
+  }
+  const std::string b = Pattern(5000, 77);
+  std::string buf_b = c.rank() == 0 ? b : std::string(b.size(), '\0');
+  // In flight with an IBroadcast; polled with Test(), then waited for.
+  auto ra = c.IAllGatherV(from[c.rank()], from);
+  DCP_ASSERT_OK(ra.status());
+  auto rb = c.IBroadcast(Bytes(buf_b), 0);
+  DCP_ASSERT_OK(rb.status());
+  const auto poll_until = Clock::now() + 10s;
+  while (Clock::now() < poll_until) {
+    auto done = (*ra)->Test();
+    DCP_ASSERT_OK(done.status());
+    if (*done) break;
+    std::this_thread::yield();
+  }
+  DCP_ASSERT_OK((*ra)->Wait());
+  DCP_ASSERT_OK((*rb)->Wait());
+  EXPECT_TRUE(buf_b == b);
+  for (int s = 0; s < n; ++s) {
+    const auto sizes = sizes_of(s);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_TRUE(bufs[s][i] == Pattern(sizes[i], s * 16 + static_cast<int>(i)))
+          << "rank " << c.rank() << " from rank " << s << " range " << i;
+    }
+  }
+  // A list per rank is required.
+  auto bad = c.IAllGatherV({}, {});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
 void CheckBarrierSeparatesPhases(Comm& c, const std::string& shared_dir) {
   namespace fs = std::filesystem;
   auto mark = [&](int round, int rank) {

@@ -47,6 +47,11 @@ void CheckBroadcastEmptyAndLarge(Comm& c);
 // Wait() again after completion; a zero-length IBroadcast.
 void CheckIBroadcastPipelined(Comm& c);
 
+// IAllGatherV of scattered ranges of different sizes per rank (empty, packed, large, a rank
+// sending nothing), in flight with an IBroadcast and polled with Test(); a wrong number of
+// lists is kInvalidArgument.
+void CheckIAllGatherVScattered(Comm& c);
+
 // Five rounds of: leave a mark in `shared_dir` (a directory every rank sees, e.g. one host's
 // /tmp), Barrier, see every rank's mark of this round and none of the next, Barrier.
 void CheckBarrierSeparatesPhases(Comm& c, const std::string& shared_dir);

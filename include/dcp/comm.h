@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,6 +74,23 @@ class Comm {
   // flight; they complete in call order. Backends that carry plans rather than tensor data
   // (FileComm) may complete it before returning.
   virtual Result<std::unique_ptr<CommRequest>> IBroadcast(std::span<std::byte> buf, int root) = 0;
+
+  // Byte ranges taken, or filled, in order as one message.
+  using Ranges = std::vector<std::span<std::byte>>;
+
+  // Starts an all-gather of scattered memory: every rank sends the bytes of `mine` to every
+  // other rank and receives rank r's into `from[r]` (from.size() == size(); from[rank()] is not
+  // touched). from[r] lists ranges of the same sizes, in the same order, as rank r's `mine` (the
+  // callers derive both from one shared plan); a rank with nothing to send passes no ranges and
+  // takes part all the same. Memory rules as IBroadcast: every range stays alive and untouched
+  // until Wait() returned OK. This backend default runs one IBroadcast per sender's range of
+  // at least kInPlaceBytes, straight between the ranges, and packs the smaller ones of a sender
+  // into broadcasts of up to kPackBytes; MPI sends everything in one MPI_Ialltoallw between the
+  // ranges themselves.
+  virtual Result<std::unique_ptr<CommRequest>> IAllGatherV(const Ranges& mine,
+                                                           const std::vector<Ranges>& from);
+  static constexpr uint64_t kInPlaceBytes = uint64_t{1} << 20;
+  static constexpr uint64_t kPackBytes = uint64_t{4} << 20;
 
   // A communicator over the ranks `ranks` (sorted, unique, including this rank) of this one.
   // Called by the members only, in the same order as their other calls to CreateGroup; the

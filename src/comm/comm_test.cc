@@ -86,6 +86,8 @@ TEST_P(CommTest, BroadcastEmptyAndLarge) { RunRanks(CheckBroadcastEmptyAndLarge)
 
 TEST_P(CommTest, IBroadcastPipelined) { RunRanks(CheckIBroadcastPipelined); }
 
+TEST_P(CommTest, IAllGatherVScattered) { RunRanks(CheckIAllGatherVScattered); }
+
 TEST_P(CommTest, BarrierSeparatesPhases) {
   TempDir marks;
   RunRanks([&](Comm& c) { CheckBarrierSeparatesPhases(c, marks.path()); });

@@ -91,6 +91,8 @@ TEST_F(CommMpi, BroadcastEmptyAndLarge) { CheckBroadcastEmptyAndLarge(World()); 
 TEST_F(CommMpi, IBroadcastPipelined) { CheckIBroadcastPipelined(World()); }
 
 // The ranks' marks go to a directory on this host: mpirun runs them all here.
+TEST_F(CommMpi, IAllGatherVScattered) { CheckIAllGatherVScattered(World()); }
+
 TEST_F(CommMpi, BarrierSeparatesPhases) {
   std::string dir;
   if (World().rank() == 0) {
@@ -168,6 +170,7 @@ TEST_F(CommMpi, ChunkedPaths) {
     ASSERT_EQ(static_cast<int>(got->size()), n);
     for (int r = 0; r < n; ++r) EXPECT_TRUE((*got)[r] == Pattern(3000 + 17 * r, r)) << "rank " << r;
   }
+  CheckIAllGatherVScattered(*c);  // ranges over 777 bytes in several datatype blocks
   const std::string big = Pattern(10000, 9);
   std::string data = c->rank() == 0 ? big : "";
   DCP_ASSERT_OK(c->Broadcast(data, 0));

@@ -56,6 +56,20 @@ struct OpState {
   std::vector<int> counts;
   std::vector<int> displs;
   std::vector<int> tokens;
+  // IAllGatherV: per-peer datatypes over the caller's ranges, freed once the operation is.
+  std::vector<MPI_Datatype> types;
+  std::vector<MPI_Datatype> send_types, recv_types;
+  std::vector<int> recv_counts, zero_displs;
+
+  OpState() = default;
+  OpState(const OpState&) = delete;
+  OpState& operator=(const OpState&) = delete;
+  ~OpState() {
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    for (MPI_Datatype& t : types) MPI_Type_free(&t);
+  }
 };
 
 // Operations MPI may still touch (timed out or failed), process-wide: their buffers live until
@@ -276,6 +290,8 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   }
 
   Result<std::unique_ptr<CommRequest>> IBroadcast(std::span<std::byte> buf, int root) override;
+  Result<std::unique_ptr<CommRequest>> IAllGatherV(const Ranges& mine,
+                                                   const std::vector<Ranges>& from) override;
 
   Result<std::shared_ptr<Comm>> CreateGroup(const std::vector<int>& ranks) override {
     DCP_RETURN_IF_ERROR(CheckUsable("CreateGroup"));
@@ -613,21 +629,22 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   std::vector<std::shared_ptr<OpState>> pongs_;  // answers being sent
 };
 
-// A broadcast in flight, into the caller's memory. Destroying it unfinished waits for it
-// (bounded by the timeout): MPI offers no way to abandon a collective whose buffer is about to
+// A broadcast or all-gather in flight, into the caller's memory. Destroying it unfinished waits for
+// it (bounded by the timeout): MPI offers no way to abandon a collective whose buffer is about to
 // go away. While it is in flight it counts in g_caller_buffers_in_flight, so that a failure of
 // any communicator aborts the job rather than return while MPI may still write into it.
 class MpiBroadcastRequest final : public CommRequest {
  public:
-  MpiBroadcastRequest(std::shared_ptr<MpiCommImpl> comm, std::shared_ptr<OpState> st)
-      : comm_(std::move(comm)), st_(std::move(st)) {}
+  MpiBroadcastRequest(std::shared_ptr<MpiCommImpl> comm, std::shared_ptr<OpState> st,
+                      std::string_view op = "IBroadcast")
+      : comm_(std::move(comm)), st_(std::move(st)), op_(op) {}
   ~MpiBroadcastRequest() override {
     if (!finished_) (void)Wait();
   }
 
   Status Wait() override {
     if (!finished_) {
-      status_ = comm_->Complete("IBroadcast", st_, Clock::now() + comm_->timeout());
+      status_ = comm_->Complete(op_, st_, Clock::now() + comm_->timeout());
       Finish();
     }
     return status_;
@@ -638,7 +655,7 @@ class MpiBroadcastRequest final : public CommRequest {
       if (!status_.ok()) return status_;
       return true;
     }
-    auto done = comm_->Poll("IBroadcast", st_);
+    auto done = comm_->Poll(op_, st_);
     if (!done.ok()) {
       status_ = done.status();
       Finish();
@@ -656,6 +673,7 @@ class MpiBroadcastRequest final : public CommRequest {
 
   std::shared_ptr<MpiCommImpl> comm_;  // outlives the operation
   std::shared_ptr<OpState> st_;
+  std::string_view op_;  // a literal
   bool finished_ = false;
   Status status_;
 };
@@ -672,6 +690,69 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IBroadcast(std::span<std::byte
   // The caller's buffer, which it keeps alive until Wait(): no copy of tensor data.
   DCP_RETURN_IF_ERROR(
       PostBroadcast("IBroadcast", st, reinterpret_cast<char*>(buf.data()), buf.size(), root));
+  return std::unique_ptr<CommRequest>(std::move(req));
+}
+
+Result<std::unique_ptr<CommRequest>> MpiCommImpl::IAllGatherV(const Ranges& mine,
+                                                              const std::vector<Ranges>& from) {
+  DCP_RETURN_IF_ERROR(CheckUsable("IAllGatherV"));
+  if (static_cast<int>(from.size()) != size_) {
+    return InvalidArgument("IAllGatherV: " + std::to_string(from.size()) +
+                           " lists of ranges for a communicator of " + std::to_string(size_));
+  }
+  ++calls_;
+  auto st = std::make_shared<OpState>();
+  // One hindexed datatype per list of ranges, at absolute addresses (MPI_BOTTOM), in blocks
+  // whose lengths fit an int; null for a list with no bytes.
+  auto make_type = [&](const Ranges& ranges) -> Result<MPI_Datatype> {
+    std::vector<int> lengths;
+    std::vector<MPI_Aint> addresses;
+    for (std::span<std::byte> r : ranges) {
+      for (uint64_t off = 0; off < r.size(); off += limits_.chunk) {
+        MPI_Aint a = 0;
+        MPI_Get_address(r.data() + off, &a);
+        addresses.push_back(a);
+        lengths.push_back(static_cast<int>(std::min<uint64_t>(limits_.chunk, r.size() - off)));
+      }
+    }
+    if (lengths.empty()) return MPI_DATATYPE_NULL;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    int rc = MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(),
+                                      addresses.data(), MPI_BYTE, &t);
+    if (rc != MPI_SUCCESS) return MpiError("IAllGatherV (MPI_Type_create_hindexed)", rc);
+    st->types.push_back(t);
+    rc = MPI_Type_commit(&st->types.back());
+    if (rc != MPI_SUCCESS) return MpiError("IAllGatherV (MPI_Type_commit)", rc);
+    return st->types.back();
+  };
+  DCP_ASSIGN_OR_RETURN(MPI_Datatype send, make_type(mine));
+  st->counts.assign(size_, 0);  // send counts
+  st->recv_counts.assign(size_, 0);
+  st->zero_displs.assign(size_, 0);
+  st->send_types.assign(size_, MPI_BYTE);
+  st->recv_types.assign(size_, MPI_BYTE);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (send != MPI_DATATYPE_NULL) {
+      st->counts[r] = 1;
+      st->send_types[r] = send;
+    }
+    DCP_ASSIGN_OR_RETURN(MPI_Datatype recv, make_type(from[r]));
+    if (recv != MPI_DATATYPE_NULL) {
+      st->recv_counts[r] = 1;
+      st->recv_types[r] = recv;
+    }
+  }
+  // Counted before posting, as IBroadcast: MPI moves the bytes straight between the caller's
+  // ranges, which must not be freed while it may still write into them.
+  auto req = std::make_unique<MpiBroadcastRequest>(shared_from_this(), st, "IAllGatherV");
+  g_caller_buffers_in_flight.fetch_add(1);
+  st->reqs.emplace_back();
+  DCP_RETURN_IF_ERROR(Posted(
+      "IAllGatherV", st,
+      MPI_Ialltoallw(MPI_BOTTOM, st->counts.data(), st->zero_displs.data(), st->send_types.data(),
+                     MPI_BOTTOM, st->recv_counts.data(), st->zero_displs.data(),
+                     st->recv_types.data(), comm_, &st->reqs.back())));
   return std::unique_ptr<CommRequest>(std::move(req));
 }
 
