@@ -6,7 +6,7 @@ export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
 
-.PHONY: all setup build demo test bench bench-metadata fuzz clean
+.PHONY: all setup build demo test bench bench-metadata bench-simulate fuzz clean
 
 all: build
 
@@ -39,6 +39,16 @@ bench: build
 	mpirun -np 4 $(BUILD)/dcp bench $(BENCH_ARGS) --phases load,reshard --repeat 3 \
 	  --storage-gibps 0.5 --dir $(BENCH_DIR) --json bench-throttled.json
 	$(BUILD)/bench/metadata_bench
+	$(MAKE) bench-simulate
+
+# Whole-job planning at scale (README.md, "dcp simulate"): balance, collective calls per rank
+# and metadata of the three 16,384/131,072-rank jobs and of a one-rank checkpoint loaded by 64
+# replicas. About 15 s.
+bench-simulate: build
+	$(BUILD)/dcp simulate --layers 48 --ranks 16384 --save-layout tp8,ep8,dp256 --load-layout tp4,dp4096
+	$(BUILD)/dcp simulate --model dense-500b --layers 126 --optimizer --ranks 16384 --save-layout tp8,dp2048
+	$(BUILD)/dcp simulate --model dense-500b --layers 126 --optimizer --ranks 131072 --save-layout tp8,dp16384
+	$(BUILD)/dcp simulate --layers 48 --ranks 64 --save-layout dp1 --load-layout dp64
 
 bench-metadata: build
 	$(BUILD)/bench/metadata_bench

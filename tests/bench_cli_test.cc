@@ -167,12 +167,40 @@ TEST(SimulateCliTest, SixtyFourRanksKeysAndDedupInvariants) {
   // Read-once broadcast: every stored tensor byte read from storage exactly once.
   const json& b = j["load"]["broadcast"];
   ASSERT_TRUE(b.is_object());
-  ExpectKeys(b, {"groups", "shared_shards", "broadcasts", "batches", "read_bytes_per_rank"},
+  ExpectKeys(b,
+             {"groups", "shared_shards", "broadcasts", "batches", "gathers", "collectives_per_rank",
+              "groups_per_rank", "max_collectives_per_group", "read_bytes_per_rank"},
              "broadcast");
+  // Shared shards go by a few all-gather rounds per group (4 by default); stored chunks
+  // shared by a reshard add their broadcasts.
+  EXPECT_GT(b["gathers"].get<uint64_t>(), 0u);
+  EXPECT_LE(b["collectives_per_rank"]["max"].get<uint64_t>(),
+            4 * b["groups_per_rank"]["max"].get<uint64_t>() + b["broadcasts"].get<uint64_t>());
   // At least the 4 tp shards' 16 replicas and the world-replicated norms; stored chunks
   // read once for several consumers add their own groups.
   EXPECT_GE(b["groups"].get<int>(), 5);
   EXPECT_EQ(b["read_bytes_per_rank"]["sum"], j["model_bytes"]);
+}
+
+TEST(SimulateCliTest, AOneRankCheckpointLoadedBy64ReplicasIsReadBalanced) {
+  // Issue 20 item 3: written by one rank (each tensor one stored chunk with 1 MiB checksum
+  // blocks), loaded by 64 replicas on 8 hosts: slabs cut inside the chunks at blocks keep every
+  // reader near the mean, each stored byte read once, in 4 all-gathers per rank.
+  std::string out;
+  ASSERT_EQ(testing::RunCommand(std::string(DCP_CLI_PATH) +
+                                    " simulate --layers 2 --width-scale 0.25 --ranks 64 "
+                                    "--save-layout dp1 --load-layout dp64 --json -",
+                                &out),
+            0)
+      << out;
+  const json j = json::parse(out.substr(out.find('{')));
+  const json& b = j["load"]["broadcast"];
+  const json& read = b["read_bytes_per_rank"];
+  EXPECT_LE(read["max"].get<double>(), 1.2 * read["mean"].get<double>());
+  EXPECT_LE(read["sum"].get<uint64_t>(), j["unique_bytes"].get<uint64_t>());
+  EXPECT_GT(read["sum"].get<uint64_t>(), j["unique_bytes"].get<uint64_t>() - 4096);
+  EXPECT_EQ(b["shared_chunks"], 0);
+  EXPECT_EQ(b["collectives_per_rank"]["max"], 4);
 }
 
 TEST(SimulateCliTest, LayoutMustMatchRanks) {

@@ -77,9 +77,13 @@ struct LoadOptions {
   bool allow_partial = false;
   int max_open_files = 8;
   // Read-once broadcast: a destination shard held by several ranks is read from storage
-  // by one of them (byte-balanced) and broadcast to the others while the next is read.
+  // by one of them (byte-balanced) and sent to the others while the next is read. A group of
+  // ranks holding the same shards exchanges them in a few all-gathers (Comm::IAllGatherV),
+  // each member sending what it read, so a rank takes part in O(groups it is in) collectives
+  // whatever the groups' sizes.
   bool broadcast = true;
-  // Shards smaller than this travel together per (group, reader, dtype); 0: no batching.
+  // Stored chunks a reshard shares (read whole once, broadcast) smaller than this travel
+  // together per (group, reader); 0: no batching.
   uint64_t broadcast_batch_bytes = uint64_t{6} << 20;
   // A shared shard larger than this is cut along dimension 0 into slabs read and broadcast
   // by different members, so that the largest reader stays near the mean; 0: automatic (an
@@ -87,11 +91,12 @@ struct LoadOptions {
   // pass the same value.
   uint64_t broadcast_slab_bytes = 0;
   int max_broadcasts_in_flight = 8;
-  // Host memory a rank holds for broadcasts in flight beyond the destination tensors: batches
-  // of small shards and the whole stored chunks a reshard shares. Posting waits for older
-  // broadcasts while more would be held; one buffer larger than this goes alone (so the bound
-  // is the larger of this and the largest such buffer). LoadResult::peak_broadcast_buffer_bytes
-  // says what a load held.
+  // Host memory a rank holds for collectives in flight beyond the destination tensors: the
+  // whole stored chunks a reshard shares, and small shards packed by backends whose
+  // all-gathers are not in place (all but MPI). Posting waits for older collectives while
+  // more would be held; one buffer larger than this goes alone (so the bound is the larger of
+  // this and the largest such buffer). LoadResult::peak_broadcast_buffer_bytes says what a
+  // load held.
   uint64_t max_broadcast_buffer_bytes = uint64_t{256} << 20;
   // Ranks of one host share its page cache: by default, bytes wanted only by ranks of one
   // host are read by each of them (storage is read once, the others copy from memory, which
@@ -117,10 +122,10 @@ struct LoadResult {
   uint64_t shards_read_for_others = 0;  // shared shards this rank read and sent
   // Stored chunks several ranks needed parts of (resharding): read whole once, broadcast.
   uint64_t shared_chunks = 0;
-  uint64_t broadcasts = 0;      // broadcast operations this rank took part in
-  uint64_t batches = 0;         // of those, batches of several small shards
-  uint64_t bytes_sent = 0;      // as broadcast root
-  uint64_t bytes_received = 0;  // as broadcast receiver
+  uint64_t broadcasts = 0;      // collectives this rank took part in: broadcasts, all-gathers
+  uint64_t batches = 0;         // broadcasts of several shared stored chunks
+  uint64_t bytes_sent = 0;      // of what this rank read for others
+  uint64_t bytes_received = 0;  // of what others read for this rank
   uint64_t groups_created = 0;  // group communicators created (cached across loads)
   // Broadcast buffers held at once (LoadOptions::max_broadcast_buffer_bytes).
   uint64_t peak_broadcast_buffer_bytes = 0;

@@ -90,6 +90,8 @@ class Comm {
   virtual Result<std::unique_ptr<CommRequest>> IAllGatherV(const Ranges& mine,
                                                            const std::vector<Ranges>& from);
   static constexpr uint64_t kInPlaceBytes = uint64_t{1} << 20;
+  // Whether IAllGatherV moves every range in place (no buffers of its own), as MPI does.
+  virtual bool gathers_in_place() const { return false; }
   static constexpr uint64_t kPackBytes = uint64_t{4} << 20;
 
   // A communicator over the ranks `ranks` (sorted, unique, including this rank) of this one.

@@ -54,11 +54,12 @@ bool IsMember(const std::vector<int>& ranks, int rank) {
   return std::binary_search(ranks.begin(), ranks.end(), rank);
 }
 
-// Outstanding broadcasts, oldest first, at most `limit`.
+// Outstanding collectives (broadcasts, all-gathers), oldest first, at most `limit`, holding at
+// most `max_held` bytes of buffers (one larger operation may go alone).
 class InFlight {
  public:
-  InFlight(size_t limit, uint64_t max_staged, LoadResult* stats)
-      : limit_(std::max<size_t>(limit, 1)), max_staged_(max_staged), stats_(stats) {}
+  InFlight(size_t limit, uint64_t max_held, LoadResult* stats)
+      : limit_(std::max<size_t>(limit, 1)), max_held_(max_held), stats_(stats) {}
   // Requests remain only after a communication failure. The backend may still write into
   // their buffers (MPI cannot cancel a collective), so they are left allocated, as in
   // WaitOldest, rather than freed under it.
@@ -71,24 +72,24 @@ class InFlight {
 
   struct Op {
     std::unique_ptr<CommRequest> request;
-    std::vector<std::byte> staging;                        // batches and whole stored chunks
-    std::vector<std::pair<std::byte*, uint64_t>> scatter;  // receiver of a batch: where to
+    uint64_t held = 0;                                     // buffer bytes it holds
+    std::vector<std::byte> staging;                        // whole stored chunks
     std::function<void(std::span<const std::byte>)> done;  // run on staging once complete
   };
 
-  // Waits for older broadcasts until a buffer of `bytes` fits the staging budget (one
-  // oversized buffer may go alone); called before that buffer is allocated.
+  // Waits for older operations until `bytes` more fit the budget (one oversized operation may
+  // go alone); called before a buffer of that size is allocated.
   Status MakeRoom(uint64_t bytes) {
-    while (!ops_.empty() && staged_ + bytes > max_staged_) DCP_RETURN_IF_ERROR(WaitOldest());
+    while (!ops_.empty() && held_ + bytes > max_held_) DCP_RETURN_IF_ERROR(WaitOldest());
     return OkStatus();
   }
-  Status Post(Comm& group, int root, std::span<std::byte> buf, Op op) {
-    // Bounded by count, and by staging memory.
-    DCP_RETURN_IF_ERROR(MakeRoom(op.staging.size()));
+  // Starts the operation (`start`) once it fits, by count and by memory.
+  Status Post(const std::function<Result<std::unique_ptr<CommRequest>>()>& start, Op op) {
+    DCP_RETURN_IF_ERROR(MakeRoom(op.held));
     while (ops_.size() >= limit_) DCP_RETURN_IF_ERROR(WaitOldest());
-    staged_ += op.staging.size();
-    stats_->peak_broadcast_buffer_bytes = std::max(stats_->peak_broadcast_buffer_bytes, staged_);
-    DCP_ASSIGN_OR_RETURN(op.request, group.IBroadcast(buf, root));
+    held_ += op.held;
+    stats_->peak_broadcast_buffer_bytes = std::max(stats_->peak_broadcast_buffer_bytes, held_);
+    DCP_ASSIGN_OR_RETURN(op.request, start());
     ++stats_->broadcasts;
     ops_.push_back(std::move(op));
     return OkStatus();
@@ -96,17 +97,12 @@ class InFlight {
   Status WaitOldest() {
     Op op = std::move(ops_.front());
     ops_.pop_front();
-    staged_ -= op.staging.size();
+    held_ -= op.held;
     if (Status s = op.request->Wait(); !s.ok()) {
       // The backend may still write into the staging buffer after a failed wait (MPI
       // cannot cancel a collective): leave it allocated rather than risk a use after free.
       new std::vector<std::byte>(std::move(op.staging));
       return s;
-    }
-    uint64_t off = 0;
-    for (auto [dst, n] : op.scatter) {
-      std::memcpy(dst, op.staging.data() + off, n);
-      off += n;
     }
     if (op.done) op.done(op.staging);
     return OkStatus();
@@ -122,9 +118,9 @@ class InFlight {
 
  private:
   size_t limit_;
-  uint64_t max_staged_;
+  uint64_t max_held_;
   LoadResult* stats_;
-  uint64_t staged_ = 0;
+  uint64_t held_ = 0;
   std::deque<Op> ops_;
 };
 
@@ -169,6 +165,12 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
   return groups;
 }
 
+planner::GatherLimits GatherLimitsFor(const LoadOptions& opts, bool in_place) {
+  return {.max_small_bytes =
+              in_place ? UINT64_MAX : std::max<uint64_t>(opts.max_broadcast_buffer_bytes / 4, 1),
+          .in_place_bytes = Comm::kInPlaceBytes};
+}
+
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
                       const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
@@ -183,94 +185,96 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
   auto read = [&](auto&& f) {
     if (read_failure->ok()) *read_failure = Guarded("", f);
   };
-  bool chunks_phase = true;
-  // The callbacks of posted operations refer to the schedule until the final drain.
-  const std::vector<planner::BroadcastOp> schedule =
+  auto root_of = [&](uint32_t group, int reader) {
+    const auto& ranks = plan.groups[group];
+    return static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), reader) - ranks.begin());
+  };
+
+  // 1. Shared stored chunks: each read whole by one consumer into a staging buffer and
+  // broadcast; every consumer scatters its regions. The callbacks of posted operations refer
+  // to the schedule until the drain below.
+  const std::vector<planner::BroadcastOp> chunk_ops =
       planner::ScheduleBroadcasts(plan, opts.broadcast_batch_bytes);
   {
     std::vector<std::pair<uint32_t, uint32_t>> whole;  // the shared chunks this rank reads
-    for (const planner::BroadcastOp& op : schedule) {
-      if (!op.chunks || op.reader != me || !groups[op.group]) continue;
+    for (const planner::BroadcastOp& op : chunk_ops) {
+      if (op.reader != me || !groups[op.group]) continue;
       for (uint32_t i : op.items) whole.emplace_back(plan.chunks[i].tensor, plan.chunks[i].stored);
     }
     reads.HintWhole(whole);
   }
-  for (const planner::BroadcastOp& op : schedule) {
+  for (const planner::BroadcastOp& op : chunk_ops) {
     if (!groups[op.group]) continue;  // not a member
-    if (chunks_phase && !op.chunks) {
-      // Every region the shared chunks feed is in place before a shard reader sends.
-      DCP_RETURN_IF_ERROR(in_flight.Drain());
-      chunks_phase = false;
-    }
-    const auto& ranks = plan.groups[op.group];
-    const int root =
-        static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), op.reader) - ranks.begin());
     const bool reader = op.reader == me;
     (reader ? stats->bytes_sent : stats->bytes_received) += op.bytes;
     if (op.items.size() > 1) ++stats->batches;
+    stats->shared_chunks += op.items.size();
     InFlight::Op posted;
-
-    if (op.chunks) {
-      // Whole stored chunks into one staging buffer; every member scatters its regions.
-      stats->shared_chunks += op.items.size();
-      DCP_RETURN_IF_ERROR(in_flight.MakeRoom(op.bytes));
-      DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
-        posted.staging.resize(op.bytes);
-        return OkStatus();
-      }));
-      uint64_t at = 0;
-      for (uint32_t i : op.items) {
-        const planner::SharedChunk& c = plan.chunks[i];
-        if (reader) {
-          read([&] {
-            return reads.ReadWhole(c.tensor, c.stored,
-                                   std::span(posted.staging.data() + at, c.nbytes));
-          });
-        }
-        at += c.nbytes;
-      }
-      posted.done = [&plan, &my_chunks, &op](std::span<const std::byte> staging) {
-        uint64_t off = 0;
-        for (uint32_t i : op.items) {
-          const uint64_t n = plan.chunks[i].nbytes;
-          for (const storage::ChunkTarget& t : my_chunks[i].targets) {
-            storage::ScatterFromMemory(t, staging.subspan(off, n));
-          }
-          off += n;
-        }
-      };
-    } else {
-      stats->shared_shards += op.items.size();
+    posted.held = op.bytes;
+    DCP_RETURN_IF_ERROR(in_flight.MakeRoom(op.bytes));
+    DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
+      posted.staging.resize(op.bytes);
+      return OkStatus();
+    }));
+    uint64_t at = 0;
+    for (uint32_t i : op.items) {
+      const planner::SharedChunk& c = plan.chunks[i];
       if (reader) {
-        stats->shards_read_for_others += op.items.size();
-        for (uint32_t i : op.items)
-          read([&] { return reads.Read(shared_reads, mine[i].read_items); });
+        read([&] {
+          return reads.ReadWhole(c.tensor, c.stored,
+                                 std::span(posted.staging.data() + at, c.nbytes));
+        });
       }
-      if (op.items.size() == 1) {
-        // Straight from and into the destination memory.
-        const MyShard& m = mine[op.items[0]];
-        DCP_RETURN_IF_ERROR(
-            in_flight.Post(*groups[op.group], root, std::span(m.dst, op.bytes), {}));
-        continue;
-      }
-      DCP_RETURN_IF_ERROR(in_flight.MakeRoom(op.bytes));
-      DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
-        posted.staging.resize(op.bytes);
-        return OkStatus();
-      }));
-      uint64_t at = 0;
+      at += c.nbytes;
+    }
+    posted.done = [&plan, &my_chunks, &op](std::span<const std::byte> staging) {
+      uint64_t off = 0;
       for (uint32_t i : op.items) {
-        const uint64_t n = plan.shards[i].nbytes;
-        if (reader) {
-          std::memcpy(posted.staging.data() + at, mine[i].dst, n);
-        } else {
-          posted.scatter.push_back({mine[i].dst, n});
+        const uint64_t n = plan.chunks[i].nbytes;
+        for (const storage::ChunkTarget& t : my_chunks[i].targets) {
+          storage::ScatterFromMemory(t, staging.subspan(off, n));
         }
-        at += n;
+        off += n;
+      }
+    };
+    std::span<std::byte> buf(posted.staging);
+    Comm& group = *groups[op.group];
+    const int root = root_of(op.group, op.reader);
+    DCP_RETURN_IF_ERROR(
+        in_flight.Post([&] { return group.IBroadcast(buf, root); }, std::move(posted)));
+  }
+  // Every region the shared chunks feed is in place before a shard reader sends.
+  DCP_RETURN_IF_ERROR(in_flight.Drain());
+
+  // 2. Shared shards and slabs, straight from and into the destination memory: per group, a
+  // few rounds of one all-gather each, where every member sends the slabs it read (the
+  // reading of the next round overlaps the exchange of this one). A backend without scattered
+  // all-gathers packs slabs under Comm::kInPlaceBytes into buffers: those count as held.
+  const std::vector<planner::GatherOp> gathers =
+      planner::ScheduleGathers(plan, GatherLimitsFor(opts, world.gathers_in_place()));
+  for (const planner::GatherOp& op : gathers) {
+    if (!groups[op.group]) continue;  // not a member
+    Comm& group = *groups[op.group];
+    Comm::Ranges send;
+    std::vector<Comm::Ranges> from(plan.groups[op.group].size());
+    for (uint32_t i : op.items) {
+      const planner::SharedShard& s = plan.shards[i];
+      const std::span<std::byte> range(mine[i].dst, s.nbytes);
+      ++stats->shared_shards;
+      if (s.reader == me) {
+        ++stats->shards_read_for_others;
+        stats->bytes_sent += s.nbytes;
+        read([&] { return reads.Read(shared_reads, mine[i].read_items); });
+        send.push_back(range);
+      } else {
+        stats->bytes_received += s.nbytes;
+        from[root_of(op.group, s.reader)].push_back(range);
       }
     }
-    std::span<std::byte> buf(posted.staging);
-    DCP_RETURN_IF_ERROR(in_flight.Post(*groups[op.group], root, buf, std::move(posted)));
+    InFlight::Op posted;
+    posted.held = group.gathers_in_place() ? 0 : op.small_bytes;
+    DCP_RETURN_IF_ERROR(
+        in_flight.Post([&] { return group.IAllGatherV(send, from); }, std::move(posted)));
   }
   Status drained = in_flight.Drain();
   reads.set_between_chunks(nullptr);

@@ -25,6 +25,11 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
                                                          const planner::BroadcastPlan& plan,
                                                          uint64_t* created);
 
+// How the shared phase cuts shared shards into all-gathers under `opts` (dcp simulate
+// counts with the same): packed small slabs bounded by the buffer budget unless the backend's
+// all-gathers are in place (Comm::gathers_in_place).
+planner::GatherLimits GatherLimitsFor(const LoadOptions& opts, bool in_place);
+
 // This rank's part in a shared stored chunk: where its regions go once it has arrived.
 struct MyChunk {
   bool member = false;

@@ -521,45 +521,82 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
 
 std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t batch_bytes) {
   std::vector<BroadcastOp> ops;
-  auto phase = [&](bool chunks, size_t count, auto item) {
-    // (group, reader) -> index of its open batch in `open`; `open` keeps opening order.
-    std::map<std::pair<uint32_t, int>, size_t> open_of;
-    std::vector<BroadcastOp> open;
-    std::vector<bool> closed;
-    for (uint32_t i = 0; i < count; ++i) {
-      const auto [group, reader, nbytes] = item(i);
-      if (batch_bytes == 0 || nbytes >= batch_bytes) {
-        ops.push_back({chunks, group, reader, nbytes, {i}});
-        continue;
-      }
-      auto it = open_of.find({group, reader});
-      if (it != open_of.end() && open[it->second].bytes + nbytes > batch_bytes) {
-        ops.push_back(std::move(open[it->second]));
-        closed[it->second] = true;
-        open_of.erase(it);
-        it = open_of.end();
-      }
-      if (it == open_of.end()) {
-        it = open_of.emplace(std::pair{group, reader}, open.size()).first;
-        open.push_back({chunks, group, reader, 0, {}});
-        closed.push_back(false);
-      }
-      open[it->second].items.push_back(i);
-      open[it->second].bytes += nbytes;
-    }
-    for (size_t b = 0; b < open.size(); ++b) {
-      if (!closed[b]) ops.push_back(std::move(open[b]));
-    }
-  };
-  phase(true, plan.chunks.size(), [&](uint32_t i) {
+  // (group, reader) -> index of its open batch in `open`; `open` keeps opening order.
+  std::map<std::pair<uint32_t, int>, size_t> open_of;
+  std::vector<BroadcastOp> open;
+  std::vector<bool> closed;
+  for (uint32_t i = 0; i < plan.chunks.size(); ++i) {
     const SharedChunk& c = plan.chunks[i];
-    return std::tuple{c.group, c.reader, c.nbytes};
-  });
-  phase(false, plan.shards.size(), [&](uint32_t i) {
-    const SharedShard& s = plan.shards[i];
-    return std::tuple{s.group, s.reader, s.nbytes};
-  });
+    if (batch_bytes == 0 || c.nbytes >= batch_bytes) {
+      ops.push_back({c.group, c.reader, c.nbytes, {i}});
+      continue;
+    }
+    auto it = open_of.find({c.group, c.reader});
+    if (it != open_of.end() && open[it->second].bytes + c.nbytes > batch_bytes) {
+      ops.push_back(std::move(open[it->second]));
+      closed[it->second] = true;
+      open_of.erase(it);
+      it = open_of.end();
+    }
+    if (it == open_of.end()) {
+      it = open_of.emplace(std::pair{c.group, c.reader}, open.size()).first;
+      open.push_back({c.group, c.reader, 0, {}});
+      closed.push_back(false);
+    }
+    open[it->second].items.push_back(i);
+    open[it->second].bytes += c.nbytes;
+  }
+  for (size_t b = 0; b < open.size(); ++b) {
+    if (!closed[b]) ops.push_back(std::move(open[b]));
+  }
   return ops;
+}
+
+std::vector<GatherOp> ScheduleGathers(const BroadcastPlan& plan, const GatherLimits& limits) {
+  const uint32_t rounds = std::max<uint32_t>(limits.rounds, 1);
+  std::vector<uint64_t> total(plan.groups.size(), 0);
+  for (const SharedShard& s : plan.shards) total[s.group] += s.nbytes;
+  // Per group: its ops so far (the last one open), and what each member sends in the open one.
+  std::vector<std::vector<GatherOp>> of_group(plan.groups.size());
+  std::vector<uint64_t> before(plan.groups.size(), 0);  // bytes of the group's earlier shards
+  std::vector<std::map<int, uint64_t>> sent(plan.groups.size());
+  std::vector<uint32_t> base_round(plan.groups.size(), 0);
+  for (uint32_t i = 0; i < plan.shards.size(); ++i) {
+    const SharedShard& s = plan.shards[i];
+    const uint32_t g = s.group;
+    // The round by bytes: the share of the group's bytes before this shard.
+    const auto by_bytes = static_cast<uint32_t>(std::min<uint64_t>(
+        rounds - 1, total[g] ? static_cast<uint64_t>(static_cast<unsigned __int128>(before[g]) *
+                                                     rounds / total[g])
+                             : 0));
+    before[g] += s.nbytes;
+    const bool small = s.nbytes < limits.in_place_bytes;
+    std::vector<GatherOp>& ops = of_group[g];
+    bool open_new = ops.empty() || by_bytes > base_round[g];
+    if (!open_new) {
+      const GatherOp& cur = ops.back();
+      open_new = sent[g][s.reader] + s.nbytes > limits.max_member_bytes ||
+                 (small && cur.small_bytes + s.nbytes > limits.max_small_bytes);
+    }
+    if (open_new) {
+      base_round[g] = std::max(base_round[g], by_bytes);
+      ops.push_back({g, static_cast<uint32_t>(ops.size()), 0, 0, {}});
+      sent[g].clear();
+    }
+    GatherOp& op = ops.back();
+    op.items.push_back(i);
+    op.bytes += s.nbytes;
+    if (small) op.small_bytes += s.nbytes;
+    sent[g][s.reader] += s.nbytes;
+  }
+  std::vector<GatherOp> out;
+  for (auto& ops : of_group) {
+    for (GatherOp& op : ops) out.push_back(std::move(op));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const GatherOp& a, const GatherOp& b) {
+    return std::tie(a.round, a.group) < std::tie(b.round, b.group);
+  });
+  return out;
 }
 
 }  // namespace dcp::planner

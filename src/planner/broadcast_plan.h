@@ -104,21 +104,47 @@ struct BroadcastPlanOptions {
 inline constexpr uint64_t kSlabsPerShare = 8;
 inline constexpr uint64_t kMinSlabBytes = uint64_t{256} << 10;
 
-// One broadcast the execution issues: items of one (group, reader) sent together.
+// One broadcast of shared stored chunks: items of one (group, reader) sent together.
 struct BroadcastOp {
-  bool chunks = false;  // items index BroadcastPlan::chunks, else BroadcastPlan::shards
   uint32_t group = 0;
   int reader = -1;
   uint64_t bytes = 0;
-  std::vector<uint32_t> items;
+  std::vector<uint32_t> items;  // indices into BroadcastPlan::chunks
 };
 
-// The broadcasts of `plan` in issue order, which every member of a group follows: the
-// shared chunks' operations, then the shared shards'. An item of at least `batch_bytes`
-// (or any item when it is 0) goes alone, when reached; smaller ones join the open batch of
-// their (group, reader), which is issued when the next would overflow it; batches still
-// open at the end of a phase are issued in the order they were opened.
+// The broadcasts of `plan`'s shared stored chunks in issue order, which every member of a
+// group follows. A chunk of at least `batch_bytes` (or any chunk when it is 0) goes alone,
+// when reached; smaller ones join the open batch of their (group, reader), which is issued
+// when the next would overflow it; batches still open at the end are issued in the order they
+// were opened.
 std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t batch_bytes);
+
+// One all-gather of shared shards (Comm::IAllGatherV over the group): every member sends the
+// slabs it reads among `items` and receives the others'.
+struct GatherOp {
+  uint32_t group = 0;
+  uint32_t round = 0;  // the op's place among its group's
+  uint64_t bytes = 0;
+  uint64_t small_bytes = 0;     // of slabs under GatherLimits::in_place_bytes
+  std::vector<uint32_t> items;  // indices into BroadcastPlan::shards, in global order
+};
+
+struct GatherLimits {
+  // A group's shards, in global order, are cut into this many rounds of about equal bytes,
+  // so that reading one round overlaps the exchange of the one before...
+  uint32_t rounds = 4;
+  // ...and into more where a member would send more than this in one (MPI's int counts)...
+  uint64_t max_member_bytes = uint64_t{1} << 30;
+  // ...or its slabs under `in_place_bytes` would exceed `max_small_bytes` (what a backend
+  // without scattered all-gathers packs into buffers: Comm::IAllGatherV's default).
+  uint64_t max_small_bytes = uint64_t{64} << 20;
+  uint64_t in_place_bytes = uint64_t{1} << 20;  // Comm::kInPlaceBytes
+};
+
+// The shared shards' all-gathers in issue order, by (round, group): every member walks them
+// in this one global order, so no two groups' exchanges wait on each other in a cycle. A rank
+// takes part in about `rounds` collectives per group it belongs to, whatever the group's size.
+std::vector<GatherOp> ScheduleGathers(const BroadcastPlan& plan, const GatherLimits& limits);
 
 // `holders[i]` are the ranks whose identity equals `identities[i]` (sorted, disjoint,
 // covering 0..world_size-1).

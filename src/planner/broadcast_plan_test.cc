@@ -448,30 +448,92 @@ TEST(PlanBroadcastTest, WithBlockChecksumsSlabsEndAtBlocksInsideStoredChunks) {
 TEST(ScheduleBroadcastsTest, BatchesPerGroupAndReaderInIssueOrder) {
   BroadcastPlan p;
   p.groups = {{0, 1}, {0, 1, 2}};
-  auto shard = [](uint32_t t, uint64_t n, uint32_t g, int reader) {
-    return SharedShard{t, Box{{0}, {1}}, Box{{0}, {1}}, n, g, reader};
-  };
   // Limit 10: a (g0,r0) 4 + 4 fit; the third 4 overflows and closes that batch; a 12-byte
-  // shard goes alone when reached; (g1,r2) stays open until the end.
-  p.shards = {shard(0, 4, 0, 0), shard(1, 4, 1, 2), shard(2, 4, 0, 0), shard(3, 12, 0, 1),
-              shard(4, 4, 0, 0)};
-  p.chunks = {{7, 0, 3, 1, 2}, {8, 0, 30, 1, 2}};
+  // chunk goes alone when reached; (g1,r2) stays open until the end.
+  p.chunks = {{0, 0, 4, 0, 0}, {1, 0, 4, 1, 2}, {2, 0, 4, 0, 0}, {3, 0, 12, 0, 1}, {4, 0, 4, 0, 0}};
   auto ops = ScheduleBroadcasts(p, 10);
-  ASSERT_EQ(ops.size(), 6u);
-  // Chunks first: the 30-byte chunk alone when reached, the small one at the phase's end.
-  EXPECT_TRUE(ops[0].chunks);
-  EXPECT_EQ(ops[0].items, (std::vector<uint32_t>{1}));
-  EXPECT_TRUE(ops[1].chunks);
-  EXPECT_EQ(ops[1].items, (std::vector<uint32_t>{0}));
-  EXPECT_EQ(ops[2].items, (std::vector<uint32_t>{3}));     // 12 bytes: alone
-  EXPECT_EQ(ops[3].items, (std::vector<uint32_t>{0, 2}));  // closed by shard 4
-  EXPECT_EQ(ops[3].bytes, 8u);
-  EXPECT_EQ(ops[4].items, (std::vector<uint32_t>{1}));  // (g1, r2), opened first
-  EXPECT_EQ(ops[5].items, (std::vector<uint32_t>{4}));
-  // Batching off: one operation per item, in order.
+  ASSERT_EQ(ops.size(), 4u);
+  EXPECT_EQ(ops[0].items, (std::vector<uint32_t>{3}));     // 12 bytes: alone
+  EXPECT_EQ(ops[1].items, (std::vector<uint32_t>{0, 2}));  // closed by chunk 4
+  EXPECT_EQ(ops[1].bytes, 8u);
+  EXPECT_EQ(ops[2].items, (std::vector<uint32_t>{1}));  // (g1, r2), opened first
+  EXPECT_EQ(ops[3].items, (std::vector<uint32_t>{4}));
+  // Batching off: one operation per chunk, in order.
   ops = ScheduleBroadcasts(p, 0);
-  ASSERT_EQ(ops.size(), 7u);
-  for (const auto& op : ops) EXPECT_EQ(op.items.size(), 1u);
+  ASSERT_EQ(ops.size(), 5u);
+  for (uint32_t i = 0; i < ops.size(); ++i) EXPECT_EQ(ops[i].items, (std::vector<uint32_t>{i}));
+}
+
+// Group 0 {0, 1}: eight 10-byte shards read by 0 and 1 in turn; group 1 {1, 2}: two.
+BroadcastPlan EightAndTwo() {
+  BroadcastPlan p;
+  p.groups = {{0, 1}, {1, 2}};
+  for (uint32_t t = 0; t < 10; ++t) {
+    const uint32_t g = t < 8 ? 0 : 1;
+    const int reader = g == 0 ? static_cast<int>(t % 2) : 1 + static_cast<int>(t % 2);
+    p.shards.push_back({t, Box{{0}, {10}}, Box{{0}, {10}}, 10, g, reader});
+  }
+  return p;
+}
+
+// Every shard in exactly one op of its own group, each group's ops in global order, and the
+// ops sorted by (round, group) with rounds numbered 0, 1, ... per group.
+void ExpectGathersCover(const BroadcastPlan& p, const std::vector<GatherOp>& ops) {
+  std::vector<int> seen(p.shards.size(), 0);
+  std::vector<int64_t> last(p.groups.size(), -1);
+  std::vector<uint32_t> rounds(p.groups.size(), 0);
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const GatherOp& op = ops[k];
+    if (k > 0) {
+      EXPECT_LT(std::tie(ops[k - 1].round, ops[k - 1].group), std::tie(op.round, op.group));
+    }
+    EXPECT_EQ(op.round, rounds[op.group]++);
+    uint64_t bytes = 0;
+    for (uint32_t i : op.items) {
+      EXPECT_EQ(p.shards[i].group, op.group);
+      EXPECT_GT(static_cast<int64_t>(i), last[op.group]);
+      last[op.group] = i;
+      ++seen[i];
+      bytes += p.shards[i].nbytes;
+    }
+    EXPECT_EQ(op.bytes, bytes);
+  }
+  EXPECT_EQ(seen, std::vector<int>(p.shards.size(), 1));
+}
+
+TEST(ScheduleGathersTest, AFewRoundsPerGroupInOneGlobalOrder) {
+  const BroadcastPlan p = EightAndTwo();
+  auto ops = ScheduleGathers(p, {.rounds = 4});
+  ExpectGathersCover(p, ops);
+  // Group 0 in four rounds of two shards (one from each member), group 1 in two.
+  ASSERT_EQ(ops.size(), 6u);
+  std::vector<std::pair<uint32_t, uint32_t>> order;
+  for (const auto& op : ops) order.push_back({op.round, op.group});
+  EXPECT_EQ(order, (std::vector<std::pair<uint32_t, uint32_t>>{
+                       {0, 0}, {0, 1}, {1, 0}, {1, 1}, {2, 0}, {3, 0}}));
+  EXPECT_EQ(ops[0].items, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(ops[5].items, (std::vector<uint32_t>{6, 7}));
+  // One round: one all-gather per group, whatever its size.
+  ops = ScheduleGathers(p, {.rounds = 1});
+  ExpectGathersCover(p, ops);
+  EXPECT_EQ(ops.size(), 2u);
+}
+
+TEST(ScheduleGathersTest, RoundsSplitWhereAMemberSendsTooMuchOrSmallSlabsPileUp) {
+  const BroadcastPlan p = EightAndTwo();
+  // A member may send 15 bytes in one: group 0 needs a round per pair of shards.
+  auto ops = ScheduleGathers(p, {.rounds = 1, .max_member_bytes = 15});
+  ExpectGathersCover(p, ops);
+  EXPECT_EQ(ops.size(), 4u + 1u);
+  // Every shard is small (under 100 bytes) and a round may pack 25 of them: two per round.
+  ops = ScheduleGathers(p, {.rounds = 1, .max_small_bytes = 25, .in_place_bytes = 100});
+  ExpectGathersCover(p, ops);
+  EXPECT_EQ(ops.size(), 4u + 1u);
+  for (const auto& op : ops) EXPECT_EQ(op.small_bytes, op.bytes);
+  // Large slabs are not packed: no limit applies.
+  ops = ScheduleGathers(p, {.rounds = 1, .max_small_bytes = 25, .in_place_bytes = 10});
+  EXPECT_EQ(ops.size(), 2u);
+  for (const auto& op : ops) EXPECT_EQ(op.small_bytes, 0u);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "checkpoint/broadcast_load.h"
 #include "checkpoint/save.h"
 #include "checkpoint/write_results.h"
 #include "dcp/checkpoint.h"
@@ -201,16 +202,31 @@ void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
   r->shared_shards = bp.shards.size();
   r->shared_chunks = bp.chunks.size();
   r->broadcast_batch_bytes = LoadOptions{}.broadcast_batch_bytes;
-  // The very schedule Load executes (planner::ScheduleBroadcasts).
+  // The very schedule Load executes (checkpoint/broadcast_load.cc) over MPI: shared stored
+  // chunks by broadcast, shared shards by rounds of all-gathers in place.
   std::vector<uint64_t> ops_of_group(bp.groups.size(), 0);
   for (const planner::BroadcastOp& op : planner::ScheduleBroadcasts(bp, r->broadcast_batch_bytes)) {
     ++ops_of_group[op.group];
+    ++r->broadcast_ops;
     if (op.items.size() > 1) ++r->broadcast_batches;
   }
-  std::vector<uint64_t> per_rank(n, 0);
+  for (const planner::GatherOp& op :
+       planner::ScheduleGathers(bp, checkpoint::GatherLimitsFor(LoadOptions{}, true))) {
+    ++ops_of_group[op.group];
+    ++r->gather_ops;
+  }
+  std::vector<uint64_t> per_rank(n, 0), groups_of_rank(n, 0);
   for (size_t g = 0; g < bp.groups.size(); ++g) {
-    r->broadcast_ops += ops_of_group[g];
-    for (int rank : bp.groups[g]) per_rank[rank] += ops_of_group[g];
+    for (int rank : bp.groups[g]) {
+      per_rank[rank] += ops_of_group[g];
+      ++groups_of_rank[rank];
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    if (groups_of_rank[i] == 0) continue;
+    r->max_collectives_per_group =
+        std::max(r->max_collectives_per_group,
+                 static_cast<double>(per_rank[i]) / static_cast<double>(groups_of_rank[i]));
   }
   auto dist = [n](const std::vector<uint64_t>& v) {
     Distribution d;
@@ -220,7 +236,8 @@ void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
     d.mean = n ? static_cast<double>(d.sum) / n : 0;
     return d;
   };
-  r->broadcasts_per_rank = dist(per_rank);
+  r->collectives_per_rank = dist(per_rank);
+  r->groups_per_rank = dist(groups_of_rank);
   r->read_bytes_broadcast = dist(bp.read_bytes);
 }
 
@@ -403,14 +420,16 @@ std::string FormatReport(const SimulateReport& r) {
       (unsigned long long)r.files_opened_no_broadcast.max);
   if (r.broadcast_planned) {
     add("  with read-once broadcast: PlanBroadcast %.3f s; identities exchanged %s per rank; "
-        "%llu groups, %llu shared shards, %llu shared stored chunks; %llu broadcasts (%llu batches "
-        "of < %s) job-wide, "
-        "max %llu per rank\n",
+        "%llu groups, %llu shared shards, %llu shared stored chunks; job-wide %llu all-gathers "
+        "and %llu broadcasts (%llu batches of < %s); collective calls per rank max %llu, mean "
+        "%.1f, in max %llu groups (at most %.2f calls per group)\n",
         r.broadcast_plan_seconds, HumanBytes(r.identity_exchange_bytes_per_rank).c_str(),
         (unsigned long long)r.broadcast_groups, (unsigned long long)r.shared_shards,
-        (unsigned long long)r.shared_chunks, (unsigned long long)r.broadcast_ops,
-        (unsigned long long)r.broadcast_batches, HumanBytes(r.broadcast_batch_bytes).c_str(),
-        (unsigned long long)r.broadcasts_per_rank.max);
+        (unsigned long long)r.shared_chunks, (unsigned long long)r.gather_ops,
+        (unsigned long long)r.broadcast_ops, (unsigned long long)r.broadcast_batches,
+        HumanBytes(r.broadcast_batch_bytes).c_str(), (unsigned long long)r.collectives_per_rank.max,
+        r.collectives_per_rank.mean, (unsigned long long)r.groups_per_rank.max,
+        r.max_collectives_per_group);
     add("    read per rank: max %s, mean %s; job total %s\n",
         HumanBytes(r.read_bytes_broadcast.max).c_str(),
         HumanBytes(static_cast<uint64_t>(r.read_bytes_broadcast.mean)).c_str(),
@@ -478,7 +497,10 @@ std::string ReportJson(const SimulateReport& r) {
                            {"broadcasts", r.broadcast_ops},
                            {"batches", r.broadcast_batches},
                            {"batch_bytes", r.broadcast_batch_bytes},
-                           {"broadcasts_per_rank", dist(r.broadcasts_per_rank)},
+                           {"gathers", r.gather_ops},
+                           {"collectives_per_rank", dist(r.collectives_per_rank)},
+                           {"groups_per_rank", dist(r.groups_per_rank)},
+                           {"max_collectives_per_group", r.max_collectives_per_group},
                            {"read_bytes_per_rank", dist(r.read_bytes_broadcast)}}
                     : json(nullptr)}};
   return j.dump(2) + "\n";

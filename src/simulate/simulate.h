@@ -81,10 +81,13 @@ struct SimulateReport {
   uint64_t broadcast_groups = 0;
   uint64_t shared_shards = 0;          // broadcast units: whole shared shards and slabs of cut ones
   uint64_t shared_chunks = 0;          // stored chunks read once, whole, and broadcast
-  uint64_t broadcast_ops = 0;          // job-wide: single-shard broadcasts + batches
-  uint64_t broadcast_batches = 0;      // job-wide
+  uint64_t broadcast_ops = 0;          // job-wide: broadcasts of shared stored chunks
+  uint64_t broadcast_batches = 0;      // job-wide: of those, of several chunks
   uint64_t broadcast_batch_bytes = 0;  // the LoadOptions default used for batching
-  Distribution broadcasts_per_rank;    // operations each rank takes part in
+  uint64_t gather_ops = 0;             // job-wide: all-gathers of shared shards
+  Distribution collectives_per_rank;   // broadcasts and all-gathers each rank takes part in
+  Distribution groups_per_rank;        // broadcast groups each rank belongs to
+  double max_collectives_per_group = 0;  // max over ranks of collectives / groups
   // Storage bytes each rank reads (PlanBroadcast's read_bytes, stored-chunk sharing on).
   Distribution read_bytes_broadcast;
 };

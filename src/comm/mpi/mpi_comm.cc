@@ -292,6 +292,7 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   Result<std::unique_ptr<CommRequest>> IBroadcast(std::span<std::byte> buf, int root) override;
   Result<std::unique_ptr<CommRequest>> IAllGatherV(const Ranges& mine,
                                                    const std::vector<Ranges>& from) override;
+  bool gathers_in_place() const override { return true; }
 
   Result<std::shared_ptr<Comm>> CreateGroup(const std::vector<int>& ranks) override {
     DCP_RETURN_IF_ERROR(CheckUsable("CreateGroup"));
