@@ -133,7 +133,8 @@ struct GatherLimits {
   // A group's shards, in global order, are cut into this many rounds of about equal bytes,
   // so that reading one round overlaps the exchange of the one before...
   uint32_t rounds = 4;
-  // ...and into more where a member would send more than this in one (MPI's int counts)...
+  // ...and into more where a member would send more than this in one, so that reading and
+  // exchanging stay overlapped in steps of bounded size at any state size...
   uint64_t max_member_bytes = uint64_t{1} << 30;
   // ...or its slabs under `in_place_bytes` would exceed `max_small_bytes` (what a backend
   // without scattered all-gathers packs into buffers: Comm::IAllGatherV's default).
