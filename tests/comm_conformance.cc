@@ -130,10 +130,14 @@ void CheckIAllGatherVScattered(Comm& c) {
     }
     for (std::string& b : bufs[s]) from[s].push_back(Bytes(b));
   }
+  // This rank's own list in `from` is not touched: it points at a sentinel here.
+  const Comm::Ranges mine = from[c.rank()];
+  std::string sentinel(3000, 'S');
+  from[c.rank()] = {Bytes(sentinel)};
   const std::string b = Pattern(5000, 77);
   std::string buf_b = c.rank() == 0 ? b : std::string(b.size(), '\0');
   // In flight with an IBroadcast; polled with Test(), then waited for.
-  auto ra = c.IAllGatherV(from[c.rank()], from);
+  auto ra = c.IAllGatherV(mine, from);
   DCP_ASSERT_OK(ra.status());
   auto rb = c.IBroadcast(Bytes(buf_b), 0);
   DCP_ASSERT_OK(rb.status());
@@ -154,6 +158,7 @@ void CheckIAllGatherVScattered(Comm& c) {
           << "rank " << c.rank() << " from rank " << s << " range " << i;
     }
   }
+  EXPECT_EQ(sentinel, std::string(3000, 'S'));
   // A list per rank is required.
   auto bad = c.IAllGatherV({}, {});
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);

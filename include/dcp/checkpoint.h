@@ -122,7 +122,9 @@ struct LoadResult {
   uint64_t shards_read_for_others = 0;  // shared shards this rank read and sent
   // Stored chunks several ranks needed parts of (resharding): read whole once, broadcast.
   uint64_t shared_chunks = 0;
-  uint64_t broadcasts = 0;      // collectives this rank took part in: broadcasts, all-gathers
+  // Collectives this rank took part in: broadcasts and all-gathers (one each, even where a
+  // backend runs an all-gather as several broadcasts).
+  uint64_t broadcasts = 0;
   uint64_t batches = 0;         // broadcasts of several shared stored chunks
   uint64_t bytes_sent = 0;      // of what this rank read for others
   uint64_t bytes_received = 0;  // of what others read for this rank

@@ -95,8 +95,9 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     read once and broadcast. `allow_partial` (or DefaultLoadPlanner(allow_partial_load=True)):
     entries the checkpoint lacks keep their values. `strip_prefix`/`add_prefix` rename the
     checkpoint's entries before matching. `verify_checksums`: every byte read is checked.
-    `max_broadcast_buffer_bytes`: host memory per rank for broadcasts in flight beyond the
-    destination (batches, stored chunks a reshard shares; None: the engine's default, 256 MiB);
+    `max_broadcast_buffer_bytes`: host memory per rank for collectives in flight beyond the
+    destination (packs of small shards, stored chunks a reshard shares; None: the engine's
+    default, 256 MiB);
     r.peak_broadcast_buffer_bytes says what the load held.
     A tensor of the template on the meta device (a model built on meta) is allocated (on the
     CPU, or on `device`), loaded, and put in the state dict in its place, as torch does: then

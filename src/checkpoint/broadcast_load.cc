@@ -165,9 +165,8 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
   return groups;
 }
 
-planner::GatherLimits GatherLimitsFor(const LoadOptions& opts, bool in_place) {
-  return {.max_small_bytes =
-              in_place ? UINT64_MAX : std::max<uint64_t>(opts.max_broadcast_buffer_bytes / 4, 1),
+planner::GatherLimits GatherLimitsFor(uint64_t smallest_budget, bool in_place) {
+  return {.max_small_bytes = in_place ? UINT64_MAX : std::max<uint64_t>(smallest_budget / 4, 1),
           .in_place_bytes = Comm::kInPlaceBytes};
 }
 
@@ -175,7 +174,8 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
                       const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
                       const planner::LocalLoadPlan& shared_reads, ChunkReads& reads,
-                      const LoadOptions& opts, LoadResult* stats, Status* read_failure) {
+                      const LoadOptions& opts, uint64_t smallest_budget, LoadResult* stats,
+                      Status* read_failure) {
   const int me = world.rank();
   InFlight in_flight(static_cast<size_t>(opts.max_broadcasts_in_flight),
                      opts.max_broadcast_buffer_bytes, stats);
@@ -251,7 +251,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
   // reading of the next round overlaps the exchange of this one). A backend without scattered
   // all-gathers packs slabs under Comm::kInPlaceBytes into buffers: those count as held.
   const std::vector<planner::GatherOp> gathers =
-      planner::ScheduleGathers(plan, GatherLimitsFor(opts, world.gathers_in_place()));
+      planner::ScheduleGathers(plan, GatherLimitsFor(smallest_budget, world.gathers_in_place()));
   for (const planner::GatherOp& op : gathers) {
     if (!groups[op.group]) continue;  // not a member
     Comm& group = *groups[op.group];

@@ -1,10 +1,14 @@
-// The shared phase of a load: shared shards read once and broadcast (DESIGN.md section 3).
+// The shared phase of a load: shared data read once and sent to every rank that needs it
+// (DESIGN.md section 3).
 //
-// Every member of a shard's group walks the shared shards in the plan's global order. The
-// reader reads the whole shard (all its read items, possibly from several files) into its
-// destination, then starts the broadcast at once and goes on reading the next; receivers
-// post their side in the same order. Small shards travel together per (group, reader) in
-// one staging buffer; at most `max_broadcasts_in_flight` requests are outstanding.
+// First the stored chunks a reshard shares: each read whole by one consumer into a staging
+// buffer and broadcast (small ones together per (group, reader)); every consumer copies its
+// regions out. Then the shared shards and slabs: each group exchanges them in a few rounds
+// of one all-gather (planner::ScheduleGathers, issued in one global order of (round, group));
+// in each, every member first reads its slabs of the round whole (all their read items,
+// possibly from several files) into its destination, then sends them to all members straight
+// from and into destination memory, and goes on reading the next round. At most
+// `max_broadcasts_in_flight` collectives are outstanding.
 #pragma once
 
 #include <memory>
@@ -25,10 +29,11 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
                                                          const planner::BroadcastPlan& plan,
                                                          uint64_t* created);
 
-// How the shared phase cuts shared shards into all-gathers under `opts` (dcp simulate
-// counts with the same): packed small slabs bounded by the buffer budget unless the backend's
-// all-gathers are in place (Comm::gathers_in_place).
-planner::GatherLimits GatherLimitsFor(const LoadOptions& opts, bool in_place);
+// How the shared phase cuts shared shards into all-gathers (dcp simulate counts with the
+// same): unless the backend's all-gathers are in place (Comm::gathers_in_place), the small
+// slabs a round packs stay within a quarter of `smallest_budget`, the smallest
+// LoadOptions::max_broadcast_buffer_bytes among the ranks (every rank must cut alike).
+planner::GatherLimits GatherLimitsFor(uint64_t smallest_budget, bool in_place);
 
 // This rank's part in a shared stored chunk: where its regions go once it has arrived.
 struct MyChunk {
@@ -53,6 +58,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
                       const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
                       const planner::LocalLoadPlan& shared_reads, ChunkReads& reads,
-                      const LoadOptions& opts, LoadResult* stats, Status* read_failure);
+                      const LoadOptions& opts, uint64_t smallest_budget, LoadResult* stats,
+                      Status* read_failure);
 
 }  // namespace dcp::checkpoint

@@ -72,13 +72,15 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
                                                   const planner::LoadIdentity& id,
                                                   const metadata::Metadata* md,
                                                   const LoadOptions& opts,
-                                                  const std::vector<std::vector<bool>>* readable) {
+                                                  const std::vector<std::vector<bool>>* readable,
+                                                  uint64_t* smallest_budget) {
   const std::string encoded = plan_status.ok() ? planner::EncodeLoadIdentity(id) : std::string();
   const bool verify = opts.verify_checksums && md && md->has_checksums;
   std::string hello;
   wire::Writer w(hello);
   w.Fixed64(planner::PlanHash(encoded));
   w.Fixed64(HostId());
+  w.Fixed64(opts.max_broadcast_buffer_bytes);
   const size_t options_at = hello.size();
   w.Varint(opts.broadcast_batch_bytes);
   w.Varint(opts.broadcast_slab_bytes);
@@ -87,10 +89,14 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   DCP_ASSIGN_OR_RETURN(auto hellos, AllGatherOrFail(comm, plan_status, hello));
   const int world = comm.size();
   std::vector<uint64_t> hash_of_rank(world), host_of_rank(world);
+  // Each rank's buffer budget is its own, but how small slabs are packed per all-gather must
+  // be the same everywhere: the smallest budget decides it.
+  *smallest_budget = opts.max_broadcast_buffer_bytes;
   for (int r = 0; r < world; ++r) {
     wire::Reader rd(hellos[r]);
     hash_of_rank[r] = rd.Fixed64();
     host_of_rank[r] = rd.Fixed64();
+    *smallest_budget = std::min(*smallest_budget, rd.Fixed64());
     // Batching and sharing must be decided alike everywhere, or collectives diverge.
     if (hellos[r].substr(options_at) != hello.substr(options_at)) {
       return InvalidArgument(
@@ -272,14 +278,15 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   std::vector<MyChunk> my_chunks;
   planner::LocalLoadPlan shared_reads;  // this rank's reads for the shards it sends
   std::vector<bool> not_from_storage;   // per read item: not in the private phase
+  uint64_t smallest_budget = opts.max_broadcast_buffer_bytes;  // among all ranks
   if (broadcast) {
     Destinations dests;
     if (plan.ok()) dests = DestinationsOf(sd, *md);
     DCP_ASSIGN_OR_RETURN(
-        bplan,
-        ExchangeIdentities(*comm, plan.status(),
-                           plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
-                           md.ok() ? &*md : nullptr, opts, hooks ? hooks->readable : nullptr));
+        bplan, ExchangeIdentities(*comm, plan.status(),
+                                  plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
+                                  md.ok() ? &*md : nullptr, opts, hooks ? hooks->readable : nullptr,
+                                  &smallest_budget));
     DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
     MapToThisRank(sd, *md, *plan, bplan, groups, dests, me, &mine, &my_chunks, &shared_reads,
                   &not_from_storage);
@@ -303,7 +310,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   Status read_failure;
   if (broadcast) {
     DCP_RETURN_IF_ERROR(RunSharedPhase(*comm, bplan, groups, my_chunks, mine, shared_reads, reads,
-                                       opts, &result, &read_failure));
+                                       opts, smallest_budget, &result, &read_failure));
   }
   const auto t4 = Clock::now();
   if (read_failure.ok()) {

@@ -30,7 +30,7 @@ class BroadcastsRequest final : public CommRequest {
   Pack& NewPack() { return packs_.emplace_back(); }
 
   Status Wait() override {
-    if (done_) return status_;
+    if (done_ || !status_.ok()) return status_;  // Test() may have seen a failure already
     for (auto& r : requests) {
       if (Status s = r->Wait(); !s.ok()) return status_ = s;
     }

@@ -161,45 +161,55 @@ class CutRows {
       int64_t step = 0;
       if (!sc.block_xxh3.empty() && md.block_size > 0 && sc.box.lengths[0] > 0) {
         const uint64_t row_bytes = sc.byte_length / static_cast<uint64_t>(sc.box.lengths[0]);
-        if (row_bytes > 0)
+        // A row of a sub-byte dtype may not end on a byte: no cut inside such a chunk.
+        if (row_bytes > 0 && sc.byte_length % static_cast<uint64_t>(sc.box.lengths[0]) == 0)
           step = static_cast<int64_t>(md.block_size / std::gcd(row_bytes, md.block_size));
       }
       spans.push_back({from, from + region->lengths[0], sc.box.offsets[0] - box.offsets[0], step});
     }
-    // Elementary intervals between consecutive span ends; each row boundary is clean unless a
-    // span crosses it, and an interval's inside may be cut where every span covering it agrees.
-    std::vector<int64_t> edges;
-    for (const Span& sp : spans) {
-      edges.push_back(sp.from);
-      edges.push_back(sp.to);
+    // A row is a clean cut unless some span starting before it ends after it (a sweep over
+    // the spans by start).
+    std::vector<std::pair<int64_t, int64_t>> by_start;
+    for (const Span& sp : spans) by_start.push_back({sp.from, sp.to});
+    std::sort(by_start.begin(), by_start.end());
+    int64_t reach = 0;  // furthest end among spans started so far
+    for (const auto& [from, to] : by_start) {
+      if (from > 0 && from < rows && reach <= from && (clean_.empty() || clean_.back() != from)) {
+        clean_.push_back(from);
+      }
+      reach = std::max(reach, to);
     }
-    std::sort(edges.begin(), edges.end());
-    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
-    const bool inside = spans.size() <= kMaxSpansForBlockCuts;
-    for (size_t e = 0; e < edges.size(); ++e) {
-      const int64_t u = edges[e];
-      if (u > 0 && u < rows && std::none_of(spans.begin(), spans.end(), [u](const Span& sp) {
-            return sp.from < u && u < sp.to;
-          })) {
-        clean_.push_back(u);
-      }
-      if (!inside || e + 1 == edges.size()) continue;
-      const int64_t v = edges[e + 1];
-      int64_t step = 0, start = 0;
-      bool ok = false;
+    // Inside the elementary intervals between consecutive span ends, rows may be cut where
+    // every span covering the interval agrees on a block-aligned step.
+    if (spans.size() <= kMaxSpansForBlockCuts) {
+      std::vector<int64_t> edges;
       for (const Span& sp : spans) {
-        if (sp.from > u || sp.to < v) continue;  // does not cover [u, v)
-        if (sp.step == 0 || (ok && sp.start != start)) {
-          ok = false;
-          step = 0;
-          break;
-        }
-        step = ok ? std::lcm(step, sp.step) : sp.step;
-        start = sp.start;
-        ok = step <= rows;
-        if (!ok) break;
+        edges.push_back(sp.from);
+        edges.push_back(sp.to);
       }
-      if (ok && step > 0) runs_.push_back({u, v, Mod(start, step), step});
+      std::sort(edges.begin(), edges.end());
+      edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+      for (size_t e = 0; e + 1 < edges.size(); ++e) {
+        const int64_t u = edges[e], v = edges[e + 1];
+        int64_t step = 0, start = 0;
+        bool ok = false;
+        for (const Span& sp : spans) {
+          if (sp.from > u || sp.to < v) continue;  // does not cover [u, v)
+          if (sp.step == 0 || (ok && sp.start != start)) {
+            ok = false;
+            break;
+          }
+          step = ok ? std::lcm(step, sp.step) : sp.step;
+          start = sp.start;
+          ok = step <= rows;
+          if (!ok) break;
+        }
+        // Only runs with rows to cut: Nearest looks at the neighbouring runs alone.
+        if (ok && step > 0) {
+          const Run run{u, v, Mod(start, step), step};
+          if (run.Points() > 0) runs_.push_back(run);
+        }
+      }
     }
     for (const Run& r : runs_) count_ += r.Points();
     count_ += clean_.size();

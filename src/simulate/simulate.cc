@@ -210,8 +210,8 @@ void PlanBroadcasts(const std::vector<planner::LocalSavePlan>& plans,
     ++r->broadcast_ops;
     if (op.items.size() > 1) ++r->broadcast_batches;
   }
-  for (const planner::GatherOp& op :
-       planner::ScheduleGathers(bp, checkpoint::GatherLimitsFor(LoadOptions{}, true))) {
+  for (const planner::GatherOp& op : planner::ScheduleGathers(
+           bp, checkpoint::GatherLimitsFor(LoadOptions{}.max_broadcast_buffer_bytes, true))) {
     ++ops_of_group[op.group];
     ++r->gather_ops;
   }

@@ -41,8 +41,8 @@ def main() -> None:
         assert r.groups_created == (1 if attempt == 0 else 0), (attempt, r.groups_created)
 
     # A broadcast buffer budget of one byte: every buffer goes alone, the data is the same.
-    # Small replicated tensors are broadcast in batches, through buffers (the ones above go
-    # straight between tensors): the peak held is reported.
+    # Small replicated tensors are packed into buffers by the all-gathers over gloo (which
+    # broadcasts, slab by slab): the peak held is reported.
     small = {f"small.{i}": torch.full((16,), float(i)) for i in range(6)}
     dcp.save(small, os.path.join(root, "small"))
     got = {k: torch.zeros(16) for k in small}

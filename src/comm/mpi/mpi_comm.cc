@@ -701,7 +701,6 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IAllGatherV(const Ranges& mine
     return InvalidArgument("IAllGatherV: " + std::to_string(from.size()) +
                            " lists of ranges for a communicator of " + std::to_string(size_));
   }
-  ++calls_;
   auto st = std::make_shared<OpState>();
   // One hindexed datatype per list of ranges, at absolute addresses (MPI_BOTTOM), in blocks
   // whose lengths fit an int; null for a list with no bytes.
@@ -744,6 +743,8 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IAllGatherV(const Ranges& mine
       st->recv_types[r] = recv;
     }
   }
+  // A call from here on (a failure above posted nothing, and peers time out naming this rank).
+  ++calls_;
   // Counted before posting, as IBroadcast: MPI moves the bytes straight between the caller's
   // ranges, which must not be freed while it may still write into them.
   auto req = std::make_unique<MpiBroadcastRequest>(shared_from_this(), st, "IAllGatherV");
