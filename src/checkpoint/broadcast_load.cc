@@ -77,18 +77,19 @@ class InFlight {
     std::function<void(std::span<const std::byte>)> done;  // run on staging once complete
   };
 
-  // Waits for older operations until `bytes` more fit the budget (one oversized operation may
-  // go alone); called before a buffer of that size is allocated.
-  Status MakeRoom(uint64_t bytes) {
-    while (!ops_.empty() && held_ + bytes > max_held_) DCP_RETURN_IF_ERROR(WaitOldest());
+  // Waits for older operations until one more holding `bytes` fits, by count and by memory
+  // (one oversized operation may go alone), and counts those bytes as held from now on: called
+  // before its buffer is allocated, so the peak recorded is what is really held.
+  Status Reserve(uint64_t bytes) {
+    while (!ops_.empty() && (held_ + bytes > max_held_ || ops_.size() >= limit_)) {
+      DCP_RETURN_IF_ERROR(WaitOldest());
+    }
+    held_ += bytes;
+    stats_->peak_broadcast_buffer_bytes = std::max(stats_->peak_broadcast_buffer_bytes, held_);
     return OkStatus();
   }
-  // Starts the operation (`start`) once it fits, by count and by memory.
+  // Starts the operation (`start`), whose `op.held` bytes were reserved just before.
   Status Post(const std::function<Result<std::unique_ptr<CommRequest>>()>& start, Op op) {
-    DCP_RETURN_IF_ERROR(MakeRoom(op.held));
-    while (ops_.size() >= limit_) DCP_RETURN_IF_ERROR(WaitOldest());
-    held_ += op.held;
-    stats_->peak_broadcast_buffer_bytes = std::max(stats_->peak_broadcast_buffer_bytes, held_);
     DCP_ASSIGN_OR_RETURN(op.request, start());
     ++stats_->broadcasts;
     ops_.push_back(std::move(op));
@@ -211,7 +212,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     stats->shared_chunks += op.items.size();
     InFlight::Op posted;
     posted.held = op.bytes;
-    DCP_RETURN_IF_ERROR(in_flight.MakeRoom(op.bytes));
+    DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes));
     DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
       posted.staging.resize(op.bytes);
       return OkStatus();
@@ -273,6 +274,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     }
     InFlight::Op posted;
     posted.held = group.gathers_in_place() ? 0 : op.small_bytes;
+    DCP_RETURN_IF_ERROR(in_flight.Reserve(posted.held));
     DCP_RETURN_IF_ERROR(
         in_flight.Post([&] { return group.IAllGatherV(send, from); }, std::move(posted)));
   }
