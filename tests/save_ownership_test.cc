@@ -476,6 +476,46 @@ void FullDiskDoesNotWedge(bool failed_save_can_clean_up) {
 TEST(SaveOwnership, FullDiskFailedSaveRemovesItsFiles) { FullDiskDoesNotWedge(true); }
 TEST(SaveOwnership, FullDiskNextSaveRemovesFilesOfFailedSave) { FullDiskDoesNotWedge(false); }
 
+// A caller's check before the commit (SaveHooks::before_commit, what `dcp convert` uses): its
+// error fails the save, nothing is committed, the earlier checkpoint loads as it was, and the
+// failed save's data files are gone; with and without collectives.
+TEST(SaveOwnership, ABeforeCommitHookErrorCommitsNothing) {
+  for (bool collectives : {true, false}) {
+    SCOPED_TRACE(collectives ? "collectives" : "independent");
+    TempDir tmp;
+    const std::string dir = tmp.Sub("ckpt");
+    auto& fs = storage::PosixFileSystem();
+    OneTensor first(1024, 1.0f), second(1024, 2.0f);
+    ASSERT_TRUE(
+        checkpoint::Save(first.sd, dir, {.use_collectives = collectives, .step = 1}, fs).ok());
+    const auto files_before = DataFiles(dir);
+    int calls = 0;
+    checkpoint::SaveHooks hooks;
+    hooks.before_commit = [&] {
+      ++calls;
+      return FailedPrecondition("the source moved");
+    };
+    auto r =
+        checkpoint::Save(second.sd, dir, {.use_collectives = collectives, .step = 2}, fs, &hooks);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(calls, 1);
+    EXPECT_NE(r.status().message().find("the source moved"), std::string::npos)
+        << r.status().ToString();
+    auto v = LoadValue(dir, 1024);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, 1.0f);
+    if (collectives) EXPECT_EQ(DataFiles(dir), files_before);  // the failed save's removed
+    // A hook that passes lets the save commit.
+    hooks.before_commit = [] { return OkStatus(); };
+    ASSERT_TRUE(
+        checkpoint::Save(second.sd, dir, {.use_collectives = collectives, .step = 3}, fs, &hooks)
+            .ok());
+    v = LoadValue(dir, 1024);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, 2.0f);
+  }
+}
+
 // Issue 11 item 12: a directory that does not exist is not "a save that did not finish".
 TEST(SaveOwnership, MissingDirectoryIsReportedAsMissing) {
   TempDir tmp;

@@ -224,7 +224,8 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
 // Without collectives: every rank writes all it holds and its own metadata file. Replicas
 // are not deduplicated and ranks do not agree on errors; load merges the rank files.
 Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir, int rank,
-                                     int world, const SaveOptions& opts, storage::FileSystem& fs) {
+                                     int world, const SaveOptions& opts, storage::FileSystem& fs,
+                                     const SaveHooks* hooks) {
   const uint64_t step = opts.step;
   SaveResult result;
   const auto t0 = Clock::now();
@@ -254,6 +255,10 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   std::vector<Written> written(rank + 1);
   DCP_RETURN_IF_ERROR(
       WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written[rank], &result).Annotate(where));
+  if (hooks && hooks->before_commit) {
+    // This rank's files name a save no metadata names: the next save here removes them.
+    DCP_RETURN_IF_ERROR(Guarded("", hooks->before_commit).Annotate(where));
+  }
   const auto t2 = Clock::now();
   auto md = BuildMetadata(*plan, save_id, written, world);
   if (!md.ok()) return md.status().Annotate(where);
@@ -477,10 +482,10 @@ Status CopyMetadataToHosts(Comm& comm, storage::FileSystem& fs, const std::strin
 void ClearSavePlanCache() { Cache().Clear(); }
 
 Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts,
-                        storage::FileSystem& fs) {
+                        storage::FileSystem& fs, const SaveHooks* hooks) {
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int rank = comm->rank(), world = comm->size();
-  if (!opts.use_collectives) return SaveIndependently(sd, dir, rank, world, opts, fs);
+  if (!opts.use_collectives) return SaveIndependently(sd, dir, rank, world, opts, fs, hooks);
   SaveResult result;
   const auto t0 = Clock::now();
 
@@ -541,6 +546,9 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     st = lock.Check();
     if (!st.ok()) st = FailedPrecondition(st.message() + "; this save committed nothing");
   }
+  // The caller's last word; its error reaches rank 0 with the write results, so nothing is
+  // committed.
+  if (st.ok() && hooks && hooks->before_commit) st = Guarded("", hooks->before_commit);
   const auto t2 = Clock::now();
 
   // 4. Results to rank 0, which commits the metadata; its verdict reaches everyone.

@@ -1,6 +1,7 @@
 // Save, through the planner -> storage -> metadata layers, on any Comm.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "dcp/checkpoint.h"
@@ -12,8 +13,17 @@ namespace dcp::checkpoint {
 // cached plan (0: none) and a candidate save id. dcp simulate counts exchange bytes with it.
 inline constexpr uint64_t kSaveHelloBytes = 3 * 8;
 
+// Callers' checks inside a save.
+struct SaveHooks {
+  // Run on every rank once its data files are written and durable, before the commit: an
+  // error on any rank fails the save on every rank, commits nothing (the previous checkpoint
+  // in `dir` stays loadable) and removes this save's files. `dcp convert` checks there that its
+  // source did not change while it was read.
+  std::function<Status()> before_commit;
+};
+
 Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts,
-                        storage::FileSystem& fs);
+                        storage::FileSystem& fs, const SaveHooks* hooks = nullptr);
 
 // Forgets every cached global plan (tests).
 void ClearSavePlanCache();

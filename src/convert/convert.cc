@@ -219,30 +219,17 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
   }
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st));
   if (opts.on_start) opts.on_start(result.total_bytes, result.bytes);
-  // The mappings stay until the save returned.
-  DCP_ASSIGN_OR_RETURN(result.save, checkpoint::Save(sd, dst, SaveOptions{.comm = comm}, out));
-  // A source that shrank meanwhile was read in part as zeros: that checkpoint is not the
-  // model, so its metadata goes (the data files stay for the next save into dst to clear).
-  Status unchanged;
-  for (const auto& m : maps) {
-    if (unchanged.ok()) unchanged = m->Check();
-  }
-  unchanged = AgreeOnStatus(*comm, unchanged);
-  if (!unchanged.ok()) {
-    // Rank 0 uncommits; a failure to do so is said, on every rank (the checkpoint would load).
-    Status removed;
-    if (comm->rank() == 0) {
-      removed = out.Remove(storage::JoinPath(dst, std::string(checkpoint::kMetadataName)));
-    }
-    removed = AgreeOnStatus(*comm, removed);
-    if (!removed.ok()) {
-      return DataLoss(unchanged.message() + "; the checkpoint written to " + dst +
-                      " could NOT be uncommitted (" + removed.message() +
-                      "): remove its metadata before loading it");
-    }
-    return FailedPrecondition(unchanged.message() + "; the checkpoint written to " + dst +
-                              " was uncommitted");
-  }
+  // The mappings stay until the save returned. A source that shrank meanwhile was read in
+  // part as zeros: that checkpoint is not the model, so the save must not commit it (a
+  // checkpoint already in dst stays as it was).
+  checkpoint::SaveHooks hooks;
+  hooks.before_commit = [&maps]() -> Status {
+    for (const auto& m : maps) DCP_RETURN_IF_ERROR(m->Check());
+    return OkStatus();
+  };
+  auto saved = checkpoint::Save(sd, dst, SaveOptions{.comm = comm}, out, &hooks);
+  if (!saved.ok()) return saved.status();
+  result.save = std::move(saved).value();
   result.seconds = Since(t0);
   return result;
 }
