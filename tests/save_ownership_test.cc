@@ -504,7 +504,9 @@ TEST(SaveOwnership, ABeforeCommitHookErrorCommitsNothing) {
     auto v = LoadValue(dir, 1024);
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     EXPECT_EQ(*v, 1.0f);
-    if (collectives) EXPECT_EQ(DataFiles(dir), files_before);  // the failed save's removed
+    if (collectives) {
+      EXPECT_EQ(DataFiles(dir), files_before);  // the failed save's removed
+    }
     // A hook that passes lets the save commit.
     hooks.before_commit = [] { return OkStatus(); };
     ASSERT_TRUE(

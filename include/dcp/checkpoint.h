@@ -79,8 +79,9 @@ struct LoadOptions {
   // Read-once broadcast: a destination shard held by several ranks is read from storage
   // by one of them (byte-balanced) and sent to the others while the next is read. A group of
   // ranks holding the same shards exchanges them in a few all-gathers (Comm::IAllGatherV),
-  // each member sending what it read, so a rank takes part in O(groups it is in) collectives
-  // whatever the groups' sizes.
+  // each member sending what it read, so over MPI a rank takes part in O(groups it is in)
+  // collectives whatever the groups' sizes (backends without scattered all-gathers, torch's
+  // process groups among them, run them as broadcasts per sender: Comm::IAllGatherV).
   bool broadcast = true;
   // Stored chunks a reshard shares (read whole once, broadcast) smaller than this travel
   // together per (group, reader); 0: no batching.

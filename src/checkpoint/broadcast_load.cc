@@ -1,7 +1,6 @@
 #include "checkpoint/broadcast_load.h"
 
 #include <algorithm>
-#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -251,8 +250,10 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
   // few rounds of one all-gather each, where every member sends the slabs it read (the
   // reading of the next round overlaps the exchange of this one). A backend without scattered
   // all-gathers packs slabs under Comm::kInPlaceBytes into buffers: those count as held.
+  // Every group is of the world's backend: one answer for the schedule and the buffers.
+  const bool in_place = world.gathers_in_place();
   const std::vector<planner::GatherOp> gathers =
-      planner::ScheduleGathers(plan, GatherLimitsFor(smallest_budget, world.gathers_in_place()));
+      planner::ScheduleGathers(plan, GatherLimitsFor(smallest_budget, in_place));
   for (const planner::GatherOp& op : gathers) {
     if (!groups[op.group]) continue;  // not a member
     Comm& group = *groups[op.group];
@@ -273,7 +274,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
       }
     }
     InFlight::Op posted;
-    posted.held = group.gathers_in_place() ? 0 : op.small_bytes;
+    posted.held = in_place ? 0 : op.small_bytes;
     DCP_RETURN_IF_ERROR(in_flight.Reserve(posted.held));
     DCP_RETURN_IF_ERROR(
         in_flight.Post([&] { return group.IAllGatherV(send, from); }, std::move(posted)));

@@ -50,10 +50,10 @@ struct MyShard {
 
 // Runs the shared phase: shared stored chunks first (each read whole by one consumer and
 // broadcast, every consumer scattering its regions), then shared destination shards and
-// slabs, each filled by its reader from `shared_reads` (read items cut to the slab). A read failure
-// on this rank does not stop the protocol (peers wait on its broadcasts): it is returned in
-// *read_failure after every broadcast was posted and completed; the return value is a communication
-// failure, which ends the load at once.
+// slabs by rounds of all-gathers, each slab filled by its reader from `shared_reads` (read items
+// cut to the slab). A read failure on this rank does not stop the protocol (peers wait on its
+// collectives): it is returned in *read_failure after every collective was posted and
+// completed; the return value is a communication failure, which ends the load at once.
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
                       const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,

@@ -17,8 +17,9 @@ inline constexpr uint64_t kSaveHelloBytes = 3 * 8;
 struct SaveHooks {
   // Run on every rank once its data files are written and durable, before the commit: an
   // error on any rank fails the save on every rank, commits nothing (the previous checkpoint
-  // in `dir` stays loadable) and removes this save's files. `dcp convert` checks there that its
-  // source did not change while it was read.
+  // in `dir` stays loadable) and leaves this save's files to be removed (at once with
+  // collectives; by the next save in `dir` without). `dcp convert` checks there that its source
+  // did not change while it was read.
   std::function<Status()> before_commit;
 };
 

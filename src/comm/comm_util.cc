@@ -17,6 +17,12 @@ Status CheckRoot(std::string_view op, int root, int size) {
                          " out of range for a communicator of size " + std::to_string(size));
 }
 
+Status CheckGatherLists(size_t lists, int size) {
+  if (lists == static_cast<size_t>(size)) return OkStatus();
+  return InvalidArgument("IAllGatherV: " + std::to_string(lists) +
+                         " lists of ranges for a communicator of " + std::to_string(size));
+}
+
 Status CheckGroupRanks(const std::vector<int>& ranks, int me, int size) {
   bool has_me = false;
   for (size_t i = 0; i < ranks.size(); ++i) {

@@ -22,6 +22,9 @@ std::string JoinRanks(const std::vector<int>& ranks);
 // InvalidArgument unless 0 <= root < size.
 Status CheckRoot(std::string_view op, int root, int size);
 
+// InvalidArgument unless an IAllGatherV has one list of ranges per rank.
+Status CheckGatherLists(size_t lists, int size);
+
 // InvalidArgument unless `ranks` is sorted, unique, within [0, size) and contains `me`.
 Status CheckGroupRanks(const std::vector<int>& ranks, int me, int size);
 

@@ -76,10 +76,7 @@ class BroadcastsRequest final : public CommRequest {
 Result<std::unique_ptr<CommRequest>> Comm::IAllGatherV(const Ranges& mine,
                                                        const std::vector<Ranges>& from) {
   const int me = rank();
-  if (static_cast<int>(from.size()) != size()) {
-    return InvalidArgument("IAllGatherV: " + std::to_string(from.size()) +
-                           " lists of ranges for a communicator of " + std::to_string(size()));
-  }
+  DCP_RETURN_IF_ERROR(comm_internal::CheckGatherLists(from.size(), size()));
   auto req = std::make_unique<BroadcastsRequest>();
   for (int s = 0; s < size(); ++s) {
     const Ranges& ranges = s == me ? mine : from[s];

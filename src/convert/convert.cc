@@ -11,7 +11,6 @@
 
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
-#include "checkpoint/names.h"
 #include "checkpoint/save.h"
 #include "convert/source_mapping.h"
 #include "hf/hf_checkpoint.h"

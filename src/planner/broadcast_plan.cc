@@ -169,11 +169,11 @@ class CutRows {
     }
     // A row is a clean cut unless some span starting before it ends after it (a sweep over
     // the spans by start).
-    std::vector<std::pair<int64_t, int64_t>> by_start;
-    for (const Span& sp : spans) by_start.push_back({sp.from, sp.to});
-    std::sort(by_start.begin(), by_start.end());
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+      return std::tie(a.from, a.to) < std::tie(b.from, b.to);
+    });
     int64_t reach = 0;  // furthest end among spans started so far
-    for (const auto& [from, to] : by_start) {
+    for (const auto& [from, to, start, step] : spans) {
       if (from > 0 && from < rows && reach <= from && (clean_.empty() || clean_.back() != from)) {
         clean_.push_back(from);
       }
@@ -589,7 +589,7 @@ std::vector<GatherOp> ScheduleGathers(const BroadcastPlan& plan, const GatherLim
                  (small && cur.small_bytes + s.nbytes > limits.max_small_bytes);
     }
     if (open_new) {
-      base_round[g] = std::max(base_round[g], by_bytes);
+      base_round[g] = by_bytes;  // by_bytes only grows along a group's shards
       ops.push_back({g, static_cast<uint32_t>(ops.size()), 0, 0, {}});
       sent[g].clear();
     }

@@ -90,9 +90,9 @@ TEST_F(CommMpi, BroadcastEmptyAndLarge) { CheckBroadcastEmptyAndLarge(World()); 
 
 TEST_F(CommMpi, IBroadcastPipelined) { CheckIBroadcastPipelined(World()); }
 
-// The ranks' marks go to a directory on this host: mpirun runs them all here.
 TEST_F(CommMpi, IAllGatherVScattered) { CheckIAllGatherVScattered(World()); }
 
+// The ranks' marks go to a directory on this host: mpirun runs them all here.
 TEST_F(CommMpi, BarrierSeparatesPhases) {
   std::string dir;
   if (World().rank() == 0) {

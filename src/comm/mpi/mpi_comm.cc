@@ -59,7 +59,7 @@ struct OpState {
   // IAllGatherV: per-peer datatypes over the caller's ranges, freed once the operation is.
   std::vector<MPI_Datatype> types;
   std::vector<MPI_Datatype> send_types, recv_types;
-  std::vector<int> recv_counts, zero_displs;
+  std::vector<int> recv_counts;
 
   OpState() = default;
   OpState(const OpState&) = delete;
@@ -697,10 +697,7 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IBroadcast(std::span<std::byte
 Result<std::unique_ptr<CommRequest>> MpiCommImpl::IAllGatherV(const Ranges& mine,
                                                               const std::vector<Ranges>& from) {
   DCP_RETURN_IF_ERROR(CheckUsable("IAllGatherV"));
-  if (static_cast<int>(from.size()) != size_) {
-    return InvalidArgument("IAllGatherV: " + std::to_string(from.size()) +
-                           " lists of ranges for a communicator of " + std::to_string(size_));
-  }
+  DCP_RETURN_IF_ERROR(comm_internal::CheckGatherLists(from.size(), size_));
   auto st = std::make_shared<OpState>();
   // One hindexed datatype per list of ranges, at absolute addresses (MPI_BOTTOM), in blocks
   // whose lengths fit an int; null for a list with no bytes.
@@ -728,7 +725,7 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IAllGatherV(const Ranges& mine
   DCP_ASSIGN_OR_RETURN(MPI_Datatype send, make_type(mine));
   st->counts.assign(size_, 0);  // send counts
   st->recv_counts.assign(size_, 0);
-  st->zero_displs.assign(size_, 0);
+  st->displs.assign(size_, 0);  // the datatypes hold absolute addresses
   st->send_types.assign(size_, MPI_BYTE);
   st->recv_types.assign(size_, MPI_BYTE);
   for (int r = 0; r < size_; ++r) {
@@ -750,11 +747,11 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IAllGatherV(const Ranges& mine
   auto req = std::make_unique<MpiBroadcastRequest>(shared_from_this(), st, "IAllGatherV");
   g_caller_buffers_in_flight.fetch_add(1);
   st->reqs.emplace_back();
-  DCP_RETURN_IF_ERROR(Posted(
-      "IAllGatherV", st,
-      MPI_Ialltoallw(MPI_BOTTOM, st->counts.data(), st->zero_displs.data(), st->send_types.data(),
-                     MPI_BOTTOM, st->recv_counts.data(), st->zero_displs.data(),
-                     st->recv_types.data(), comm_, &st->reqs.back())));
+  DCP_RETURN_IF_ERROR(
+      Posted("IAllGatherV", st,
+             MPI_Ialltoallw(MPI_BOTTOM, st->counts.data(), st->displs.data(), st->send_types.data(),
+                            MPI_BOTTOM, st->recv_counts.data(), st->displs.data(),
+                            st->recv_types.data(), comm_, &st->reqs.back())));
   return std::unique_ptr<CommRequest>(std::move(req));
 }
 
