@@ -5,13 +5,18 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
+#include "checkpoint/verify.h"
 #include "core/checksum.h"
 #include "dcp/checkpoint.h"
 #include "metadata/codec.h"
+#include "storage/chunk_reader.h"
 #include "storage/file_system.h"
 #include "test_util.h"
 
@@ -239,6 +244,110 @@ TEST_F(PartialReads, Version1And2CheckpointsStillLoad) {
     EXPECT_THROW(verify(tmp_.path()), Error);
     testing::FlipByte(DataFile(), Stored("a.rows").byte_offset + 5 * kBlock + 3);
   }
+}
+
+// The file's bytes, as a copy receiving them would see them.
+std::vector<std::byte> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(c.size());
+  std::memcpy(out.data(), c.data(), c.size());
+  return out;
+}
+
+// Feeds `bytes` [begin, end) to `v` in pieces of `piece` bytes.
+Status Feed(storage::StreamVerifier& v, const std::vector<std::byte>& bytes, uint64_t begin,
+            uint64_t end, uint64_t piece) {
+  for (uint64_t at = begin; at < end; at += piece) {
+    DCP_RETURN_IF_ERROR(
+        v.Add(at, std::span(bytes.data() + at, std::min<uint64_t>(piece, end - at))));
+  }
+  return OkStatus();
+}
+
+TEST_F(PartialReads, AStreamVerifierChecksACopyAsItArrives) {
+  // The memory tier checks each file it receives piece by piece, never reading it back.
+  std::vector<std::byte> bytes = ReadAll(DataFile());
+  const auto all = checkpoint::StoredRangesWithin(md_, 0, {});
+  EXPECT_EQ(all.size(), Tensors().size());
+  {  // Whole, in pieces that end anywhere in blocks and chunks.
+    storage::StreamVerifier v(all, "f");
+    ASSERT_TRUE(Feed(v, bytes, 0, bytes.size(), kBlock + 4097).ok());
+    EXPECT_TRUE(v.Finish().ok());
+  }
+  const StoredChunk& a = Stored("a.rows");
+  const StoredChunk& small = Stored("d.small");  // one checksum (smaller than a block)
+  {                                              // Ended early: the ranges not seen are named.
+    storage::StreamVerifier v(all, "f");
+    ASSERT_TRUE(Feed(v, bytes, 0, a.byte_offset + kBlock, 65536).ok());
+    const Status s = v.Finish();
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
+  }
+  {  // A range with bytes skipped.
+    storage::StreamVerifier v(all, "f");
+    ASSERT_TRUE(Feed(v, bytes, 0, a.byte_offset + 100, 4096).ok());
+    const Status s = Feed(v, bytes, a.byte_offset + 200, bytes.size(), 4096);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
+    EXPECT_NE(s.message().find("never came"), std::string::npos) << s.message();
+  }
+  {  // Out of order.
+    storage::StreamVerifier v(all, "f");
+    ASSERT_TRUE(Feed(v, bytes, 0, 8192, 4096).ok());
+    EXPECT_FALSE(v.Add(0, std::span(bytes.data(), 10)).ok());
+  }
+  {  // A sparse copy: only the ranges inside its spans are checked, bytes between skipped.
+    const auto some = checkpoint::StoredRangesWithin(
+        md_, 0, {{small.byte_offset, small.byte_length}, {a.byte_offset, a.byte_length}});
+    ASSERT_EQ(some.size(), 2u);
+    storage::StreamVerifier v(some, "f");
+    const auto& [first, second] =
+        a.byte_offset < small.byte_offset ? std::pair(a, small) : std::pair(small, a);
+    ASSERT_TRUE(
+        Feed(v, bytes, first.byte_offset, first.byte_offset + first.byte_length, 1000).ok());
+    ASSERT_TRUE(
+        Feed(v, bytes, second.byte_offset, second.byte_offset + second.byte_length, 1000).ok());
+    EXPECT_TRUE(v.Finish().ok());
+  }
+  // A flipped byte: in a block of a.rows (that block named), and in the one-checksum chunk.
+  for (const auto& [chunk, at, block] :
+       {std::tuple(&a, 2 * kBlock + 17, true), std::tuple(&small, uint64_t{5}, false)}) {
+    std::vector<std::byte> bad = bytes;
+    bad[chunk->byte_offset + at] ^= std::byte{1};
+    storage::StreamVerifier v(all, "f");
+    Status s = Feed(v, bad, 0, bad.size(), 333333);
+    if (s.ok()) s = v.Finish();
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("checksum mismatch in f"), std::string::npos) << s.message();
+    if (block) {
+      EXPECT_NE(s.message().find(std::to_string(chunk->byte_offset + 2 * kBlock) + ", " +
+                                 std::to_string(chunk->byte_offset + 3 * kBlock)),
+                std::string::npos)
+          << s.message();
+    }
+  }
+}
+
+TEST_F(PartialReads, ALoadSaysWhichFileItFoundDamaged) {
+  // The memory tier's restore passes over the copy a load found damaged, and only that one.
+  testing::FlipByte(DataFile(), Stored("c.odd").byte_offset + kBlock + 5);
+  Mem d = Tp4();
+  std::vector<uint32_t> damaged;
+  checkpoint::LoadHooks hooks;
+  hooks.damaged = [&](uint32_t f, const Status& why) {
+    damaged.push_back(f);
+    EXPECT_EQ(why.code(), StatusCode::kDataLoss);
+    EXPECT_NE(why.message().find("c.odd"), std::string::npos) << why.message();
+  };
+  auto r = checkpoint::Load(d.sd, tmp_.path(), {}, storage::PosixFileSystem(), &hooks);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(damaged, std::vector<uint32_t>{0});
+  // An intact load calls nothing.
+  testing::FlipByte(DataFile(), Stored("c.odd").byte_offset + kBlock + 5);
+  damaged.clear();
+  Mem again = Tp4();
+  ASSERT_TRUE(checkpoint::Load(again.sd, tmp_.path(), {}, storage::PosixFileSystem(), &hooks).ok());
+  EXPECT_TRUE(damaged.empty());
+  EXPECT_TRUE(again.Check());
 }
 
 }  // namespace

@@ -152,7 +152,7 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
       s = storage::ReadStoredChunk(**file, RangeOf(md_, sc), verify_, targets, bounce_,
                                    &stats_->bytes_read);
     }
-    if (!s.ok()) {
+    if (!Noted(sc.file, s).ok()) {
       return s.Annotate("checkpoint " + ckpt_ + ": tensor '" + t.fqn + "' chunk " +
                         sc.box.ToString() + ": ");
     }
@@ -170,7 +170,7 @@ Status ChunkReads::ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::by
   if (s.ok()) {
     s = storage::ReadRangeInto(**file, RangeOf(md_, sc), verify_, dst.data(), &stats_->bytes_read);
   }
-  if (!s.ok()) {
+  if (!Noted(sc.file, s).ok()) {
     return s.Annotate("checkpoint " + ckpt_ + ": tensor '" + t.fqn + "' chunk " +
                       sc.box.ToString() + ": ");
   }
@@ -199,7 +199,9 @@ Status ChunkReads::ReadBytesEntries(const planner::LocalLoadPlan& plan) {
       s = storage::ReadRangeInto(**file, {b.byte_offset, b.byte_length, b.xxh3}, verify_,
                                  dst.data(), &stats_->bytes_read);
     }
-    if (!s.ok()) return s.Annotate("checkpoint " + ckpt_ + ": bytes entry '" + b.fqn + "': ");
+    if (!Noted(b.file, s).ok()) {
+      return s.Annotate("checkpoint " + ckpt_ + ": bytes entry '" + b.fqn + "': ");
+    }
   }
   return OkStatus();
 }

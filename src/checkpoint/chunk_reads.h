@@ -7,6 +7,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -48,11 +49,20 @@ class ChunkReads {
   // Reads stored chunk `stored` of metadata tensor `tensor` whole into `dst`.
   Status ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::byte> dst);
 
+  // The data file whose bytes a failed read found damaged (missing, another size, a checksum
+  // mismatch): the first such failure's.
+  std::optional<uint32_t> damaged_file() const { return damaged_file_; }
+
   // Called between stored chunks, e.g. to let in-flight broadcasts progress.
   void set_between_chunks(std::function<void()> f) { between_chunks_ = std::move(f); }
 
  private:
   Result<storage::ReadableFile*> Open(uint32_t file);
+  // Returns `s`, remembering `file` as damaged when `s` says its bytes are.
+  Status Noted(uint32_t file, Status s) {
+    if (s.code() == StatusCode::kDataLoss && !damaged_file_) damaged_file_ = file;
+    return s;
+  }
   // On an object store: tells each file which of its stored chunks `plan` will read.
   void Hint(const planner::LocalLoadPlan& plan, const std::vector<bool>& done);
   void HintRanges(const std::vector<std::pair<uint32_t, uint32_t>>& chunks);
@@ -76,6 +86,7 @@ class ChunkReads {
   const std::vector<bool>* not_from_storage_ = nullptr;              // per item of *private_plan_
   std::map<const planner::LocalLoadPlan*, std::vector<bool>> done_;  // per plan, per item
   std::set<const planner::LocalLoadPlan*> hinted_;
+  std::optional<uint32_t> damaged_file_;
 };
 
 // The range of stored chunk `sc` of `md`, with its checksums.

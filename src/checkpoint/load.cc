@@ -321,6 +321,9 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
     read_failure = Guarded("", [&] { return reads.Read(*plan, private_items); });
   }
   if (read_failure.ok()) read_failure = Guarded("", [&] { return reads.ReadBytesEntries(*plan); });
+  if (!read_failure.ok() && hooks && hooks->damaged && reads.damaged_file()) {
+    hooks->damaged(*reads.damaged_file(), read_failure);
+  }
   // A read failure anywhere is a load failure everywhere.
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, read_failure));
   const auto t5 = Clock::now();

@@ -30,6 +30,9 @@ struct LoadHooks {
   // entries). May use the communicator (every rank calls it). A failure on any rank fails the
   // load on every rank.
   std::function<Status(const std::vector<ReadSpan>& reads)> before_reads;
+  // Called on a rank whose read found data file `file` damaged (missing, another size, a
+  // checksum mismatch; `why`), before the load fails on every rank: the copy it read is bad.
+  std::function<void(uint32_t file, const Status& why)> damaged;
 };
 Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
                         storage::FileSystem& fs, const LoadHooks* hooks);

@@ -87,18 +87,21 @@ Status VerifySafetensorsHeader(storage::FileSystem& fs, const std::string& path,
   return OkStatus();
 }
 
+// Whether `r` lies wholly inside one of `spans` (or `spans` is empty: the whole file).
+bool Inside(const storage::StoredRange& r,
+            const std::vector<std::pair<uint64_t, uint64_t>>& spans) {
+  if (spans.empty()) return true;
+  for (const auto& [offset, length] : spans) {
+    if (r.byte_offset >= offset && r.byte_offset + r.byte_length <= offset + length) return true;
+  }
+  return false;
+}
+
 // VerifyDataFileSpans over the file's ranges, already found.
 Status VerifyRanges(storage::FileSystem& fs, const std::string& path, const metadata::Metadata& md,
                     uint32_t file, std::span<const Range> ranges,
                     const std::vector<std::pair<uint64_t, uint64_t>>& spans,
                     uint64_t* bytes_checked) {
-  auto inside = [&](const storage::StoredRange& r) {
-    if (spans.empty()) return true;
-    for (const auto& [offset, length] : spans) {
-      if (r.byte_offset >= offset && r.byte_offset + r.byte_length <= offset + length) return true;
-    }
-    return false;
-  };
   auto f = fs.OpenReadable(path);
   if (!f.ok()) {
     if (f.status().code() == StatusCode::kNotFound) {
@@ -115,7 +118,7 @@ Status VerifyRanges(storage::FileSystem& fs, const std::string& path, const meta
   std::vector<std::byte> buf;
   uint64_t checked = 0;
   for (const Range& r : ranges) {
-    if (!inside(r.range)) continue;
+    if (!Inside(r.range, spans)) continue;
     // Streamed through a bounded buffer; every block checksum, or the one checksum.
     Status s = storage::VerifyRange(**f, r.range, buf, &checked);
     if (!s.ok()) {
@@ -143,6 +146,18 @@ Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
   if (file >= md.files.size()) return InvalidArgument(path + ": no such data file in the metadata");
   const std::vector<std::vector<Range>> by_file = RangesByFile(md, file);
   return VerifyRanges(fs, path, md, file, by_file[file], spans, bytes_checked);
+}
+
+std::vector<storage::StoredRange> StoredRangesWithin(
+    const metadata::Metadata& md, uint32_t file,
+    const std::vector<std::pair<uint64_t, uint64_t>>& spans) {
+  std::vector<storage::StoredRange> out;
+  if (file >= md.files.size() || !md.has_checksums) return out;
+  const std::vector<std::vector<Range>> by_file = RangesByFile(md, file);
+  for (const Range& r : by_file[file]) {
+    if (Inside(r.range, spans)) out.push_back(r.range);
+  }
+  return out;
 }
 
 Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {

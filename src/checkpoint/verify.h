@@ -8,6 +8,7 @@
 
 #include "dcp/checkpoint.h"
 #include "metadata/metadata.h"
+#include "storage/chunk_reader.h"
 #include "storage/file_system.h"
 
 namespace dcp::checkpoint {
@@ -28,5 +29,11 @@ Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
                            const metadata::Metadata& md, uint32_t file,
                            const std::vector<std::pair<uint64_t, uint64_t>>& spans,
                            uint64_t* bytes_checked = nullptr);
+// The checksummed ranges (stored chunks, bytes entries) of data file `file` that lie wholly
+// inside `spans` (all when empty), in file order: what a copy of those spans is checked
+// against as it streams by (storage::StreamVerifier). None without checksums.
+std::vector<storage::StoredRange> StoredRangesWithin(
+    const metadata::Metadata& md, uint32_t file,
+    const std::vector<std::pair<uint64_t, uint64_t>>& spans);
 
 }  // namespace dcp::checkpoint

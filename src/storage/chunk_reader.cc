@@ -29,9 +29,9 @@ void Scatter(const ChunkTarget& target, uint64_t lo, std::span<const std::byte> 
   }
 }
 
-Status Mismatch(const ReadableFile& file, uint64_t begin, uint64_t end) {
-  return DataLoss("checksum mismatch in " + file.path() + " at bytes [" + std::to_string(begin) +
-                  ", " + std::to_string(end) + ")");
+Status Mismatch(const std::string& path, uint64_t begin, uint64_t end) {
+  return DataLoss("checksum mismatch in " + path + " at bytes [" + std::to_string(begin) + ", " +
+                  std::to_string(end) + ")");
 }
 
 // Verifies bytes [begin, end) of the range as they stream by: against the range's one
@@ -42,7 +42,7 @@ class Verifier {
   Verifier(const StoredRange& range, uint64_t begin)
       : range_(range), begin_(begin), hasher_(range.block_xxh3.empty() ? 0 : range.block_size) {}
   void Update(std::span<const std::byte> data) { hasher_.Update(data); }
-  Status Check(const ReadableFile& file, uint64_t end) {
+  Status Check(const std::string& file, uint64_t end) {
     const uint64_t at = range_.byte_offset;
     if (range_.block_xxh3.empty()) {
       std::vector<uint64_t> unused;
@@ -85,7 +85,7 @@ Status StreamInterval(ReadableFile& file, const StoredRange& range, bool verify,
     for (const ChunkTarget& t : targets) Scatter(t, pos, piece);
     pos += n;
   }
-  return verifier ? verifier->Check(file, end) : OkStatus();
+  return verifier ? verifier->Check(file.path(), end) : OkStatus();
 }
 
 }  // namespace
@@ -105,7 +105,7 @@ Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, 
     if (verifier) verifier->Update(std::span(dst + pos, n));
     *bytes_read += n;
   }
-  return verifier ? verifier->Check(file, range.byte_length) : OkStatus();
+  return verifier ? verifier->Check(file.path(), range.byte_length) : OkStatus();
 }
 
 Status VerifyRange(ReadableFile& file, const StoredRange& range, std::vector<std::byte>& bounce,
@@ -161,6 +161,54 @@ Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify
     b = e;
   }
   return OkStatus();
+}
+
+class StreamVerifier::RangeState : public Verifier {
+ public:
+  using Verifier::Verifier;
+};
+
+StreamVerifier::StreamVerifier(std::vector<StoredRange> ranges, std::string path)
+    : path_(std::move(path)) {
+  for (const StoredRange& r : ranges) {
+    if (r.byte_length > 0) ranges_.push_back(r);
+  }
+}
+
+StreamVerifier::~StreamVerifier() = default;
+StreamVerifier::StreamVerifier(StreamVerifier&&) noexcept = default;
+
+Status StreamVerifier::Add(uint64_t offset, std::span<const std::byte> data) {
+  if (offset < end_) {
+    return Internal(path_ + ": bytes at " + std::to_string(offset) + " came after bytes up to " +
+                    std::to_string(end_));
+  }
+  end_ = offset + data.size();
+  while (next_ < ranges_.size()) {
+    const StoredRange& r = ranges_[next_];
+    if (r.byte_offset >= end_) break;
+    const uint64_t a = std::max(r.byte_offset, offset);
+    const uint64_t b = std::min(r.byte_offset + r.byte_length, end_);
+    if (a != r.byte_offset + seen_) return Missing();
+    if (!open_) open_ = std::make_unique<RangeState>(r, 0);
+    open_->Update(data.subspan(a - offset, b - a));
+    seen_ += b - a;
+    if (seen_ < r.byte_length) break;  // continues in the next piece
+    Status s = open_->Check(path_, r.byte_length);
+    open_.reset();
+    seen_ = 0;
+    ++next_;
+    DCP_RETURN_IF_ERROR(s);
+  }
+  return OkStatus();
+}
+
+Status StreamVerifier::Finish() { return next_ < ranges_.size() ? Missing() : OkStatus(); }
+
+Status StreamVerifier::Missing() const {
+  const StoredRange& r = ranges_[next_];
+  return DataLoss(path_ + ": bytes [" + std::to_string(r.byte_offset + seen_) + ", " +
+                  std::to_string(r.byte_offset + r.byte_length) + ") of a stored range never came");
 }
 
 }  // namespace dcp::storage

@@ -11,7 +11,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/copy_runs.h"
@@ -53,5 +55,34 @@ Status VerifyRange(ReadableFile& file, const StoredRange& range, std::vector<std
 Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify,
                        std::span<const ChunkTarget> targets, std::vector<std::byte>& bounce,
                        uint64_t* bytes_read);
+
+// Checks the stored ranges of one file against their checksums as the file's bytes stream by,
+// in ascending offsets (pieces may skip bytes no range covers): a copy verified as it is
+// received, without reading it back. `path` names the file in errors.
+class StreamVerifier {
+ public:
+  // `ranges`: sorted by offset, disjoint, each to be seen whole; their checksum spans must
+  // outlive this object.
+  StreamVerifier(std::vector<StoredRange> ranges, std::string path);
+  ~StreamVerifier();
+  StreamVerifier(StreamVerifier&&) noexcept;
+
+  // The bytes at file offset `offset`: kDataLoss on a checksum mismatch, or when a range's
+  // bytes were skipped.
+  Status Add(uint64_t offset, std::span<const std::byte> data);
+  // Every range was seen whole (else kDataLoss).
+  Status Finish();
+
+ private:
+  class RangeState;  // the hash of the range being seen
+  Status Missing() const;
+
+  std::vector<StoredRange> ranges_;
+  std::string path_;
+  size_t next_ = 0;    // the first range not yet checked
+  uint64_t seen_ = 0;  // of its bytes
+  uint64_t end_ = 0;   // of the bytes added so far
+  std::unique_ptr<RangeState> open_;
+};
 
 }  // namespace dcp::storage

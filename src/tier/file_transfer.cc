@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -138,29 +139,34 @@ class LocalWriter {
   int fd_ = -1;
 };
 
+// Copies transfer `t`'s spans (all of the file when it has none) of `from` into a new local
+// file `to` of t.size bytes, each piece checked by `verify` (when given) as it passes.
 Status CopySpans(storage::FileSystem& from_fs, const std::string& from, const std::string& to,
-                 const Transfer& t, uint64_t piece_bytes) {
+                 const Transfer& t, uint64_t piece_bytes, storage::StreamVerifier* verify) {
   DCP_ASSIGN_OR_RETURN(auto in, from_fs.OpenReadable(from));
   if (in->size() != t.size) {
     return DataLoss(from + " is " + std::to_string(in->size()) + " bytes, expected " +
                     std::to_string(t.size));
   }
+  const std::vector<Span> spans = t.spans.empty() ? std::vector<Span>{{0, t.size}} : t.spans;
   std::vector<storage::ByteRange> hint;
-  for (const Span& s : t.spans) hint.push_back({s.offset, s.length});
+  for (const Span& s : spans) hint.push_back({s.offset, s.length});
   in->WillRead(hint);
   LocalWriter out;
   DCP_RETURN_IF_ERROR(out.Open(to, t.size));
   std::vector<std::byte> buf;
-  for (const Span& s : t.spans) {
+  for (const Span& s : spans) {
     for (uint64_t at = s.offset; at < s.offset + s.length;) {
       const uint64_t n = std::min(piece_bytes, s.offset + s.length - at);
       buf.resize(n);
       DCP_RETURN_IF_ERROR(in->ReadAt(at, buf));
       DCP_RETURN_IF_ERROR(out.WriteAt(at, buf));
+      if (verify) DCP_RETURN_IF_ERROR(verify->Add(at, buf));
       at += n;
     }
   }
-  return out.Finish();
+  DCP_RETURN_IF_ERROR(out.Finish());
+  return verify ? verify->Finish() : OkStatus();
 }
 
 class Mover {
@@ -175,15 +181,17 @@ class Mover {
     for (const Transfer& t : transfers) {
       if (t.to != me) continue;
       if (t.from == kFromStorage) {
-        Keep(Receive(t, [&](const std::string& part) {
+        Keep(Receive(t, [&](const std::string& part) -> Status {
           if (!dirs_.storage_fs || dirs_.storage_dir.empty()) {
             return FailedPrecondition("no durable copy of the step to copy from");
           }
-          const std::string from = storage::JoinPath(dirs_.storage_dir, t.file);
-          if (!t.spans.empty()) {
-            return CopySpans(*dirs_.storage_fs, from, part, t, opts_.piece_bytes);
+          std::optional<storage::StreamVerifier> verify;
+          if (check_) {
+            DCP_ASSIGN_OR_RETURN(auto v, check_(t));
+            verify.emplace(std::move(v));
           }
-          return CopyFile(*dirs_.storage_fs, from, *dirs_.local_fs, part);
+          return CopySpans(*dirs_.storage_fs, storage::JoinPath(dirs_.storage_dir, t.file), part, t,
+                           piece_bytes(), verify ? &*verify : nullptr);
         }));
       } else if (t.bytes() == 0) {
         Keep(Receive(t, [&](const std::string& part) {
@@ -194,18 +202,18 @@ class Mover {
       }
     }
     const auto start = std::chrono::steady_clock::now();
-    const auto pieces = PiecesOf(transfers, me, std::max<uint64_t>(opts_.piece_bytes, 1));
+    const auto pieces = PiecesOf(transfers, me, piece_bytes());
     for (const Piece& p : pieces) {
       while (in_flight_.size() >= static_cast<size_t>(std::max(opts_.window, 1))) {
         DCP_RETURN_IF_ERROR(CompleteOldest());
       }
-      Op op{p, std::vector<std::byte>(p.length), nullptr};
+      Op op{p, TakeBuffer(), nullptr};
+      const std::span<std::byte> buf(op.buf.get(), p.length);
       if (p.send) {
-        if (failed_.ok()) Keep(ReadPiece(p, op.buf));
+        if (failed_.ok()) Keep(ReadPiece(p, buf));
       }
       const int root = p.t->from < p.t->to ? 0 : 1;
-      DCP_ASSIGN_OR_RETURN(op.request,
-                           groups_.Of(p.t->from, p.t->to).IBroadcast(std::span(op.buf), root));
+      DCP_ASSIGN_OR_RETURN(op.request, groups_.Of(p.t->from, p.t->to).IBroadcast(buf, root));
       in_flight_.push_back(std::move(op));
       if (p.send) {
         stats_->bytes_sent += p.length;
@@ -225,9 +233,19 @@ class Mover {
  private:
   struct Op {
     Piece piece;
-    std::vector<std::byte> buf;
+    std::unique_ptr<std::byte[]> buf;  // of piece_bytes; the piece's bytes first
     std::unique_ptr<CommRequest> request;
   };
+
+  // Buffers of finished pieces are taken again: a fresh one would be faulted in (and, as a
+  // vector, zeroed) for every piece.
+  std::unique_ptr<std::byte[]> TakeBuffer() {
+    if (free_.empty()) return std::make_unique_for_overwrite<std::byte[]>(piece_bytes());
+    auto b = std::move(free_.back());
+    free_.pop_back();
+    return b;
+  }
+  uint64_t piece_bytes() const { return std::max<uint64_t>(opts_.piece_bytes, 1); }
 
   void Keep(const Status& s) {
     if (failed_.ok() && !s.ok()) failed_ = s;
@@ -246,7 +264,6 @@ class Mover {
       if (s.ok()) stats_->sparse_files.push_back(t.file);
     }
     if (s.ok()) s = fill(part);
-    if (s.ok() && check_) s = check_(t, part);
     if (s.ok()) s = dirs_.local_fs->Rename(part, path);
     if (!s.ok()) {
       (void)dirs_.local_fs->Remove(part);
@@ -264,7 +281,7 @@ class Mover {
     return OkStatus();
   }
 
-  Status ReadPiece(const Piece& p, std::vector<std::byte>& buf) {
+  Status ReadPiece(const Piece& p, std::span<std::byte> buf) {
     auto& file = reading_[p.t];
     if (!file) {
       auto f = dirs_.local_fs->OpenReadable(storage::JoinPath(dirs_.local_dir, p.t->file));
@@ -281,31 +298,44 @@ class Mover {
     in_flight_.pop_front();
     if (Status s = op.request->Wait(); !s.ok()) {
       // The backend may still write into the buffer (MPI cannot cancel): leave it allocated.
-      new std::vector<std::byte>(std::move(op.buf));
+      (void)op.buf.release();
       return s.Annotate("file transfer with rank " +
                         std::to_string(op.piece.send ? op.piece.t->to : op.piece.t->from) + ": ");
     }
+    const std::span<const std::byte> buf(op.buf.get(), op.piece.length);
+    free_.push_back(std::move(op.buf));
     if (op.piece.send) return OkStatus();
     stats_->bytes_received += op.piece.length;
     const Transfer& t = *op.piece.t;
     const std::string part = storage::JoinPath(dirs_.local_dir, t.file) + ".part";
     Writing& w = writing_[&t];
+    Status s;
     if (op.piece.first) {
-      if (Status s = w.file.Open(part, t.size); !s.ok()) {
-        w.ok = false;
-        stats_->failed.push_back(t);
-        Keep(s.Annotate("receiving " + t.file + ": "));
+      s = w.file.Open(part, t.size);
+      if (s.ok() && check_) {
+        auto v = check_(t);
+        s = v.status();
+        if (v.ok()) w.verify.emplace(std::move(v).value());
       }
     }
-    if (w.ok) {
-      if (Status s = w.file.WriteAt(op.piece.offset, op.buf); !s.ok()) {
-        w.ok = false;
-        stats_->failed.push_back(t);
-        Keep(s.Annotate("receiving " + t.file + ": "));
-      }
+    if (s.ok() && w.ok) {
+      s = w.file.WriteAt(op.piece.offset, buf);
+      if (s.ok() && w.verify) s = w.verify->Add(op.piece.offset, buf);
+    }
+    if (!s.ok() && w.ok) {  // the rest of its pieces still come, and are dropped
+      w.ok = false;
+      (void)dirs_.local_fs->Remove(part);
+      stats_->failed.push_back(t);
+      Keep(s.Annotate("receiving " + t.file + " from rank " + std::to_string(t.from) + ": "));
     }
     if (op.piece.last) {
-      if (w.ok) Keep(Receive(t, [&](const std::string&) { return w.file.Finish(); }));
+      if (w.ok) {
+        Keep(Receive(t, [&](const std::string&) {
+          Status done = w.file.Finish();
+          if (done.ok() && w.verify) done = w.verify->Finish();
+          return done;
+        }));
+      }
       writing_.erase(&t);
     }
     return OkStatus();
@@ -317,10 +347,12 @@ class Mover {
   const CheckReceived& check_;
   TransferStats* stats_;
   std::deque<Op> in_flight_;
+  std::vector<std::unique_ptr<std::byte[]>> free_;
   // Open per transfer: pieces of several files interleave.
   std::map<const Transfer*, std::unique_ptr<storage::ReadableFile>> reading_;
   struct Writing {
     LocalWriter file;
+    std::optional<storage::StreamVerifier> verify;
     bool ok = true;
   };
   std::map<const Transfer*, Writing> writing_;

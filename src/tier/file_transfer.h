@@ -5,8 +5,9 @@
 // and kept), in pieces broadcast from sender to receiver. Every rank walks the same transfer
 // list in one global order (piece number, transfer) with a bounded window of pieces in flight,
 // so the oldest unfinished piece always has both ends posted: no cycle of waits, whatever the
-// pattern. Memory: the window's pieces per rank. The receiver writes `<file>.part`, checks it
-// (the caller's `check`, the format's block checksums) and renames it into place; a read or
+// pattern. Memory: the window's pieces per rank. The receiver writes `<file>.part`, checking
+// each piece as it arrives (the caller's `check`: the format's block checksums), and renames it
+// into place; a read or
 // write failure on one rank does not stop the protocol (peers wait on its pieces), it is
 // returned once every piece was exchanged.
 #pragma once
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "dcp/comm.h"
+#include "storage/chunk_reader.h"
 #include "storage/file_system.h"
 #include "tier/tier_plan.h"
 
@@ -64,8 +66,9 @@ struct TransferStats {
 // Beside a sparse copy `file`: the marker saying it is not a copy of the file.
 std::string SparseMarkerName(const std::string& file);
 
-// Run on each received file (at `path`, before it takes its name): OK, or why it is damaged.
-using CheckReceived = std::function<Status(const Transfer&, const std::string& path)>;
+// What checks a transfer's bytes as they arrive (in file order, before the file takes its name,
+// without reading it back), or why it cannot be received at all.
+using CheckReceived = std::function<Result<storage::StreamVerifier>(const Transfer&)>;
 
 // Where this rank reads and writes the files of one transfer list.
 struct TransferDirs {
@@ -78,9 +81,9 @@ struct TransferDirs {
 
 // Moves every transfer of `transfers` (the same list on every rank of groups.world()) that
 // involves this rank (its spans only, when it has some: the receiver writes a sparse copy);
-// `check` is run on each received file before it takes its name. Returns a communication failure
-// (the job's communicator is then unusable); storage failures are in stats->local_failure and
-// stats->failed, naming the file and the peer.
+// every received file is checked by `check` before it takes its name. Returns a communication
+// failure (the job's communicator is then unusable); storage failures are in stats->local_failure
+// and stats->failed, naming the file and the peer.
 Status TransferFiles(PairGroups& groups, const std::vector<Transfer>& transfers,
                      const TransferDirs& dirs, const TransferOptions& opts,
                      const CheckReceived& check, TransferStats* stats);

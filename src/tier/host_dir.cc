@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "checkpoint/metadata_io.h"
@@ -110,16 +111,38 @@ Result<std::pair<metadata::Metadata, std::string>> ReadStepMetadata(const std::s
   return std::make_pair(std::move(md), std::move(raw));
 }
 
-Status CheckFile(const metadata::Metadata& md, const std::string& name, const std::string& path,
-                 const std::vector<Span>& spans) {
+namespace {
+
+std::vector<std::pair<uint64_t, uint64_t>> Pairs(const std::vector<Span>& spans) {
   std::vector<std::pair<uint64_t, uint64_t>> pairs;
   for (const Span& s : spans) pairs.push_back({s.offset, s.length});
+  return pairs;
+}
+
+std::optional<uint32_t> FileIndex(const metadata::Metadata& md, const std::string& name) {
   for (uint32_t f = 0; f < md.files.size(); ++f) {
-    if (md.files[f].name == name) {
-      return checkpoint::VerifyDataFileSpans(Local(), path, md, f, pairs);
-    }
+    if (md.files[f].name == name) return f;
   }
-  return DataLoss(path + ": not a data file of the step's metadata");
+  return std::nullopt;
+}
+
+}  // namespace
+
+Status CheckFile(const metadata::Metadata& md, const std::string& name, const std::string& path,
+                 const std::vector<Span>& spans) {
+  const std::optional<uint32_t> f = FileIndex(md, name);
+  if (!f) return DataLoss(path + ": not a data file of the step's metadata");
+  return checkpoint::VerifyDataFileSpans(Local(), path, md, *f, Pairs(spans));
+}
+
+Result<storage::StreamVerifier> ReceiveVerifier(const metadata::Metadata& md, const Transfer& t) {
+  const std::optional<uint32_t> f = FileIndex(md, t.file);
+  if (!f) return DataLoss(t.file + ": not a data file of the step's metadata");
+  if (md.files[*f].size != t.size) {
+    return DataLoss(t.file + " is " + std::to_string(t.size) + " bytes, the metadata expects " +
+                    std::to_string(md.files[*f].size));
+  }
+  return storage::StreamVerifier(checkpoint::StoredRangesWithin(md, *f, Pairs(t.spans)), t.file);
 }
 
 }  // namespace dcp::tier

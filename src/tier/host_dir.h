@@ -10,6 +10,7 @@
 
 #include "dcp/status.h"
 #include "metadata/metadata.h"
+#include "storage/chunk_reader.h"
 #include "storage/file_system.h"
 #include "tier/tier_plan.h"
 
@@ -33,5 +34,8 @@ Result<std::pair<metadata::Metadata, std::string>> ReadStepMetadata(const std::s
 // copy, the stored chunks inside its spans (empty: all of the file).
 Status CheckFile(const metadata::Metadata& md, const std::string& name, const std::string& path,
                  const std::vector<Span>& spans = {});
+// What checks the bytes of transfer `t` as they arrive (TransferFiles): the ranges of
+// `t.file` that `t` carries, against `md`; kDataLoss when `md` has no such file of `t.size`.
+Result<storage::StreamVerifier> ReceiveVerifier(const metadata::Metadata& md, const Transfer& t);
 
 }  // namespace dcp::tier

@@ -128,8 +128,7 @@ Status MemoryTier::Replicate(PairGroups& groups, int64_t step, TransferStats* st
   const metadata::Metadata& meta = md->first;
   const auto t0 = std::chrono::steady_clock::now();
   DCP_RETURN_IF_ERROR(TransferFiles(
-      groups, transfers, dirs, topts,
-      [&](const Transfer& t, const std::string& path) { return CheckFile(meta, t.file, path); },
+      groups, transfers, dirs, topts, [&](const Transfer& t) { return ReceiveVerifier(meta, t); },
       stats));
   if (LogEnabled()) {
     std::fprintf(stderr,

@@ -199,8 +199,18 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     std::set<BadCopy> found_bad, arrived_bad;
     bool storage_failed = false;
     const metadata::Metadata& meta = *md;
+    // A load that verifies what it reads checks every local copy it uses (the copies it is
+    // sent were checked on arrival, against the sender's) and says which one was damaged;
+    // else each copy in use is verified first.
+    const bool load_verifies = opts.verify_checksums && meta.has_checksums;
+    std::set<uint32_t> damaged_here;
     checkpoint::LoadHooks hooks;
     hooks.readable = &readable;
+    hooks.damaged = [&](uint32_t f, const Status& why) {
+      std::fprintf(stderr, "dcp manager: memory tier copy on host %s: %s\n",
+                   hosts_.names[host].c_str(), why.message().c_str());
+      damaged_here.insert(f);
+    };
     hooks.before_reads = [&](const std::vector<checkpoint::ReadSpan>& reads) -> Status {
       NeededSpans needed;
       for (const auto& r : reads) needed[r.file].push_back({r.offset, r.length});
@@ -212,18 +222,17 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       }
       const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
       lap("plan");
-      DCP_RETURN_IF_ERROR(VerifyCopiesInUse(comm, *choice, meta, needed_by_host[host], plan.fetches,
-                                            dir, &found_bad));
-      lap("verify");
-      if (!found_bad.empty()) return DataLoss("memory tier: damaged copies passed over");
+      if (!load_verifies) {
+        DCP_RETURN_IF_ERROR(VerifyCopiesInUse(comm, *choice, meta, needed_by_host[host],
+                                              plan.fetches, dir, &found_bad));
+        lap("verify");
+        if (!found_bad.empty()) return DataLoss("memory tier: damaged copies passed over");
+      }
       TransferDirs dirs{&Local(), dir, durable.fs,
                         durable.complete.count(step) ? durable.dir_of(step) : std::string()};
       DCP_RETURN_IF_ERROR(TransferFiles(
           groups, plan.fetches, dirs, {},
-          [&](const Transfer& t, const std::string& path) {
-            return CheckFile(meta, t.file, path, t.spans);
-          },
-          &stats));
+          [&](const Transfer& t) { return ReceiveVerifier(meta, t); }, &stats));
       // Copies that arrived damaged are passed over next time; the same verdict everywhere.
       std::string my_failed;
       wire::Writer w(my_failed);
@@ -245,6 +254,8 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
         }
       }
       lap("fetch");
+      timings += " (sent " + std::to_string(stats.bytes_sent) + " B, received " +
+                 std::to_string(stats.bytes_received + stats.bytes_copied_from_storage) + " B)";
       if (storage_failed || !arrived_bad.empty()) {
         return DataLoss("memory tier: copies of step " + std::to_string(step) + " arrived damaged");
       }
@@ -252,6 +263,21 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     };
     Result<LoadResult> loaded = checkpoint::Load(sd, dir, opts, Local(), &hooks);
     lap("load");
+    if (!loaded.ok() && loaded.status().code() == StatusCode::kDataLoss) {
+      // Every rank is here (a failed load agrees on its status): the copies the load found
+      // damaged are this step's bad ones, on the hosts of the ranks that read them.
+      std::string mine;
+      wire::Writer w(mine);
+      for (uint32_t f : damaged_here) w.String(meta.files[f].name);
+      DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(mine));
+      for (int r = 0; r < comm.size(); ++r) {
+        wire::Reader rd(lists[r]);
+        while (!rd.AtEnd() && rd.ok()) {
+          BadCopy b{hosts_.host_of_rank[r], step, std::string(rd.String())};
+          if (!bad.count(b)) found_bad.insert(std::move(b));
+        }
+      }
+    }
     // Sparse copies served this load only; a crash before this leaves them marked (Survey).
     for (const std::string& f : stats.sparse_files) {
       (void)Local().Remove(JoinPath(dir, f));
