@@ -97,11 +97,10 @@ bool Inside(const storage::StoredRange& r,
   return false;
 }
 
-// VerifyDataFileSpans over the file's ranges, already found.
+// Data file `file` of `md`, read at `path`: present, its recorded size, every checksum of its
+// ranges (already found). Adds the bytes checked.
 Status VerifyRanges(storage::FileSystem& fs, const std::string& path, const metadata::Metadata& md,
-                    uint32_t file, std::span<const Range> ranges,
-                    const std::vector<std::pair<uint64_t, uint64_t>>& spans,
-                    uint64_t* bytes_checked) {
+                    uint32_t file, std::span<const Range> ranges, uint64_t* bytes_checked) {
   auto f = fs.OpenReadable(path);
   if (!f.ok()) {
     if (f.status().code() == StatusCode::kNotFound) {
@@ -118,7 +117,6 @@ Status VerifyRanges(storage::FileSystem& fs, const std::string& path, const meta
   std::vector<std::byte> buf;
   uint64_t checked = 0;
   for (const Range& r : ranges) {
-    if (!Inside(r.range, spans)) continue;
     // Streamed through a bounded buffer; every block checksum, or the one checksum.
     Status s = storage::VerifyRange(**f, r.range, buf, &checked);
     if (!s.ok()) {
@@ -133,20 +131,6 @@ Status VerifyRanges(storage::FileSystem& fs, const std::string& path, const meta
 }
 
 }  // namespace
-
-Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
-                      const metadata::Metadata& md, uint32_t file, uint64_t* bytes_checked) {
-  return VerifyDataFileSpans(fs, path, md, file, {}, bytes_checked);
-}
-
-Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
-                           const metadata::Metadata& md, uint32_t file,
-                           const std::vector<std::pair<uint64_t, uint64_t>>& spans,
-                           uint64_t* bytes_checked) {
-  if (file >= md.files.size()) return InvalidArgument(path + ": no such data file in the metadata");
-  const std::vector<std::vector<Range>> by_file = RangesByFile(md, file);
-  return VerifyRanges(fs, path, md, file, by_file[file], spans, bytes_checked);
-}
 
 std::vector<storage::StoredRange> StoredRangesWithin(
     const metadata::Metadata& md, uint32_t file,
@@ -172,7 +156,7 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
   const std::vector<std::vector<Range>> by_file = RangesByFile(md);
   for (uint32_t f = 0; f < md.files.size(); ++f) {
     const std::string path = storage::JoinPath(DataDirOf(dir), md.files[f].name);
-    DCP_RETURN_IF_ERROR(VerifyRanges(fs, path, md, f, by_file[f], {}, &report.bytes_checked));
+    DCP_RETURN_IF_ERROR(VerifyRanges(fs, path, md, f, by_file[f], &report.bytes_checked));
     // dcp's own tensor data files (a HuggingFace source's metadata was built from its headers).
     if (TensorDataFileRank(md.files[f].name) >= 0) {
       DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, by_file[f]));

@@ -18,17 +18,6 @@ namespace dcp::checkpoint {
 // the file and the fqn.
 Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir);
 
-// The same checks for data file `file` of `md` (an index into md.files), read at `path`:
-// present, its recorded size, every checksum of the ranges stored in it. Adds the bytes checked.
-Status VerifyDataFile(storage::FileSystem& fs, const std::string& path,
-                      const metadata::Metadata& md, uint32_t file,
-                      uint64_t* bytes_checked = nullptr);
-// The same for the ranges that lie wholly inside `spans` ((offset, length) pairs) only: a
-// sparse copy holding some stored chunks of the file; every range when `spans` is empty.
-Status VerifyDataFileSpans(storage::FileSystem& fs, const std::string& path,
-                           const metadata::Metadata& md, uint32_t file,
-                           const std::vector<std::pair<uint64_t, uint64_t>>& spans,
-                           uint64_t* bytes_checked = nullptr);
 // The checksummed ranges (stored chunks, bytes entries) of data file `file` that lie wholly
 // inside `spans` (all when empty), in file order: what a copy of those spans is checked
 // against as it streams by (storage::StreamVerifier). None without checksums.

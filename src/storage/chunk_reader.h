@@ -68,7 +68,7 @@ class StreamVerifier {
   StreamVerifier(StreamVerifier&&) noexcept;
 
   // The bytes at file offset `offset`: kDataLoss on a checksum mismatch, or when a range's
-  // bytes were skipped.
+  // bytes were skipped; kInternal for bytes before those already added.
   Status Add(uint64_t offset, std::span<const std::byte> data);
   // Every range was seen whole (else kDataLoss).
   Status Finish();

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -210,7 +211,16 @@ class Mover {
       Op op{p, TakeBuffer(), nullptr};
       const std::span<std::byte> buf(op.buf.get(), p.length);
       if (p.send) {
-        if (failed_.ok()) Keep(ReadPiece(p, buf));
+        // A transfer whose file could not be read sends zeros for the rest (never a reused
+        // buffer's bytes): its receiver rejects it by the checksums, and it is a failure here.
+        if (!unreadable_.count(p.t)) {
+          if (Status s = ReadPiece(p, buf); !s.ok()) {
+            unreadable_.insert(p.t);
+            stats_->failed.push_back(*p.t);
+            Keep(s);
+          }
+        }
+        if (unreadable_.count(p.t)) std::memset(buf.data(), 0, buf.size());
       }
       const int root = p.t->from < p.t->to ? 0 : 1;
       DCP_ASSIGN_OR_RETURN(op.request, groups_.Of(p.t->from, p.t->to).IBroadcast(buf, root));
@@ -357,6 +367,7 @@ class Mover {
   };
   std::map<const Transfer*, Writing> writing_;
   Status failed_;
+  std::set<const Transfer*> unreadable_;  // sends whose file could not be read
 };
 
 }  // namespace

@@ -6,10 +6,10 @@
 // list in one global order (piece number, transfer) with a bounded window of pieces in flight,
 // so the oldest unfinished piece always has both ends posted: no cycle of waits, whatever the
 // pattern. Memory: the window's pieces per rank. The receiver writes `<file>.part`, checking
-// each piece as it arrives (the caller's `check`: the format's block checksums), and renames it
-// into place; a read or
-// write failure on one rank does not stop the protocol (peers wait on its pieces), it is
-// returned once every piece was exchanged.
+// each piece as it arrives (the caller's `check`: the format's block checksums), and renames
+// it into place; a read or write failure on one rank does not stop the protocol (peers wait on
+// its pieces: a sender that cannot read its file sends zeros), it is returned once every piece
+// was exchanged.
 #pragma once
 
 #include <functional>
@@ -81,9 +81,10 @@ struct TransferDirs {
 
 // Moves every transfer of `transfers` (the same list on every rank of groups.world()) that
 // involves this rank (its spans only, when it has some: the receiver writes a sparse copy);
-// every received file is checked by `check` before it takes its name. Returns a communication
-// failure (the job's communicator is then unusable); storage failures are in stats->local_failure
-// and stats->failed, naming the file and the peer.
+// every received file with bytes to move is checked by `check` before it takes its name. Returns
+// a communication failure (the job's communicator is then unusable); storage failures are in
+// stats->local_failure and stats->failed (on the receiver and, for a file it could not read, on
+// the sender), naming the file and the peer.
 Status TransferFiles(PairGroups& groups, const std::vector<Transfer>& transfers,
                      const TransferDirs& dirs, const TransferOptions& opts,
                      const CheckReceived& check, TransferStats* stats);

@@ -128,13 +128,6 @@ std::optional<uint32_t> FileIndex(const metadata::Metadata& md, const std::strin
 
 }  // namespace
 
-Status CheckFile(const metadata::Metadata& md, const std::string& name, const std::string& path,
-                 const std::vector<Span>& spans) {
-  const std::optional<uint32_t> f = FileIndex(md, name);
-  if (!f) return DataLoss(path + ": not a data file of the step's metadata");
-  return checkpoint::VerifyDataFileSpans(Local(), path, md, *f, Pairs(spans));
-}
-
 Result<storage::StreamVerifier> ReceiveVerifier(const metadata::Metadata& md, const Transfer& t) {
   const std::optional<uint32_t> f = FileIndex(md, t.file);
   if (!f) return DataLoss(t.file + ": not a data file of the step's metadata");

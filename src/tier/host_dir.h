@@ -30,10 +30,6 @@ void RemoveTree(const std::string& dir);
 Inventory ScanHost(const std::string& host_dir, bool tidy);
 // The metadata of a step directory and its bytes.
 Result<std::pair<metadata::Metadata, std::string>> ReadStepMetadata(const std::string& dir);
-// Verifies a file received or about to be used against `md` (found by name); of a sparse
-// copy, the stored chunks inside its spans (empty: all of the file).
-Status CheckFile(const metadata::Metadata& md, const std::string& name, const std::string& path,
-                 const std::vector<Span>& spans = {});
 // What checks the bytes of transfer `t` as they arrive (TransferFiles): the ranges of
 // `t.file` that `t` carries, against `md`; kDataLoss when `md` has no such file of `t.size`.
 Result<storage::StreamVerifier> ReceiveVerifier(const metadata::Metadata& md, const Transfer& t);

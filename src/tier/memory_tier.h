@@ -82,13 +82,6 @@ class MemoryTier {
                                             std::string* fell_back) const;
 
  private:
-  // Collective: the copies this host reads (`read_here`, of files it holds) or sends
-  // (`fetches` from its ranks) are checked, by its ranks in turn; damaged ones, on any host,
-  // are added to *bad.
-  Status VerifyCopiesInUse(Comm& comm, const MemoryStep& choice, const metadata::Metadata& md,
-                           const NeededSpans& read_here, const std::vector<Transfer>& fetches,
-                           const std::string& dir, std::set<BadCopy>* bad) const;
-
   MemoryTier(MemoryTierOptions opts, std::string host_dir, Hosts hosts, int rank)
       : opts_(std::move(opts)),
         host_dir_(std::move(host_dir)),

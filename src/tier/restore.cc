@@ -1,5 +1,5 @@
-// The memory tier's restore (MemoryTier::Restore): choose the step, verify the copies in use,
-// move what hosts lack, load through the ordinary engine.
+// The memory tier's restore (MemoryTier::Restore): choose the step, move what hosts lack
+// (checked as it arrives), load through the ordinary engine (which verifies what it reads).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,51 +50,6 @@ Status DecodeSpans(std::string_view data, NeededSpans* into) {
 }
 
 }  // namespace
-
-Status MemoryTier::VerifyCopiesInUse(Comm& comm, const MemoryStep& choice,
-                                     const metadata::Metadata& md, const NeededSpans& read_here,
-                                     const std::vector<Transfer>& fetches, const std::string& dir,
-                                     std::set<BadCopy>* bad) const {
-  const int me = comm.rank(), host = my_host();
-  std::map<std::string, std::vector<Span>> in_use;
-  for (const auto& [f, spans] : read_here) {
-    const auto& h = choice.holders[f];
-    if (std::find(h.begin(), h.end(), host) == h.end()) continue;
-    auto& v = in_use[choice.files[f].name];
-    v.insert(v.end(), spans.begin(), spans.end());
-  }
-  for (const Transfer& t : fetches) {
-    if (t.from == kFromStorage || hosts_.host_of_rank[t.from] != host) continue;
-    auto& v = in_use[t.file];
-    if (t.spans.empty()) {
-      v.push_back({0, t.size});
-    } else {
-      v.insert(v.end(), t.spans.begin(), t.spans.end());
-    }
-  }
-  std::string mine;
-  wire::Writer w(mine);
-  const auto& local = hosts_.ranks[host];
-  const size_t my_turn = std::lower_bound(local.begin(), local.end(), me) - local.begin();
-  size_t i = 0;
-  for (const auto& [name, spans] : in_use) {
-    if (i++ % local.size() != my_turn) continue;
-    Status ok = CheckFile(md, name, JoinPath(dir, name), MergeSpans(spans));
-    if (!ok.ok()) {
-      std::fprintf(stderr, "dcp manager: memory tier copy on host %s: %s\n",
-                   hosts_.names[host].c_str(), ok.message().c_str());
-      w.String(name);
-    }
-  }
-  DCP_ASSIGN_OR_RETURN(auto all, comm.AllGather(mine));
-  for (int r = 0; r < comm.size(); ++r) {
-    wire::Reader rd(all[r]);
-    while (!rd.AtEnd() && rd.ok()) {
-      bad->insert({hosts_.host_of_rank[r], choice.step, std::string(rd.String())});
-    }
-  }
-  return OkStatus();
-}
 
 Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateDict& sd,
                                                       const LoadOptions& opts,
@@ -184,10 +139,10 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
 
     // 3. The load, planned so that a stored chunk several ranks need is read on a host that
-    //    holds its file and broadcast. Before any read, every copy about to be read or sent
-    //    is verified (a damaged one is passed over: choose again without it), then each host
-    //    receives the bytes its ranks read from files it lacks (from a partner's memory, or
-    //    from the root).
+    //    holds its file and broadcast. Before any read, each host receives the bytes its ranks
+    //    read from files it lacks (from a partner's memory, or from the root), checked as they
+    //    arrive (a damage is the sender's copy); the load verifies every copy it reads and
+    //    names a damaged one. A damaged copy is passed over: choose again without it.
     std::vector<std::vector<bool>> readable(comm.size(), std::vector<bool>(md->files.size()));
     for (int r = 0; r < comm.size(); ++r) {
       for (uint32_t f = 0; f < choice->files.size() && f < md->files.size(); ++f) {
@@ -199,10 +154,10 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     std::set<BadCopy> found_bad, arrived_bad;
     bool storage_failed = false;
     const metadata::Metadata& meta = *md;
-    // A load that verifies what it reads checks every local copy it uses (the copies it is
-    // sent were checked on arrival, against the sender's) and says which one was damaged;
-    // else each copy in use is verified first.
-    const bool load_verifies = opts.verify_checksums && meta.has_checksums;
+    // Copies in memory are always verified, whatever `verify_checksums` says: the restore's
+    // promise is the right bytes or an older step.
+    LoadOptions verified = opts;
+    verified.verify_checksums = true;
     std::set<uint32_t> damaged_here;
     checkpoint::LoadHooks hooks;
     hooks.readable = &readable;
@@ -222,12 +177,6 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       }
       const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
       lap("plan");
-      if (!load_verifies) {
-        DCP_RETURN_IF_ERROR(VerifyCopiesInUse(comm, *choice, meta, needed_by_host[host],
-                                              plan.fetches, dir, &found_bad));
-        lap("verify");
-        if (!found_bad.empty()) return DataLoss("memory tier: damaged copies passed over");
-      }
       TransferDirs dirs{&Local(), dir, durable.fs,
                         durable.complete.count(step) ? durable.dir_of(step) : std::string()};
       DCP_RETURN_IF_ERROR(TransferFiles(
@@ -261,11 +210,13 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       }
       return OkStatus();
     };
-    Result<LoadResult> loaded = checkpoint::Load(sd, dir, opts, Local(), &hooks);
+    Result<LoadResult> loaded = checkpoint::Load(sd, dir, verified, Local(), &hooks);
     lap("load");
     if (!loaded.ok() && loaded.status().code() == StatusCode::kDataLoss) {
       // Every rank is here (a failed load agrees on its status): the copies the load found
-      // damaged are this step's bad ones, on the hosts of the ranks that read them.
+      // damaged are this step's bad ones, on the hosts of the ranks that read them. A damaged
+      // copy received for this load (its host is no holder) changes no choice: the retry
+      // fetches it again, and a second damage gives the step up (no new bad copy, below).
       std::string mine;
       wire::Writer w(mine);
       for (uint32_t f : damaged_here) w.String(meta.files[f].name);
