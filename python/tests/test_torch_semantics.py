@@ -381,10 +381,18 @@ def test_repeated_calls_reuse_preparation_without_keeping_tensors(tmp_path):
     assert ref() is None
 
 
-def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path):
+@pytest.mark.parametrize("torch_guards", [True, False], ids=["torch-guards", "attributes"])
+def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path, monkeypatch,
+                                                                torch_guards):
     """Each change that keeps the names (and often the address) must be seen: the engine
-    would otherwise read stale memory or the wrong bytes."""
+    would otherwise read stale memory or the wrong bytes. Checked with torch's own batched
+    tensor guards (where this torch has them) and with the attribute-by-attribute fallback."""
     from hyperdcp import _prepare
+
+    if torch_guards:
+        assert _prepare._tensor_guards() is not None, "this torch's TensorGuards misbehave"
+    else:
+        monkeypatch.setattr(_prepare, "_GUARDS", None)
 
     def fresh():
         return torch.arange(16.0).reshape(4, 4)
