@@ -86,7 +86,8 @@ def _signature(leaf: Any) -> Optional[tuple]:
 
 
 _SPEC, _LOCAL = operator.attrgetter("_spec"), operator.attrgetter("_local_tensor")
-_DTYPE, _SHAPE, _IS_CPU = (operator.attrgetter(a) for a in ("dtype", "shape", "is_cpu"))
+_DTYPE, _SHAPE, _IS_CPU, _IS_NESTED = (operator.attrgetter(a)
+                                       for a in ("dtype", "shape", "is_cpu", "is_nested"))
 
 
 _GUARDS_UNTESTED = object()
@@ -123,8 +124,8 @@ def _tensor_guards() -> Any:
 
 
 def _make_guards(guards: Any, tensors: List[Any]) -> Any:
-    return guards(*tensors, dynamic_dims_sizes=[list(t.size()) for t in tensors],
-                  dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    # No dynamic dimensions: every size and stride as the tensors have them now.
+    return guards(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None)
 
 
 class Signatures:
@@ -142,6 +143,10 @@ class Signatures:
         self.specs = [got[i][1] for i in self.dtensors]
         locals_ = [local for local, _ in got]
         guards = _tensor_guards()
+        # The guards refuse one tensor passed twice (tied weights under two names): those
+        # states are checked attribute by attribute.
+        if guards is not None and len(set(map(id, locals_))) != len(locals_):
+            guards = None
         self.guards = _make_guards(guards, locals_) if guards is not None else None
         if self.guards is not None:  # it holds no tensor, only what it checks
             self.ptrs = list(map(sys.modules["torch"].Tensor.data_ptr, locals_))
@@ -170,7 +175,10 @@ class Signatures:
                 locals_[i] = d._local_tensor
         tensor = sys.modules["torch"].Tensor
         if self.guards is not None:
-            if list(map(tensor.data_ptr, locals_)) != self.ptrs or not self.guards.check(*locals_):
+            # A nested tensor over the same buffer would abort the guards (no strides), so
+            # it is told apart first.
+            if (list(map(tensor.data_ptr, locals_)) != self.ptrs or
+                    any(map(_IS_NESTED, locals_)) or not self.guards.check(*locals_)):
                 return None
             return locals_
         if (self._memory(locals_) != (self.ptrs, self.dtypes, self.shapes) or

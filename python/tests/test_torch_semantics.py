@@ -403,6 +403,7 @@ def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path, monkeyp
         "same memory, other dtype": lambda t: setattr(t, "data", t.data.view(torch.int32)),
         "same memory, transposed": lambda t: setattr(t, "data", t.data.t()),
         "same memory, a negative view": lambda t: setattr(t, "data", torch._neg_view(t.data)),
+        "same memory, a nested tensor": "nested",
         "a Parameter in its place": None,
     }
     for i, (what, change) in enumerate(changes.items()):
@@ -412,6 +413,12 @@ def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path, monkeyp
         dcp.save(state, tmp_path / f"a{i}")  # prepared and cached
         if change is None:
             state["w"] = torch.nn.Parameter(t.clone().mul_(2), requires_grad=False)
+        elif change == "nested":  # a view of t's buffer: refused, never a crash or stale data
+            state["w"] = torch.nested.as_nested_tensor(t)
+            assert state["w"].data_ptr() == t.data_ptr()
+            with pytest.raises(Exception):
+                dcp.save(state, tmp_path / f"b{i}")
+            continue
         else:
             change(t)
         want = state["w"].detach().clone()
@@ -431,6 +438,9 @@ def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path, monkeyp
     sigs = _prepare.Signatures([t], [(t, None)])
     assert sigs.match([t]) == [t]
     assert sigs.match([torch.nn.Parameter(t, requires_grad=False)]) is None
+    # One tensor under two names (tied weights) is reused too.
+    sigs = _prepare.Signatures([t, t], [(t, None), (t, None)])
+    assert sigs.match([t, t]) == [t, t]
 
 
 def test_flattening_keeps_torch_order_and_names_around_tensor_runs():
