@@ -268,7 +268,7 @@ Status Feed(storage::StreamVerifier& v, const std::vector<std::byte>& bytes, uin
 TEST_F(PartialReads, AStreamVerifierChecksACopyAsItArrives) {
   // The memory tier checks each file it receives piece by piece, never reading it back.
   std::vector<std::byte> bytes = ReadAll(DataFile());
-  const auto all = checkpoint::StoredRangesWithin(md_, 0, {});
+  const auto all = checkpoint::StoredRangesByFile(md_)[0];
   EXPECT_EQ(all.size(), Tensors().size());
   {  // Whole, in pieces that end anywhere in blocks and chunks.
     storage::StreamVerifier v(all, "f");
@@ -296,8 +296,8 @@ TEST_F(PartialReads, AStreamVerifierChecksACopyAsItArrives) {
     EXPECT_FALSE(v.Add(0, std::span(bytes.data(), 10)).ok());
   }
   {  // A sparse copy: only the ranges inside its spans are checked, bytes between skipped.
-    const auto some = checkpoint::StoredRangesWithin(
-        md_, 0, {{small.byte_offset, small.byte_length}, {a.byte_offset, a.byte_length}});
+    const auto some = checkpoint::RangesWithin(
+        all, {{small.byte_offset, small.byte_length}, {a.byte_offset, a.byte_length}});
     ASSERT_EQ(some.size(), 2u);
     storage::StreamVerifier v(some, "f");
     const auto& [first, second] =
@@ -327,27 +327,47 @@ TEST_F(PartialReads, AStreamVerifierChecksACopyAsItArrives) {
   }
 }
 
-TEST_F(PartialReads, ALoadSaysWhichFileItFoundDamaged) {
-  // The memory tier's restore passes over the copy a load found damaged, and only that one.
-  testing::FlipByte(DataFile(), Stored("c.odd").byte_offset + kBlock + 5);
-  Mem d = Tp4();
-  std::vector<uint32_t> damaged;
-  checkpoint::LoadHooks hooks;
-  hooks.damaged = [&](uint32_t f, const Status& why) {
-    damaged.push_back(f);
-    EXPECT_EQ(why.code(), StatusCode::kDataLoss);
-    EXPECT_NE(why.message().find("c.odd"), std::string::npos) << why.message();
-  };
-  auto r = checkpoint::Load(d.sd, tmp_.path(), {}, storage::PosixFileSystem(), &hooks);
-  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(damaged, std::vector<uint32_t>{0});
-  // An intact load calls nothing.
-  testing::FlipByte(DataFile(), Stored("c.odd").byte_offset + kBlock + 5);
-  damaged.clear();
-  Mem again = Tp4();
-  ASSERT_TRUE(checkpoint::Load(again.sd, tmp_.path(), {}, storage::PosixFileSystem(), &hooks).ok());
-  EXPECT_TRUE(damaged.empty());
-  EXPECT_TRUE(again.Check());
+TEST(LoadHooks, ALoadSaysWhichFileItFoundDamaged) {
+  // The memory tier's restore passes over the copy a load found damaged, and only that one:
+  // two ranks each write one tensor, so the checkpoint has two data files.
+  TempDir tmp;
+  std::vector<std::vector<float>> values = {std::vector<float>(1024, 1.0f),
+                                            std::vector<float>(1024, 2.0f)};
+  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    const std::string name = "t" + std::to_string(c->rank());
+    sd.add(name, TensorView(values[c->rank()].data(), DType::kF32, {1024}));
+    ASSERT_NO_THROW(save(sd, tmp.path(), {.comm = c}));
+  });
+  const Metadata md = read_metadata(tmp.path());
+  ASSERT_EQ(md.files.size(), 2u);
+  for (const char* fqn : {"t0", "t1"}) {
+    SCOPED_TRACE(fqn);
+    const StoredChunk& c = md.FindTensor(fqn)->chunks[0];
+    const std::string path = tmp.Sub(md.files[c.file].name);
+    testing::FlipByte(path, c.byte_offset + 5);
+    std::vector<float> got0(1024), got1(1024);
+    StateDict d;
+    d.add("t0", TensorView(got0.data(), DType::kF32, {1024}));
+    d.add("t1", TensorView(got1.data(), DType::kF32, {1024}));
+    std::vector<uint32_t> damaged;
+    checkpoint::LoadHooks hooks;
+    hooks.damaged = [&](uint32_t f, const Status& why) {
+      damaged.push_back(f);
+      EXPECT_EQ(why.code(), StatusCode::kDataLoss);
+      EXPECT_NE(why.message().find(fqn), std::string::npos) << why.message();
+    };
+    auto r = checkpoint::Load(d, tmp.path(), {}, storage::PosixFileSystem(), &hooks);
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_EQ(damaged, std::vector<uint32_t>{c.file});
+    // Mended: an intact load calls nothing.
+    testing::FlipByte(path, c.byte_offset + 5);
+    damaged.clear();
+    ASSERT_TRUE(checkpoint::Load(d, tmp.path(), {}, storage::PosixFileSystem(), &hooks).ok());
+    EXPECT_TRUE(damaged.empty());
+    EXPECT_EQ(got0, values[0]);
+    EXPECT_EQ(got1, values[1]);
+  }
 }
 
 }  // namespace

@@ -100,14 +100,15 @@ def flatten(state_dict: Mapping, is_tensor_type: Callable[[type], bool],
         # A model's or an optimizer state's dict holds thousands of tensors under string
         # keys: each run of them is taken in one C-level pass per field (a repeated call
         # pays this per tensor); the other entries are walked one by one.
-        if type(obj) in _PLAIN_DICTS:
+        plain = type(obj) in _PLAIN_DICTS
+        if plain:
             keys, items = list(obj), list(obj.values())  # C-level, in one consistent order
         else:
             pairs = list(obj.items())  # one pass: a subclass's own iteration order holds
             keys, items = [k for k, _ in pairs], [v for _, v in pairs]
         types = list(map(type, items))
         tensor_types: Set[type] = set()
-        if type(obj) in _PLAIN_DICTS and set(map(type, keys)) == {str}:
+        if plain and set(map(type, keys)) == {str}:
             tensor_types = {t for t in set(types) if is_tensor_type(t)}
         start = 0
         for i in [i for i, t in enumerate(types) if t not in tensor_types]:

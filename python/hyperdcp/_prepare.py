@@ -147,17 +147,12 @@ class Signatures:
         # states are checked attribute by attribute.
         if guards is not None and len(set(map(id, locals_))) != len(locals_):
             guards = None
+        # The guards hold no tensor, only what they check.
         self.guards = _make_guards(guards, locals_) if guards is not None else None
-        if self.guards is not None:  # it holds no tensor, only what it checks
-            self.ptrs = list(map(sys.modules["torch"].Tensor.data_ptr, locals_))
-            self.dtypes = self.shapes = None
-        else:
-            self.ptrs, self.dtypes, self.shapes = self._memory(locals_)
-
-    @staticmethod
-    def _memory(locals_: List[Any]) -> tuple:
-        return (list(map(sys.modules["torch"].Tensor.data_ptr, locals_)),
-                list(map(_DTYPE, locals_)), list(map(_SHAPE, locals_)))
+        self.ptrs = list(map(sys.modules["torch"].Tensor.data_ptr, locals_))
+        self.dtypes = self.shapes = None  # what the guards check, read by hand without them
+        if self.guards is None:
+            self.dtypes, self.shapes = list(map(_DTYPE, locals_)), list(map(_SHAPE, locals_))
 
     def match(self, leaves: List[Any]) -> Optional[List[Any]]:
         """The local tensors of `leaves` when they match, else None."""
@@ -174,14 +169,14 @@ class Signatures:
             for i, d in zip(self.dtensors, dtensors):
                 locals_[i] = d._local_tensor
         tensor = sys.modules["torch"].Tensor
+        # A nested tensor over the same buffer has no shape or strides (reading them raises,
+        # and aborts the guards): told apart first.
+        if list(map(tensor.data_ptr, locals_)) != self.ptrs or any(map(_IS_NESTED, locals_)):
+            return None
         if self.guards is not None:
-            # A nested tensor over the same buffer would abort the guards (no strides), so
-            # it is told apart first.
-            if (list(map(tensor.data_ptr, locals_)) != self.ptrs or
-                    any(map(_IS_NESTED, locals_)) or not self.guards.check(*locals_)):
-                return None
-            return locals_
-        if (self._memory(locals_) != (self.ptrs, self.dtypes, self.shapes) or
+            return locals_ if self.guards.check(*locals_) else None
+        if (list(map(_DTYPE, locals_)) != self.dtypes or
+                list(map(_SHAPE, locals_)) != self.shapes or
                 not all(map(tensor.is_contiguous, locals_)) or not all(map(_IS_CPU, locals_)) or
                 any(map(tensor.is_conj, locals_)) or any(map(tensor.is_neg, locals_))):
             return None  # (a conjugate or negative view of the same memory reads differently)

@@ -87,9 +87,9 @@ class InFlight {
     stats_->peak_broadcast_buffer_bytes = std::max(stats_->peak_broadcast_buffer_bytes, held_);
     return OkStatus();
   }
-  // Starts the operation (`start`), whose `op.held` bytes were reserved just before.
-  Status Post(const std::function<Result<std::unique_ptr<CommRequest>>()>& start, Op op) {
-    DCP_ASSIGN_OR_RETURN(op.request, start());
+  // Keeps the started operation `request`, whose `op.held` bytes were reserved just before.
+  Status Post(Result<std::unique_ptr<CommRequest>> request, Op op) {
+    DCP_ASSIGN_OR_RETURN(op.request, std::move(request));
     ++stats_->broadcasts;
     ops_.push_back(std::move(op));
     return OkStatus();
@@ -166,8 +166,9 @@ Result<std::vector<std::shared_ptr<Comm>>> ResolveGroups(const std::shared_ptr<C
 }
 
 planner::GatherLimits GatherLimitsFor(uint64_t smallest_budget, bool in_place) {
-  return {.max_small_bytes = in_place ? UINT64_MAX : std::max<uint64_t>(smallest_budget / 4, 1),
-          .in_place_bytes = Comm::kInPlaceBytes};
+  // In place, no slab is small (none is packed into a buffer).
+  return {.max_small_bytes = std::max<uint64_t>(smallest_budget / 4, 1),
+          .in_place_bytes = in_place ? 0 : Comm::kInPlaceBytes};
 }
 
 Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
@@ -240,8 +241,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     std::span<std::byte> buf(posted.staging);
     Comm& group = *groups[op.group];
     const int root = root_of(op.group, op.reader);
-    DCP_RETURN_IF_ERROR(
-        in_flight.Post([&] { return group.IBroadcast(buf, root); }, std::move(posted)));
+    DCP_RETURN_IF_ERROR(in_flight.Post(group.IBroadcast(buf, root), std::move(posted)));
   }
   // Every region the shared chunks feed is in place before a shard reader sends.
   DCP_RETURN_IF_ERROR(in_flight.Drain());
@@ -250,10 +250,9 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
   // few rounds of one all-gather each, where every member sends the slabs it read (the
   // reading of the next round overlaps the exchange of this one). A backend without scattered
   // all-gathers packs slabs under Comm::kInPlaceBytes into buffers: those count as held.
-  // Every group is of the world's backend: one answer for the schedule and the buffers.
-  const bool in_place = world.gathers_in_place();
+  // Every group is of the world's backend, so the world answers for all.
   const std::vector<planner::GatherOp> gathers =
-      planner::ScheduleGathers(plan, GatherLimitsFor(smallest_budget, in_place));
+      planner::ScheduleGathers(plan, GatherLimitsFor(smallest_budget, world.gathers_in_place()));
   for (const planner::GatherOp& op : gathers) {
     if (!groups[op.group]) continue;  // not a member
     Comm& group = *groups[op.group];
@@ -274,10 +273,9 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
       }
     }
     InFlight::Op posted;
-    posted.held = in_place ? 0 : op.small_bytes;
+    posted.held = op.small_bytes;
     DCP_RETURN_IF_ERROR(in_flight.Reserve(posted.held));
-    DCP_RETURN_IF_ERROR(
-        in_flight.Post([&] { return group.IAllGatherV(send, from); }, std::move(posted)));
+    DCP_RETURN_IF_ERROR(in_flight.Post(group.IAllGatherV(send, from), std::move(posted)));
   }
   Status drained = in_flight.Drain();
   reads.set_between_chunks(nullptr);

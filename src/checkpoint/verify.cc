@@ -25,10 +25,9 @@ struct Range {
   std::string key;  // a tensor chunk's key in the file's safetensors header (ChunkKey)
 };
 
-// Every data file's ranges (or only file `only`'s), each file's in file order (read
-// sequentially once), from one pass over the metadata: O(chunks), however many files.
-std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md,
-                                             std::optional<uint32_t> only = std::nullopt) {
+// Every data file's ranges, each file's in file order (read sequentially once), from one pass
+// over the metadata: O(chunks), however many files.
+std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md) {
   std::vector<std::vector<Range>> by_file(md.files.size());
   std::unordered_map<uint32_t, int64_t> in_file, next;  // per tensor: its chunks per file
   for (const auto& t : md.tensors) {
@@ -38,14 +37,14 @@ std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md,
       for (const auto& c : t.chunks) ++in_file[c.file];
     }
     for (const auto& c : t.chunks) {
-      if (c.file >= by_file.size() || (only && c.file != *only)) continue;
+      if (c.file >= by_file.size()) continue;
       const bool several = t.chunks.size() > 1 && in_file[c.file] > 1;
       by_file[c.file].push_back({RangeOf(md, c), &t, &c, nullptr,
                                  ChunkKey(t.fqn, several, several ? next[c.file]++ : 0)});
     }
   }
   for (const auto& b : md.bytes) {
-    if (b.file >= by_file.size() || (only && b.file != *only)) continue;
+    if (b.file >= by_file.size()) continue;
     by_file[b.file].push_back(
         {{b.byte_offset, b.byte_length, b.xxh3, 0, {}}, nullptr, nullptr, &b});
   }
@@ -132,14 +131,22 @@ Status VerifyRanges(storage::FileSystem& fs, const std::string& path, const meta
 
 }  // namespace
 
-std::vector<storage::StoredRange> StoredRangesWithin(
-    const metadata::Metadata& md, uint32_t file,
+std::vector<std::vector<storage::StoredRange>> StoredRangesByFile(const metadata::Metadata& md) {
+  std::vector<std::vector<storage::StoredRange>> out(md.files.size());
+  if (!md.has_checksums) return out;
+  const std::vector<std::vector<Range>> by_file = RangesByFile(md);
+  for (size_t f = 0; f < by_file.size(); ++f) {
+    for (const Range& r : by_file[f]) out[f].push_back(r.range);
+  }
+  return out;
+}
+
+std::vector<storage::StoredRange> RangesWithin(
+    std::span<const storage::StoredRange> ranges,
     const std::vector<std::pair<uint64_t, uint64_t>>& spans) {
   std::vector<storage::StoredRange> out;
-  if (file >= md.files.size() || !md.has_checksums) return out;
-  const std::vector<std::vector<Range>> by_file = RangesByFile(md, file);
-  for (const Range& r : by_file[file]) {
-    if (Inside(r.range, spans)) out.push_back(r.range);
+  for (const storage::StoredRange& r : ranges) {
+    if (Inside(r, spans)) out.push_back(r);
   }
   return out;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,11 +19,14 @@ namespace dcp::checkpoint {
 // the file and the fqn.
 Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir);
 
-// The checksummed ranges (stored chunks, bytes entries) of data file `file` that lie wholly
-// inside `spans` (all when empty), in file order: what a copy of those spans is checked
+// The checksummed ranges (stored chunks, bytes entries) of every data file of `md`, each
+// file's in file order, from one pass over the metadata: what a copy of a file is checked
 // against as it streams by (storage::StreamVerifier). None without checksums.
-std::vector<storage::StoredRange> StoredRangesWithin(
-    const metadata::Metadata& md, uint32_t file,
+std::vector<std::vector<storage::StoredRange>> StoredRangesByFile(const metadata::Metadata& md);
+// Those of `ranges` lying wholly inside one of `spans` ((offset, length) pairs; all when
+// empty): what a sparse copy holding those spans is checked against.
+std::vector<storage::StoredRange> RangesWithin(
+    std::span<const storage::StoredRange> ranges,
     const std::vector<std::pair<uint64_t, uint64_t>>& spans);
 
 }  // namespace dcp::checkpoint

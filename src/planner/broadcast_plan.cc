@@ -160,10 +160,11 @@ class CutRows {
       const int64_t from = region->offsets[0] - box.offsets[0];
       int64_t step = 0;
       if (!sc.block_xxh3.empty() && md.block_size > 0 && sc.box.lengths[0] > 0) {
-        const uint64_t row_bytes = sc.byte_length / static_cast<uint64_t>(sc.box.lengths[0]);
         // A row of a sub-byte dtype may not end on a byte: no cut inside such a chunk.
-        if (row_bytes > 0 && sc.byte_length % static_cast<uint64_t>(sc.box.lengths[0]) == 0)
-          step = static_cast<int64_t>(md.block_size / std::gcd(row_bytes, md.block_size));
+        const std::optional<uint64_t> row_bytes =
+            DTypeBytes(t.dtype, static_cast<uint64_t>(sc.box.NumElements() / sc.box.lengths[0]));
+        if (row_bytes && *row_bytes > 0)
+          step = static_cast<int64_t>(md.block_size / std::gcd(*row_bytes, md.block_size));
       }
       spans.push_back({from, from + region->lengths[0], sc.box.offsets[0] - box.offsets[0], step});
     }
@@ -590,12 +591,11 @@ std::vector<GatherOp> ScheduleGathers(const BroadcastPlan& plan, const GatherLim
     }
     if (open_new) {
       base_round[g] = by_bytes;  // by_bytes only grows along a group's shards
-      ops.push_back({g, static_cast<uint32_t>(ops.size()), 0, 0, {}});
+      ops.push_back({g, static_cast<uint32_t>(ops.size()), 0, {}});
       sent[g].clear();
     }
     GatherOp& op = ops.back();
     op.items.push_back(i);
-    op.bytes += s.nbytes;
     if (small) op.small_bytes += s.nbytes;
     sent[g][s.reader] += s.nbytes;
   }

@@ -123,8 +123,7 @@ std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t 
 // slabs it reads among `items` and receives the others'.
 struct GatherOp {
   uint32_t group = 0;
-  uint32_t round = 0;  // the op's place among its group's
-  uint64_t bytes = 0;
+  uint32_t round = 0;           // the op's place among its group's
   uint64_t small_bytes = 0;     // of slabs under GatherLimits::in_place_bytes
   std::vector<uint32_t> items;  // indices into BroadcastPlan::shards, in global order
 };

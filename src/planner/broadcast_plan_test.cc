@@ -506,6 +506,12 @@ BroadcastPlan EightAndTwo() {
 
 // Every shard in exactly one op of its own group, each group's ops in global order, and the
 // ops sorted by (round, group) with rounds numbered 0, 1, ... per group.
+uint64_t BytesOf(const BroadcastPlan& p, const GatherOp& op) {
+  uint64_t bytes = 0;
+  for (uint32_t i : op.items) bytes += p.shards[i].nbytes;
+  return bytes;
+}
+
 void ExpectGathersCover(const BroadcastPlan& p, const std::vector<GatherOp>& ops) {
   std::vector<int> seen(p.shards.size(), 0);
   std::vector<int64_t> last(p.groups.size(), -1);
@@ -516,15 +522,12 @@ void ExpectGathersCover(const BroadcastPlan& p, const std::vector<GatherOp>& ops
       EXPECT_LT(std::tie(ops[k - 1].round, ops[k - 1].group), std::tie(op.round, op.group));
     }
     EXPECT_EQ(op.round, rounds[op.group]++);
-    uint64_t bytes = 0;
     for (uint32_t i : op.items) {
       EXPECT_EQ(p.shards[i].group, op.group);
       EXPECT_GT(static_cast<int64_t>(i), last[op.group]);
       last[op.group] = i;
       ++seen[i];
-      bytes += p.shards[i].nbytes;
     }
-    EXPECT_EQ(op.bytes, bytes);
   }
   EXPECT_EQ(seen, std::vector<int>(p.shards.size(), 1));
 }
@@ -557,7 +560,7 @@ TEST(ScheduleGathersTest, RoundsSplitWhereAMemberSendsTooMuchOrSmallSlabsPileUp)
   ops = ScheduleGathers(p, {.rounds = 1, .max_small_bytes = 25, .in_place_bytes = 100});
   ExpectGathersCover(p, ops);
   EXPECT_EQ(ops.size(), 4u + 1u);
-  for (const auto& op : ops) EXPECT_EQ(op.small_bytes, op.bytes);
+  for (const auto& op : ops) EXPECT_EQ(op.small_bytes, BytesOf(p, op));
   // Large slabs are not packed: no limit applies.
   ops = ScheduleGathers(p, {.rounds = 1, .max_small_bytes = 25, .in_place_bytes = 10});
   EXPECT_EQ(ops.size(), 2u);

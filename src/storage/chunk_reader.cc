@@ -169,10 +169,8 @@ class StreamVerifier::RangeState : public Verifier {
 };
 
 StreamVerifier::StreamVerifier(std::vector<StoredRange> ranges, std::string path)
-    : path_(std::move(path)) {
-  for (const StoredRange& r : ranges) {
-    if (r.byte_length > 0) ranges_.push_back(r);
-  }
+    : ranges_(std::move(ranges)), path_(std::move(path)) {
+  std::erase_if(ranges_, [](const StoredRange& r) { return r.byte_length == 0; });
 }
 
 StreamVerifier::~StreamVerifier() = default;

@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <functional>
-#include <optional>
+#include <memory>
 #include <set>
+#include <unordered_map>
 
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
@@ -111,31 +112,23 @@ Result<std::pair<metadata::Metadata, std::string>> ReadStepMetadata(const std::s
   return std::make_pair(std::move(md), std::move(raw));
 }
 
-namespace {
-
-std::vector<std::pair<uint64_t, uint64_t>> Pairs(const std::vector<Span>& spans) {
-  std::vector<std::pair<uint64_t, uint64_t>> pairs;
-  for (const Span& s : spans) pairs.push_back({s.offset, s.length});
-  return pairs;
-}
-
-std::optional<uint32_t> FileIndex(const metadata::Metadata& md, const std::string& name) {
-  for (uint32_t f = 0; f < md.files.size(); ++f) {
-    if (md.files[f].name == name) return f;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-Result<storage::StreamVerifier> ReceiveVerifier(const metadata::Metadata& md, const Transfer& t) {
-  const std::optional<uint32_t> f = FileIndex(md, t.file);
-  if (!f) return DataLoss(t.file + ": not a data file of the step's metadata");
-  if (md.files[*f].size != t.size) {
-    return DataLoss(t.file + " is " + std::to_string(t.size) + " bytes, the metadata expects " +
-                    std::to_string(md.files[*f].size));
-  }
-  return storage::StreamVerifier(checkpoint::StoredRangesWithin(md, *f, Pairs(t.spans)), t.file);
+CheckReceived ReceiveChecks(const metadata::Metadata& md) {
+  struct Index {
+    std::vector<std::vector<storage::StoredRange>> ranges;  // per file of md
+    std::unordered_map<std::string, uint32_t> file;         // by name
+  };
+  auto index = std::make_shared<Index>();
+  index->ranges = checkpoint::StoredRangesByFile(md);
+  for (uint32_t f = 0; f < md.files.size(); ++f) index->file[md.files[f].name] = f;
+  return [index](const Transfer& t) -> Result<storage::StreamVerifier> {
+    const auto it = index->file.find(t.file);
+    if (it == index->file.end())
+      return DataLoss(t.file + ": not a data file of the step's metadata");
+    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    for (const Span& s : t.spans) spans.push_back({s.offset, s.length});
+    return storage::StreamVerifier(checkpoint::RangesWithin(index->ranges[it->second], spans),
+                                   t.file);
+  };
 }
 
 }  // namespace dcp::tier

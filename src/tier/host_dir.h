@@ -10,8 +10,8 @@
 
 #include "dcp/status.h"
 #include "metadata/metadata.h"
-#include "storage/chunk_reader.h"
 #include "storage/file_system.h"
+#include "tier/file_transfer.h"
 #include "tier/tier_plan.h"
 
 namespace dcp::tier {
@@ -30,8 +30,9 @@ void RemoveTree(const std::string& dir);
 Inventory ScanHost(const std::string& host_dir, bool tidy);
 // The metadata of a step directory and its bytes.
 Result<std::pair<metadata::Metadata, std::string>> ReadStepMetadata(const std::string& dir);
-// What checks the bytes of transfer `t` as they arrive (TransferFiles): the ranges of
-// `t.file` that `t` carries, against `md`; kDataLoss when `md` has no such file of `t.size`.
-Result<storage::StreamVerifier> ReceiveVerifier(const metadata::Metadata& md, const Transfer& t);
+// What checks the files of a transfer list of the step `md` describes as they arrive
+// (TransferFiles): the stored ranges each transfer carries, against `md` (which must outlive
+// it); a file `md` does not name cannot be received. The metadata is walked once, here.
+CheckReceived ReceiveChecks(const metadata::Metadata& md);
 
 }  // namespace dcp::tier

@@ -127,9 +127,7 @@ Status MemoryTier::Replicate(PairGroups& groups, int64_t step, TransferStats* st
   topts.max_bytes_per_second = opts_.replication_bytes_per_second;
   const metadata::Metadata& meta = md->first;
   const auto t0 = std::chrono::steady_clock::now();
-  DCP_RETURN_IF_ERROR(TransferFiles(
-      groups, transfers, dirs, topts, [&](const Transfer& t) { return ReceiveVerifier(meta, t); },
-      stats));
+  DCP_RETURN_IF_ERROR(TransferFiles(groups, transfers, dirs, topts, ReceiveChecks(meta), stats));
   if (LogEnabled()) {
     std::fprintf(stderr,
                  "dcp memory tier: step %lld replicated, rank %d: sent %llu B, received %llu B "

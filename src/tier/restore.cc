@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <map>
+#include <optional>
+#include <set>
 
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
@@ -158,13 +159,13 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     // promise is the right bytes or an older step.
     LoadOptions verified = opts;
     verified.verify_checksums = true;
-    std::set<uint32_t> damaged_here;
+    std::optional<uint32_t> damaged_here;  // the load reports the first it found
     checkpoint::LoadHooks hooks;
     hooks.readable = &readable;
     hooks.damaged = [&](uint32_t f, const Status& why) {
       std::fprintf(stderr, "dcp manager: memory tier copy on host %s: %s\n",
                    hosts_.names[host].c_str(), why.message().c_str());
-      damaged_here.insert(f);
+      damaged_here = f;
     };
     hooks.before_reads = [&](const std::vector<checkpoint::ReadSpan>& reads) -> Status {
       NeededSpans needed;
@@ -179,9 +180,8 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       lap("plan");
       TransferDirs dirs{&Local(), dir, durable.fs,
                         durable.complete.count(step) ? durable.dir_of(step) : std::string()};
-      DCP_RETURN_IF_ERROR(TransferFiles(
-          groups, plan.fetches, dirs, {},
-          [&](const Transfer& t) { return ReceiveVerifier(meta, t); }, &stats));
+      DCP_RETURN_IF_ERROR(
+          TransferFiles(groups, plan.fetches, dirs, {}, ReceiveChecks(meta), &stats));
       // Copies that arrived damaged are passed over next time; the same verdict everywhere.
       std::string my_failed;
       wire::Writer w(my_failed);
@@ -212,14 +212,15 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     };
     Result<LoadResult> loaded = checkpoint::Load(sd, dir, verified, Local(), &hooks);
     lap("load");
-    if (!loaded.ok() && loaded.status().code() == StatusCode::kDataLoss) {
-      // Every rank is here (a failed load agrees on its status): the copies the load found
-      // damaged are this step's bad ones, on the hosts of the ranks that read them. A damaged
+    if (!loaded.ok() && loaded.status().agreed()) {
+      // Every rank is here (the failure was agreed on; the first failing rank's error may be
+      // another than a damage): the copies the load found damaged are this step's bad ones,
+      // on the hosts of the ranks that read them. A damaged
       // copy received for this load (its host is no holder) changes no choice: the retry
       // fetches it again, and a second damage gives the step up (no new bad copy, below).
       std::string mine;
       wire::Writer w(mine);
-      for (uint32_t f : damaged_here) w.String(meta.files[f].name);
+      if (damaged_here) w.String(meta.files[*damaged_here].name);
       DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(mine));
       for (int r = 0; r < comm.size(); ++r) {
         wire::Reader rd(lists[r]);
