@@ -110,7 +110,7 @@ def torch_chunks(fqn: str, value: torch.Tensor, for_load: bool,
         global_shape = list(value.size())
         return [_chunk(fqn, s.tensor, global_shape, list(s.metadata.shard_offsets), for_load,
                        load_as) for s in value.local_shards()]
-    if value.is_nested:  # no one shape: torch DCP does not save these either
+    if value.is_nested:  # no one shape, no strides: not a box of one tensor
         raise invalid_argument(f"'{fqn}': a nested tensor cannot be saved or loaded; save its "
                                "components (unbind()) or a padded tensor instead")
     return [_chunk(fqn, value, list(value.shape), [0] * value.dim(), for_load, load_as)]
