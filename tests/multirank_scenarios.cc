@@ -422,6 +422,23 @@ void AsyncSaveOneRankFails(const std::shared_ptr<Comm>& comm, const std::string&
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->save_id, before->save_id);
 
+  {
+    // Rank `failing` has nothing to stage (its caller's preparation failed): Fail in place of
+    // Save, and every handle reports that rank's error.
+    AsyncSave h =
+        comm->rank() == failing
+            ? saver.Fail(ckpt, InvalidArgument("'w': refused by the caller"), {.comm = comm})
+            : saver.Save(sd->sd, ckpt, {.comm = comm});
+    Status s = h.status();
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find(tag), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("'w': refused by the caller"), std::string::npos) << s.message();
+  }
+  after = checkpoint::ReadMetadata(storage::PosixFileSystem(), ckpt);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->save_id, before->save_id);
+
   // The saver whose save failed still saves.
   AsyncSave again = saver.Save(sd->sd, ckpt, {.comm = comm});
   ASSERT_NO_THROW(again.Get());

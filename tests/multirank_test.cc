@@ -2,6 +2,7 @@
 // scenarios that mpi/save_mpi_test.cc runs as real processes.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <thread>
 
@@ -43,6 +44,46 @@ TEST(MultiRankThreads, SimulatePredictsTheExchangeOfARealSave) {
     EXPECT_EQ(hit[r], report->hello_bytes_per_rank) << "rank " << r;  // a hit: hashes only
   }
   EXPECT_LT(hit[0], miss[0]);
+}
+
+// A save keeps one copy of a value per name: ranks holding different bytes under one name
+// fail alike, naming the value and both sides, and commit nothing; per-rank names and equal
+// values pass, and a second save that differs again is caught too (the hashes of a save whose
+// plan came from the cache).
+TEST(MultiRankThreads, AValueThatDiffersBetweenRanksFailsEveryRank) {
+  TempDir tmp;
+  std::vector<std::string> errors(3);
+  std::vector<bool> second_failed(3);
+  RunRanks(3, [&](const auto& c) {
+    const int r = c->rank();
+    std::vector<float> w(4, 1.0f);
+    StateDict sd;
+    sd.add("w", TensorView(w.data(), DType::kF32, {4}));
+    sd.add_bytes("step", std::string_view("100"));
+    sd.add_bytes("rng." + std::to_string(r), std::string_view(r == 0 ? "a" : "b"));
+    ASSERT_NO_THROW(save(sd, tmp.Sub("equal"), {.comm = c}));
+    sd.add_bytes("seed", std::string_view(r == 1 ? "8" : "7"));
+    try {
+      save(sd, tmp.Sub("differ"), {.comm = c});
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+    try {
+      save(sd, tmp.Sub("differ"), {.comm = c});
+    } catch (const Error& e) {
+      second_failed[r] = true;
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(errors[r], errors[0]) << "rank " << r;
+    EXPECT_TRUE(second_failed[r]) << "rank " << r;
+  }
+  EXPECT_NE(errors[0].find("'seed' is a non-tensor value that differs between ranks ([0, 2] vs "
+                           "[1])"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_TRUE(std::filesystem::exists(tmp.Sub("equal") + "/dcp.metadata"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.Sub("differ") + "/dcp.metadata"));
 }
 
 TEST(MultiRankThreads, TensorParallelTimesDataParallel) {

@@ -124,6 +124,12 @@ class AsyncSaver {
   AsyncSave Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts = {},
                  AsyncSaveCallback on_done = {});
 
+  // In place of Save on a rank whose part failed before it had a state dict to stage (its
+  // caller's preparation): takes part in the save as Save would, with `why` as this rank's
+  // failure, so that every rank's handle reports it (naming this rank) instead of its peers
+  // waiting for it. Same collective order as Save; this rank's handle reports `why`.
+  AsyncSave Fail(const std::string& dir, Status why, const SaveOptions& opts = {});
+
   // Optional, ahead of the first Save: gets the saver ready to stage `sd` (or any state dict
   // needing no more staging memory) so that the first Save blocks only for its copy, like
   // later ones. Allocates and pre-faults a staging buffer of the size `sd` needs, left idle in

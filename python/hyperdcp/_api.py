@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 from . import _boundary, _dcp
 from ._comm import comm_for
 from ._errors import DcpError, error
-from ._prepare import Prepared, finish_load, prepare_on_every_rank, release
+from ._prepare import Prepared, failure_text, finish_load, prepare_on_every_rank, release
 from ._torch_args import load_source, save_target
 
 _COMMITTED = "dcp.metadata"  # a directory holding it holds a committed checkpoint
@@ -255,7 +255,20 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
     directory, writer_overwrite = save_target(checkpoint_id, storage_writer, planner)
     overwrite = writer_overwrite if overwrite is None else overwrite
     comm = comm_for(process_group, no_dist)
-    p = _prepare_save(state_dict, comm, directory, overwrite, use_collectives, allow_pickle)
+    # No collective in the caller's way (a slower rank's preparation would block every rank):
+    # prepared here alone; a rank whose preparation fails joins the save in the background
+    # with its error, so that its peers' futures fail naming it instead of waiting.
+    try:
+        p = prepare_on_every_rank(state_dict, comm, for_load=False, agree=False,
+                                  allow_pickle=allow_pickle,
+                                  precheck=lambda: _refuse_overwrite(directory, overwrite))
+    except BaseException as e:
+        try:
+            _boundary.call(comm, process_saver().fail, directory, comm, use_collectives,
+                           *failure_text(e))
+        except Exception:  # this rank's own error is the one to raise
+            pass
+        raise
     try:  # staged before it returns: the state dict is not used afterwards
         handle = _boundary.call(comm, process_saver().save, p.sd, directory, comm,
                                 use_collectives, step)

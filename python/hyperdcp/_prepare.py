@@ -6,7 +6,6 @@ loaded in place, then handed to load_state_dict(): torch.distributed.checkpoint'
 """
 
 import gc
-import hashlib
 import json
 import operator
 import sys
@@ -51,7 +50,6 @@ class Prepared:
         self.sd: Any = None
         self.owners: List[Any] = []  # the memory the engine reads or fills: kept alive
         self.write_backs: List[Callable[[], None]] = []  # load: staged copies -> tensors
-        self.digests: Dict[str, str] = {}  # fqn -> digest of the stored value (save)
         self.replacements: Dict[str, Any] = {}  # load: meta tensors -> the allocated ones
         self.layout: Optional[tuple] = None  # save: the paths and container kinds
         self.cache_key: Optional[tuple] = None
@@ -269,9 +267,7 @@ def _add_values(p: Prepared, for_load: bool, allow_pickle: bool) -> None:
         if for_load:
             p.sd.add_bytes(fqn, b"")  # also clears what a previous load left in a reused one
         else:
-            data = _values.encode(fqn, leaf, allow_pickle)
-            p.sd.add_bytes(fqn, data)
-            p.digests[fqn] = hashlib.blake2b(data, digest_size=12).hexdigest()
+            p.sd.add_bytes(fqn, _values.encode(fqn, leaf, allow_pickle))
 
 
 def release(p: Optional[Prepared]) -> None:
@@ -288,33 +284,22 @@ def release(p: Optional[Prepared]) -> None:
             _CACHE.popitem(last=False)
 
 
-def _agree(comm: Any, failure: Optional[BaseException], digests: Dict[str, str]) -> None:
-    """Every rank learns every rank's preparation outcome; raises the same error on each.
+def failure_text(failure: BaseException) -> tuple:
+    """(code, message) of a preparation's failure, as other ranks are told of it."""
+    message = str(failure) if isinstance(failure, DcpError) else \
+        f"{type(failure).__name__}: {failure}"
+    return getattr(failure, "code", "INVALID_ARGUMENT"), message
 
-    Also: a non-tensor value saved under one name must be the same on every rank holding it
-    (the save keeps one copy), so a difference is an error naming the entry and the ranks.
-    """
-    message = code = None
-    if failure is not None:
-        message = str(failure) if isinstance(failure, DcpError) else \
-            f"{type(failure).__name__}: {failure}"
-        code = getattr(failure, "code", "INVALID_ARGUMENT")
-    mine = json.dumps({"error": message, "code": code, "values": digests}).encode()
+
+def _agree(comm: Any, failure: Optional[BaseException]) -> None:
+    """Every rank learns every rank's preparation outcome; raises the same error on each.
+    (A non-tensor value that differs between the ranks holding it is the engine's check,
+    inside the save's first exchange.)"""
+    mine = json.dumps(failure_text(failure) if failure is not None else None).encode()
     everyone = [json.loads(b) for b in _boundary.call(comm, _dcp.all_gather, comm, mine)]
     for rank, doc in enumerate(everyone):  # the first failure, the same error on every rank
-        if doc["error"] is not None:
-            raise error(doc["code"], f"rank {rank}: {doc['error']}") from failure
-    holders: Dict[str, Dict[str, List[int]]] = {}
-    for rank, doc in enumerate(everyone):
-        for fqn, digest in doc["values"].items():
-            holders.setdefault(fqn, {}).setdefault(digest, []).append(rank)
-    for fqn in sorted(holders):
-        if len(holders[fqn]) > 1:
-            groups = sorted(holders[fqn].values())
-            raise error("INVALID_ARGUMENT",
-                        f"'{fqn}' is a non-tensor value that differs between ranks "
-                        f"({' vs '.join(str(g) for g in groups)}); one name holds one value: "
-                        "give per-rank values per-rank names (e.g. f'rng.{rank}')")
+        if doc is not None:
+            raise error(doc[0], f"rank {rank}: {doc[1]}") from failure
 
 
 def prepare_on_every_rank(state_dict: Mapping, comm: Any, for_load: bool, agree: bool,
@@ -322,7 +307,7 @@ def prepare_on_every_rank(state_dict: Mapping, comm: Any, for_load: bool, agree:
                           precheck: Optional[Callable[[], None]] = None,
                           load_as: Optional[Dict[str, Any]] = None) -> Prepared:
     """prepare() (after `precheck`), with a failure on any rank raised on every rank (none
-    then enters the engine), and the non-tensor values checked across ranks."""
+    then enters the engine) when `agree`."""
     failure: Optional[BaseException] = None
     p = None
     try:
@@ -332,7 +317,7 @@ def prepare_on_every_rank(state_dict: Mapping, comm: Any, for_load: bool, agree:
     except Exception as e:  # any rank's failure must reach every rank, not hang them
         failure = e
     if agree and comm.size > 1:
-        _agree(comm, failure, p.digests if p is not None else {})
+        _agree(comm, failure)
     if failure is not None:
         raise failure
     return p

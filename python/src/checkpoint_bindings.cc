@@ -56,6 +56,20 @@ class Saver {
     if (!saver_) saver_ = std::make_unique<AsyncSaver>(opts_);
     return saver_->Save(sd, dir, opts);
   }
+  // In place of Save on a rank whose preparation failed: its peers' saves fail naming it.
+  AsyncSave Fail(const std::string& dir, std::shared_ptr<Comm> comm, bool use_collectives,
+                 const std::string& code, const std::string& message) {
+    SaveOptions opts;
+    opts.comm = std::move(comm);
+    opts.use_collectives = use_collectives;
+    StatusCode c = StatusCode::kInvalidArgument;
+    for (int i = 1; i <= static_cast<int>(StatusCode::kInternal); ++i) {
+      if (StatusCodeName(static_cast<StatusCode>(i)) == code) c = static_cast<StatusCode>(i);
+    }
+    py::gil_scoped_release release;
+    if (!saver_) saver_ = std::make_unique<AsyncSaver>(opts_);
+    return saver_->Fail(dir, Status(c, message), opts);
+  }
   void Prepare(const StateDict& sd, std::shared_ptr<Comm> comm) {
     SaveOptions opts;
     opts.comm = std::move(comm);
@@ -255,6 +269,10 @@ void BindCheckpoint(py::module_& m) {
           py::arg("persist_nice") = 10)
       .def("save", &Saver::Save, py::arg("state_dict"), py::arg("dir"), py::arg("comm"),
            py::arg("use_collectives"), py::arg("step") = 0)
+      .def("fail", &Saver::Fail, py::arg("dir"), py::arg("comm"), py::arg("use_collectives"),
+           py::arg("code"), py::arg("message"),
+           "In place of save on a rank whose preparation failed: every rank's save fails with "
+           "this rank's error instead of waiting for it.")
       .def("prepare", &Saver::Prepare, py::arg("state_dict"), py::arg("comm"),
            "Allocates and pre-faults staging memory for the state dict, ahead of the first save.")
       .def("close", &Saver::Close, "Waits for pending saves, then stops the thread.");

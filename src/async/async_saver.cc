@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -50,29 +51,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 // Each staged chunk starts on a cache line.
 uint64_t AlignUp(uint64_t n) { return (n + 63) / 64 * 64; }
-
-// A file system on which every mutating call fails with one status: a rank whose staging
-// failed still runs the save's first exchange with it, so that every rank learns its error
-// instead of waiting for it.
-class FailingFileSystem final : public storage::FileSystem {
- public:
-  explicit FailingFileSystem(Status s) : s_(std::move(s)) {}
-  Result<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string&) override {
-    return s_;
-  }
-  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string&) override {
-    return s_;
-  }
-  Status Rename(const std::string&, const std::string&) override { return s_; }
-  Status SyncDir(const std::string&) override { return s_; }
-  Status Remove(const std::string&) override { return s_; }
-  Status CreateDirs(const std::string&) override { return s_; }
-  Result<std::vector<std::string>> List(const std::string&) override { return s_; }
-  Result<uint64_t> FileSize(const std::string&) override { return s_; }
-
- private:
-  Status s_;
-};
 
 struct Job {
   std::shared_ptr<AsyncSaveState> state;
@@ -133,6 +111,15 @@ struct AsyncSaver::Impl {
       throw Error(FailedPrecondition("async save to " + dir +
                                      ": Save called from a completion callback of the same saver"));
     }
+    return Enqueue(dir, save_opts, std::move(on_done), fs, [&](Job* job) {
+      return Stage(sd, job, &job->state->staging).Annotate("staging: ");
+    });
+  }
+
+  // A save whose staging is `stage` (its error: this rank's failure, which the persisting
+  // thread makes every rank learn).
+  AsyncSave Enqueue(const std::string& dir, const SaveOptions& save_opts, AsyncSaveCallback on_done,
+                    storage::FileSystem& fs, const std::function<Status(Job*)>& stage) {
     std::lock_guard save_lock(save_mu);
     const auto t0 = Clock::now();
     auto state = std::make_shared<AsyncSaveState>();
@@ -148,7 +135,7 @@ struct AsyncSaver::Impl {
       job.error = own.status().Annotate("deriving the saver's communicator: ");
     } else {
       job.opts.comm = *own;
-      job.error = Stage(sd, &job, &state->staging).Annotate("staging: ");
+      job.error = stage(&job);
       job.agree = !job.error.ok() && job.opts.use_collectives;
     }
     state->staging.blocked_seconds = Seconds(t0, Clock::now());
@@ -289,9 +276,7 @@ struct AsyncSaver::Impl {
       if (job.error.ok()) {
         r = checkpoint::Save(job.staged, job.dir, job.opts, *job.fs);
       } else if (job.agree) {
-        FailingFileSystem failing(job.error);
-        r = checkpoint::Save(StateDict(), job.dir, job.opts, failing);
-        if (r.ok()) r = job.error.Annotate(where);  // unreachable: the exchange fails
+        r = checkpoint::JoinSaveAsFailed(job.dir, job.opts, job.error);
       } else {
         r = job.error.Annotate(where);
       }
@@ -355,6 +340,12 @@ AsyncSaver::~AsyncSaver() = default;
 AsyncSave AsyncSaver::Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts,
                            AsyncSaveCallback on_done) {
   return impl_->Save(sd, dir, opts, std::move(on_done), *ValueOrThrow(storage::FileSystemFor(dir)));
+}
+
+AsyncSave AsyncSaver::Fail(const std::string& dir, Status why, const SaveOptions& opts) {
+  if (why.ok()) why = InvalidArgument("AsyncSaver::Fail called with an OK status");
+  // The failing file system is never written to: the save fails in its first exchange.
+  return impl_->Enqueue(dir, opts, {}, storage::PosixFileSystem(), [&](Job*) { return why; });
 }
 
 void AsyncSaver::Prepare(const StateDict& sd, const SaveOptions& opts) { impl_->Prepare(sd, opts); }

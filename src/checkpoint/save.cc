@@ -17,6 +17,7 @@
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "checkpoint/save_lock.h"
+#include "checkpoint/value_agreement.h"
 #include "checkpoint/write_results.h"
 #include "comm/exchange.h"
 #include "comm/host_id.h"
@@ -329,19 +330,21 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
 struct Hello {
   std::vector<uint64_t> hashes;          // per rank: its local plan's hash
   std::vector<uint64_t> cached_digests;  // per rank: its cached plan's digest (0: none)
+  std::vector<uint64_t> values_hashes;   // per rank: ValuesHash of its state dict
   uint64_t save_id = 0;                  // rank 0's candidate: names this save's files
 };
 
-// Agreement on (plan hash, cached plan, save id) in one all-gather, which also agrees on
-// the failures of the local steps (`mine`).
+// Agreement on (plan hash, cached plan, values hash, save id) in one all-gather, which also
+// agrees on the failures of the local steps (`mine`).
 Result<Hello> ExchangeHello(Comm& comm, const Status& mine, uint64_t local_hash,
-                            uint64_t cached_digest, uint64_t my_id, const std::string& dir,
-                            SaveResult* result) {
+                            uint64_t cached_digest, uint64_t values_hash, uint64_t my_id,
+                            const std::string& dir, SaveResult* result) {
   std::string hello;
   {
     wire::Writer w(hello);
     w.Fixed64(local_hash);
     w.Fixed64(cached_digest);
+    w.Fixed64(values_hash);
     w.Fixed64(my_id);
   }
   DCP_CHECK(hello.size() == kSaveHelloBytes);
@@ -352,11 +355,13 @@ Result<Hello> ExchangeHello(Comm& comm, const Status& mine, uint64_t local_hash,
   Hello h;
   h.hashes.resize(comm.size());
   h.cached_digests.resize(comm.size());
+  h.values_hashes.resize(comm.size());
   for (int r = 0; r < comm.size(); ++r) {
     result->plan_exchange_bytes += gathered[r].size();
     wire::Reader rd(gathered[r]);
     h.hashes[r] = rd.Fixed64();
     h.cached_digests[r] = rd.Fixed64();
+    h.values_hashes[r] = rd.Fixed64();
     const uint64_t id = rd.Fixed64();
     if (r == 0) h.save_id = id;
   }
@@ -481,6 +486,17 @@ Status CopyMetadataToHosts(Comm& comm, storage::FileSystem& fs, const std::strin
 
 void ClearSavePlanCache() { Cache().Clear(); }
 
+Status JoinSaveAsFailed(const std::string& dir, const SaveOptions& opts, const Status& why) {
+  DCP_CHECK(!why.ok());
+  if (!opts.use_collectives || !opts.comm || opts.comm->size() == 1) {
+    return why.Annotate("save to " + dir + ": ");
+  }
+  SaveResult ignored;
+  auto hello = ExchangeHello(*opts.comm, why, 0, 0, 0, 0, dir, &ignored);
+  return hello.ok() ? Internal("save to " + dir + ": a failure was exchanged as a success")
+                    : hello.status();
+}
+
 Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts,
                         storage::FileSystem& fs, const SaveHooks* hooks) {
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
@@ -491,8 +507,8 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
 
   // 1. Local plan; rank 0 locks the directory (no other save may write into it until this
   //    one has committed or failed) and removes files of dead saves; then agreement on
-  //    (plan hash, cached plan, save id) in one exchange, and proof that every rank sees the
-  //    directory.
+  //    (plan hash, cached plan, values, save id) in one exchange, and proof that every rank
+  //    sees the directory.
   auto local = Guarded("save plan: ", [&] { return planner::BuildLocalSavePlan(sd); });
   Status st = local.status();
   const uint64_t my_id = RandomSaveId();
@@ -511,9 +527,11 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   const uint64_t local_hash = planner::PlanHash(encoded);
   std::optional<CachedPlan> cached = opts.plan_cache ? Cache().Find(local_hash) : std::nullopt;
   DCP_ASSIGN_OR_RETURN(
-      Hello hello,
-      ExchangeHello(*comm, st, local_hash, cached ? cached->digest : 0, my_id, dir, &result));
+      Hello hello, ExchangeHello(*comm, st, local_hash, cached ? cached->digest : 0, ValuesHash(sd),
+                                 my_id, dir, &result));
   const uint64_t save_id = hello.save_id;
+  DCP_RETURN_IF_ERROR(
+      CheckValuesAgree(*comm, sd, hello.values_hashes, dir, &result.plan_exchange_bytes));
   if (!opts.per_host_directory) {
     DCP_RETURN_IF_ERROR(CheckEveryRankSeesDirectory(*comm, fs, dir, save_id));
   }

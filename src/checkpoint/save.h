@@ -10,8 +10,9 @@
 namespace dcp::checkpoint {
 
 // What each rank contributes to a save's first exchange: its plan hash, the digest of its
-// cached plan (0: none) and a candidate save id. dcp simulate counts exchange bytes with it.
-inline constexpr uint64_t kSaveHelloBytes = 3 * 8;
+// cached plan (0: none), a hash of its non-tensor values and a candidate save id. dcp simulate
+// counts exchange bytes with it.
+inline constexpr uint64_t kSaveHelloBytes = 4 * 8;
 
 // Callers' checks inside a save.
 struct SaveHooks {
@@ -25,6 +26,11 @@ struct SaveHooks {
 
 Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveOptions& opts,
                         storage::FileSystem& fs, const SaveHooks* hooks = nullptr);
+
+// In place of Save on a rank whose part failed before it could save (an async save's staging,
+// its caller's preparation): takes part in the save's first exchange with `why`, so that every
+// rank's Save returns the same error, naming this rank, instead of waiting for it. Returns it.
+Status JoinSaveAsFailed(const std::string& dir, const SaveOptions& opts, const Status& why);
 
 // Forgets every cached global plan (tests).
 void ClearSavePlanCache();

@@ -124,14 +124,38 @@ def case_first_call_on_one_rank(root: str, rank: int) -> None:
 
 
 def case_values_differ(root: str, rank: int) -> None:
+    """Values that differ, and one rank's preparation failing, in save and in async_save
+    (whose caller is not held by a collective: the error arrives through the future)."""
     sd = {"w": torch.ones(2), "seed": 1234 + rank, "same": "x"}
     try:
         dcp.save(sd, os.path.join(root, "differ"))
     except dcp.DcpError as e:
-        assert "'seed'" in str(e) and "differs between ranks" in str(e), str(e)
+        assert "'seed'" in str(e) and "differs between ranks ([0] vs [1])" in str(e), str(e)
     else:
         raise AssertionError("values that differ were saved")
     assert not os.path.exists(os.path.join(root, "differ", "dcp.metadata"))
+    f = dcp.async_save(sd, os.path.join(root, "differ-async"))
+    try:
+        f.result(timeout=120)
+    except dcp.DcpError as e:
+        assert "'seed'" in str(e) and "differs between ranks ([0] vs [1])" in str(e), str(e)
+    else:
+        raise AssertionError("values that differ were saved by async_save")
+    assert not os.path.exists(os.path.join(root, "differ-async", "dcp.metadata"))
+    # Rank 1 cannot prepare its state (a value that needs pickling): it raises at once; rank
+    # 0's save fails naming rank 1 and the entry, rather than waiting for it.
+    bad = {"w": torch.ones(2), "step": 1, "hook": (lambda: 0) if rank == 1 else 0}
+    try:
+        f = dcp.async_save(bad, os.path.join(root, "one-rank-fails"))
+        f.result(timeout=120)
+    except dcp.DcpError as e:
+        assert "'hook'" in str(e), str(e)
+        assert rank == 1 or "rank 1: " in str(e), str(e)
+    else:
+        raise AssertionError("a state rank 1 could not prepare was saved")
+    # The job goes on: the next async save on both ranks is a matched one.
+    dcp.async_save(state(rank), os.path.join(root, "after")).result(timeout=120)
+    assert os.path.exists(os.path.join(root, "after", "dcp.metadata"))
 
 
 def case_resume_fallback(root: str, rank: int) -> None:

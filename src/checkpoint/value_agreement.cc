@@ -1,0 +1,92 @@
+#include "checkpoint/value_agreement.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "core/checksum.h"
+#include "core/wire.h"
+
+namespace dcp::checkpoint {
+namespace {
+
+// At most this many ranks are listed per side of a difference.
+constexpr size_t kRanksNamed = 8;
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size() && i < kRanksNamed; ++i) {
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kRanksNamed) s += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  return s + "]";
+}
+
+}  // namespace
+
+uint64_t ValuesHash(const StateDict& sd) {
+  std::string listed;  // (name, digest of its bytes) of every bytes entry
+  wire::Writer w(listed);
+  for (const StateEntry& e : sd.entries()) {
+    if (e.kind != StateEntry::Kind::kBytes) continue;
+    w.String(e.fqn);
+    w.Fixed64(Xxh3(e.bytes));
+  }
+  return listed.empty() ? 0 : Xxh3(std::as_bytes(std::span(listed)));
+}
+
+Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_t> hashes,
+                        const std::string& dir, uint64_t* exchange_bytes) {
+  bool same = true;
+  for (uint64_t h : hashes) same = same && h == hashes[0];
+  if (same) return OkStatus();
+  // The lowest rank with each distinct hash speaks for every rank with it.
+  std::unordered_map<uint64_t, int> first;
+  for (int r = 0; r < static_cast<int>(hashes.size()); ++r) first.try_emplace(hashes[r], r);
+  std::string mine;
+  if (first.at(hashes[comm.rank()]) == comm.rank()) {
+    wire::Writer w(mine);
+    for (const StateEntry& e : sd.entries()) {
+      if (e.kind != StateEntry::Kind::kBytes) continue;
+      w.String(e.fqn);
+      w.Fixed64(Xxh3(e.bytes));
+    }
+  }
+  DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(mine));
+  std::unordered_map<int, std::vector<std::pair<std::string, uint64_t>>> of_speaker;
+  for (const auto& [hash, r] : first) {
+    *exchange_bytes += lists[r].size();
+    wire::Reader rd(lists[r]);
+    auto& entries = of_speaker[r];
+    while (!rd.AtEnd() && rd.ok()) {
+      std::string name(rd.String());
+      entries.emplace_back(std::move(name), rd.Fixed64());
+    }
+    if (!rd.ok())
+      return DataLoss("save to " + dir + ": corrupt value digests from rank " + std::to_string(r));
+  }
+  // name -> digest -> the ranks holding it, ascending.
+  std::map<std::string, std::map<uint64_t, std::vector<int>>> holders;
+  for (int r = 0; r < static_cast<int>(hashes.size()); ++r) {
+    for (const auto& [name, digest] : of_speaker[first.at(hashes[r])]) {
+      holders[name][digest].push_back(r);
+    }
+  }
+  for (const auto& [name, by_digest] : holders) {
+    if (by_digest.size() < 2) continue;
+    std::vector<std::vector<int>> sides;
+    for (const auto& [digest, ranks] : by_digest) sides.push_back(ranks);
+    std::sort(sides.begin(), sides.end());
+    std::string listed;
+    for (const auto& s : sides) listed += (listed.empty() ? "" : " vs ") + RankList(s);
+    return InvalidArgument("save to " + dir + ": '" + name +
+                           "' is a non-tensor value that differs between ranks (" + listed +
+                           "); a save keeps one value per name: give per-rank values per-rank "
+                           "names (e.g. 'rng.<rank>')")
+        .MarkAgreed();
+  }
+  return OkStatus();
+}
+
+}  // namespace dcp::checkpoint
