@@ -15,7 +15,7 @@ load writes a value back under the template's key, whatever its type.
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, List, NamedTuple, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ._errors import invalid_argument
 
@@ -23,13 +23,56 @@ Path = Tuple[Any, ...]
 _PLAIN_DICTS = (dict, OrderedDict)  # whose values() and iteration are the built-in ones
 
 
-class Flat(NamedTuple):
-    leaves: Dict[str, Any]  # fqn -> tensor or value, in traversal order
-    paths: Dict[str, Path]  # fqn -> the keys that lead to it
-    aliased: Set[int]  # ids of containers reached by more than one path
-    tensors: List[Any]  # the tensor leaves, in order (the others are values)
-    values: List[str]  # fqns of the non-tensor leaves, in order
-    kinds: Dict[str, str]  # fqn -> the container of each key of its path: d(ict), l(ist), t(uple)
+class Flat:
+    """The leaves of a state dict by name, and where each sat. Paths and container kinds are
+    kept per run of leaves (a model's dict: one run of thousands of tensors) and spelled out
+    per leaf only when asked for: a repeated preparation compares the runs (`layout`)."""
+
+    __slots__ = ("leaves", "aliased", "tensors", "values", "_runs", "_paths", "_kinds")
+
+    def __init__(self) -> None:
+        self.leaves: Dict[str, Any] = {}  # fqn -> tensor or value, in traversal order
+        self.aliased: Set[int] = set()  # ids of containers reached by more than one path
+        self.tensors: List[Any] = []  # the tensor leaves, in order (the others are values)
+        self.values: List[str] = []  # fqns of the non-tensor leaves, in order
+        # In leaf order: (path, kind, keys, prefix) for leaves named prefix + key under the
+        # container at `path`, or (path, kind, name) for one leaf.
+        self._runs: List[tuple] = []
+        self._paths: Optional[Dict[str, Path]] = None
+        self._kinds: Optional[Dict[str, str]] = None
+
+    def layout(self) -> List[tuple]:
+        """What fixes every leaf's path and kinds: equal layouts, equal paths and kinds."""
+        return self._runs
+
+    @property
+    def paths(self) -> Dict[str, Path]:
+        """fqn -> the keys that lead to it."""
+        if self._paths is None:
+            self._spell_out()
+        return self._paths  # type: ignore[return-value]
+
+    @property
+    def kinds(self) -> Dict[str, str]:
+        """fqn -> the container of each key of its path: d(ict), l(ist), t(uple)."""
+        if self._kinds is None:
+            self._spell_out()
+        return self._kinds  # type: ignore[return-value]
+
+    def _spell_out(self) -> None:
+        paths: Dict[str, Path] = {}
+        kinds: Dict[str, str] = {}
+        for run in self._runs:
+            if len(run) == 3:
+                path, kind, name = run
+                paths[name] = path
+                kinds[name] = kind
+                continue
+            path, kind, keys, prefix = run
+            names = list(map(prefix.__add__, keys)) if prefix else keys
+            paths.update(zip(names, map(path.__add__, zip(keys))))
+            kinds.update(dict.fromkeys(names, kind))
+        self._paths, self._kinds = paths, kinds
 
 
 def _holds_tensor(obj: Any, walks: Callable[[Any], bool]) -> bool:
@@ -60,22 +103,18 @@ def flatten(state_dict: Mapping, is_tensor_type: Callable[[type], bool],
     """Every leaf of `state_dict` by its dotted name. Two paths with one name are an error."""
     if not isinstance(state_dict, Mapping):
         raise invalid_argument(f"state_dict must be a dict, not {type(state_dict).__name__}")
-    leaves: Dict[str, Any] = {}
-    paths: Dict[str, Path] = {}
+    flat = Flat()
+    leaves, tensors, values, runs = flat.leaves, flat.tensors, flat.values, flat._runs
     seen: Set[int] = set()
-    aliased: Set[int] = set()
-    tensors: List[Any] = []
-    values: List[str] = []
-    kinds: Dict[str, str] = {}
 
     def add(obj: Any, path: Path, name: str, kind: str, tensor: bool) -> None:
         if name in leaves:
+            flat._paths = None  # spelled out with the runs so far, for the message
             raise invalid_argument(
-                f"two state dict entries are both named '{name}' (paths {paths[name]!r} and "
-                f"{path!r})")
+                f"two state dict entries are both named '{name}' (paths {flat.paths[name]!r} "
+                f"and {path!r})")
         leaves[name] = obj
-        paths[name] = path
-        kinds[name] = kind
+        runs.append((path, kind, name))
         if tensor:
             tensors.append(obj)
         else:
@@ -87,7 +126,7 @@ def flatten(state_dict: Mapping, is_tensor_type: Callable[[type], bool],
             add(obj, path, name, kind, tensor)
             return
         if id(obj) in seen:
-            aliased.add(id(obj))
+            flat.aliased.add(id(obj))
         seen.add(id(obj))
         if isinstance(obj, Mapping):
             walk_dict(obj, path, name + ".", kind + "d")
@@ -119,18 +158,19 @@ def flatten(state_dict: Mapping, is_tensor_type: Callable[[type], bool],
 
     def add_tensors(keys: List[str], items: List[Any], path: Path, prefix: str,
                     kind: str) -> None:
+        if not keys:
+            return
         names = list(map(prefix.__add__, keys)) if prefix else keys
         if not leaves.keys().isdisjoint(names):  # a name taken: the error names both paths
             for key, name, item in zip(keys, names, items):
                 add(item, path + (key,), name, kind, True)
             return
         leaves.update(zip(names, items))
-        paths.update(zip(names, map(path.__add__, zip(keys))))
-        kinds.update(dict.fromkeys(names, kind))
+        runs.append((path, kind, tuple(keys), prefix))
         tensors.extend(items)
 
     walk_dict(state_dict, (), "", "d")
-    return Flat(leaves, paths, aliased, tensors, values, kinds)
+    return flat
 
 
 def _set(obj: Any, path: Path, value: Any, aliased: Set[int]) -> Any:

@@ -51,7 +51,7 @@ class Prepared:
         self.owners: List[Any] = []  # the memory the engine reads or fills: kept alive
         self.write_backs: List[Callable[[], None]] = []  # load: staged copies -> tensors
         self.replacements: Dict[str, Any] = {}  # load: meta tensors -> the allocated ones
-        self.layout: Optional[tuple] = None  # save: the paths and container kinds
+        self.layout: Optional[list] = None  # save: the paths and container kinds (Flat.layout)
         self.cache_key: Optional[tuple] = None
         self.signatures: Optional["Signatures"] = None  # of the tensor leaves, when cacheable
 
@@ -243,7 +243,7 @@ def _prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool,
         _add_values(p, for_load, allow_pickle)
         return p
     # The nesting a save records (metadata paths): part of what a reused preparation matches.
-    p.layout = None if for_load else (tuple(p.flat.paths.values()), tuple(p.flat.kinds.values()))
+    p.layout = None if for_load else p.flat.layout()
     with _CACHE_LOCK:  # several state dicts may share names (a model and its reshard copy)
         candidates = [k for k in _CACHE if k[0] == for_load and k[1] == names]
         cached = [_CACHE.pop(k) for k in candidates]

@@ -536,6 +536,18 @@ def test_complex_tensors_across_a_reshard(tmp_path, dtype):
         assert torch.equal(ours["z"], theirs["z"])
 
 
+def test_a_reused_preparation_follows_a_new_nesting_of_the_same_tensors(tmp_path):
+    """The same tensors under the same names, nested otherwise: not the cached preparation
+    (its stored paths would open the second checkpoint with the first one's nesting)."""
+    w, v = torch.ones(2), torch.zeros(3)
+    for _ in range(2):  # the second round reuses each one's own preparation
+        dcp.save({"model": {"net1.weight": w, "b": v}}, tmp_path / "a")
+        dcp.save({"model": {"net1": {"weight": w}, "b": v}}, tmp_path / "b")
+        assert sorted(dcp.load_all(tmp_path / "a")["model"]) == ["b", "net1.weight"]
+        got = dcp.load_all(tmp_path / "b")["model"]
+        assert sorted(got) == ["b", "net1"] and torch.equal(got["net1"]["weight"], w)
+
+
 def test_load_all_opens_a_checkpoint_with_its_exact_nesting(tmp_path):
     a = {"model": {"net1.weight": torch.ones(2)}, "step": 3}
     b = {"model": {"net1": {"weight": torch.full((2,), 2.0)}}, "step": 4}
