@@ -48,35 +48,41 @@ TEST(MultiRankThreads, SimulatePredictsTheExchangeOfARealSave) {
 
 // A save keeps one copy of a value per name: ranks holding different bytes under one name
 // fail alike, naming the value and both sides, and commit nothing; per-rank names and equal
-// values pass, and a second save that differs again is caught too (the hashes of a save whose
-// plan came from the cache).
+// values pass. The saves that differ take the plan cached by the equal one (same names and
+// sizes): the check runs on a plan-cache hit too, twice in a row.
 TEST(MultiRankThreads, AValueThatDiffersBetweenRanksFailsEveryRank) {
   TempDir tmp;
   std::vector<std::string> errors(3);
-  std::vector<bool> second_failed(3);
+  std::vector<bool> second_failed(3), cached(3);
   RunRanks(3, [&](const auto& c) {
     const int r = c->rank();
     std::vector<float> w(4, 1.0f);
-    StateDict sd;
-    sd.add("w", TensorView(w.data(), DType::kF32, {4}));
-    sd.add_bytes("step", std::string_view("100"));
-    sd.add_bytes("rng." + std::to_string(r), std::string_view(r == 0 ? "a" : "b"));
-    ASSERT_NO_THROW(save(sd, tmp.Sub("equal"), {.comm = c}));
-    sd.add_bytes("seed", std::string_view(r == 1 ? "8" : "7"));
+    auto state = [&](std::string_view seed) {
+      StateDict sd;
+      sd.add("w", TensorView(w.data(), DType::kF32, {4}));
+      sd.add_bytes("step", std::string_view("100"));
+      sd.add_bytes("rng." + std::to_string(r), std::string_view(r == 0 ? "a" : "b"));
+      sd.add_bytes("seed", seed);
+      return sd;
+    };
+    ASSERT_NO_THROW(save(state("7"), tmp.Sub("equal"), {.comm = c}));
+    const StateDict differ = state(r == 1 ? "8" : "7");
     try {
-      save(sd, tmp.Sub("differ"), {.comm = c});
+      save(differ, tmp.Sub("differ"), {.comm = c});
     } catch (const Error& e) {
       errors[r] = e.what();
     }
     try {
-      save(sd, tmp.Sub("differ"), {.comm = c});
+      save(differ, tmp.Sub("differ"), {.comm = c});
     } catch (const Error& e) {
       second_failed[r] = true;
     }
+    cached[r] = save(state("7"), tmp.Sub("again"), {.comm = c}).plan_cache_hit;
   });
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(errors[r], errors[0]) << "rank " << r;
     EXPECT_TRUE(second_failed[r]) << "rank " << r;
+    EXPECT_TRUE(cached[r]) << "rank " << r;  // the plan stayed cached across the failures
   }
   EXPECT_NE(errors[0].find("'seed' is a non-tensor value that differs between ranks ([0, 2] vs "
                            "[1])"),

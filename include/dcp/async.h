@@ -126,8 +126,9 @@ class AsyncSaver {
 
   // In place of Save on a rank whose part failed before it had a state dict to stage (its
   // caller's preparation): takes part in the save as Save would, with `why` as this rank's
-  // failure, so that every rank's handle reports it (naming this rank) instead of its peers
-  // waiting for it. Same collective order as Save; this rank's handle reports `why`.
+  // failure, so that every rank's handle fails instead of its peers waiting for it. Same
+  // collective order as Save (and, like Save, refused from a completion callback). Every
+  // handle reports the lowest failing rank's error, prefixed "rank R: save to DIR: ".
   AsyncSave Fail(const std::string& dir, Status why, const SaveOptions& opts = {});
 
   // Optional, ahead of the first Save: gets the saver ready to stage `sd` (or any state dict

@@ -62,7 +62,9 @@ struct SaveResult {
   bool plan_cache_hit = false;
   bool file_recycled = false;  // this rank's tensor data file was a recycled one
   // Planning payload this rank received (plan hashes, then each distinct plan once; with a
-  // plan cache hit, the hashes only): what `dcp simulate` predicts per rank at scale.
+  // plan cache hit, the hashes only): what `dcp simulate` predicts per rank at scale. Also the
+  // names and digests of values when ranks' values differ (see the README's Values), which
+  // dcp simulate does not model.
   uint64_t plan_exchange_bytes = 0;
   double plan_seconds = 0;    // local plan + exchange + global plan
   double write_seconds = 0;   // data files, durable

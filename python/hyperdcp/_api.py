@@ -266,8 +266,10 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
         try:
             _boundary.call(comm, process_saver().fail, directory, comm, use_collectives,
                            *failure_text(e))
-        except Exception:  # this rank's own error is the one to raise
-            pass
+        except Exception as f:  # this rank's own error is the one to raise; say why peers wait
+            print(f"hyperdcp: async_save to {directory}: could not tell the other ranks that "
+                  f"this rank failed ({type(f).__name__}: {f}); they wait until the timeout",
+                  file=sys.stderr)
         raise
     try:  # staged before it returns: the state dict is not used afterwards
         handle = _boundary.call(comm, process_saver().save, p.sd, directory, comm,

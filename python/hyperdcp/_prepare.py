@@ -285,10 +285,15 @@ def release(p: Optional[Prepared]) -> None:
 
 
 def failure_text(failure: BaseException) -> tuple:
-    """(code, message) of a preparation's failure, as other ranks are told of it."""
-    message = str(failure) if isinstance(failure, DcpError) else \
-        f"{type(failure).__name__}: {failure}"
-    return getattr(failure, "code", "INVALID_ARGUMENT"), message
+    """(code, message) of a preparation's failure, as other ranks are told of it. Only a
+    DcpError's code is kept (SystemExit, HTTPError and others have `code`s of other kinds)."""
+    code = getattr(failure, "code", None) if isinstance(failure, DcpError) else None
+    try:
+        text = str(failure)
+    except Exception:  # a __str__ that fails must not keep the other ranks waiting
+        text = "(no message)"
+    message = text if isinstance(failure, DcpError) else f"{type(failure).__name__}: {text}"
+    return (code if isinstance(code, str) else "INVALID_ARGUMENT"), message
 
 
 def _agree(comm: Any, failure: Optional[BaseException]) -> None:

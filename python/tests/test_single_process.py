@@ -244,3 +244,17 @@ def test_saves_without_collectives_take_the_newest_step(tmp_path):
     dcp.load(out, ckpt)
     assert torch.equal(out["w"], torch.full((3, 4), 2.0))
     assert any(p.name.startswith("dcp.metadata.step2.rank0") for p in ckpt.iterdir())
+
+
+def test_a_failed_preparation_is_told_to_other_ranks_with_a_status_code():
+    """What a rank whose preparation failed tells the others: a DcpError's own code, and for
+    anything else INVALID_ARGUMENT (SystemExit's `code` is an int: passed on, the engine call
+    telling the other ranks would fail and leave them waiting)."""
+    from hyperdcp._prepare import failure_text
+
+    assert failure_text(SystemExit(143)) == ("INVALID_ARGUMENT", "SystemExit: 143")
+    assert failure_text(KeyboardInterrupt()) == ("INVALID_ARGUMENT", "KeyboardInterrupt: ")
+    assert failure_text(dcp.DcpError("x"))[0] == "INVALID_ARGUMENT"  # no code set
+    e = dcp.DcpError("'w': gone")
+    e.code = "NOT_FOUND"
+    assert failure_text(e) == ("NOT_FOUND", "'w': gone")

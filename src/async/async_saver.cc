@@ -344,7 +344,11 @@ AsyncSave AsyncSaver::Save(const StateDict& sd, const std::string& dir, const Sa
 
 AsyncSave AsyncSaver::Fail(const std::string& dir, Status why, const SaveOptions& opts) {
   if (why.ok()) why = InvalidArgument("AsyncSaver::Fail called with an OK status");
-  // The failing file system is never written to: the save fails in its first exchange.
+  if (impl_->OnPersister()) {
+    throw Error(FailedPrecondition("async save to " + dir +
+                                   ": Fail called from a completion callback of the same saver"));
+  }
+  // No file system is touched: the save ends in its first exchange.
   return impl_->Enqueue(dir, opts, {}, storage::PosixFileSystem(), [&](Job*) { return why; });
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -23,16 +24,27 @@ std::string RankList(const std::vector<int>& ranks) {
   return s + "]";
 }
 
+// (name, digest of its bytes) of every bytes entry, by name: ranks that added the same values
+// in another order list them alike.
+std::string ListValues(const StateDict& sd) {
+  std::vector<std::pair<std::string_view, uint64_t>> values;
+  for (const StateEntry& e : sd.entries()) {
+    if (e.kind == StateEntry::Kind::kBytes) values.emplace_back(e.fqn, Xxh3(e.bytes));
+  }
+  std::sort(values.begin(), values.end());
+  std::string listed;
+  wire::Writer w(listed);
+  for (const auto& [name, digest] : values) {
+    w.String(name);
+    w.Fixed64(digest);
+  }
+  return listed;
+}
+
 }  // namespace
 
 uint64_t ValuesHash(const StateDict& sd) {
-  std::string listed;  // (name, digest of its bytes) of every bytes entry
-  wire::Writer w(listed);
-  for (const StateEntry& e : sd.entries()) {
-    if (e.kind != StateEntry::Kind::kBytes) continue;
-    w.String(e.fqn);
-    w.Fixed64(Xxh3(e.bytes));
-  }
+  const std::string listed = ListValues(sd);
   return listed.empty() ? 0 : Xxh3(std::as_bytes(std::span(listed)));
 }
 
@@ -44,18 +56,12 @@ Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_
   // The lowest rank with each distinct hash speaks for every rank with it.
   std::unordered_map<uint64_t, int> first;
   for (int r = 0; r < static_cast<int>(hashes.size()); ++r) first.try_emplace(hashes[r], r);
-  std::string mine;
-  if (first.at(hashes[comm.rank()]) == comm.rank()) {
-    wire::Writer w(mine);
-    for (const StateEntry& e : sd.entries()) {
-      if (e.kind != StateEntry::Kind::kBytes) continue;
-      w.String(e.fqn);
-      w.Fixed64(Xxh3(e.bytes));
-    }
-  }
+  const std::string mine =
+      first.at(hashes[comm.rank()]) == comm.rank() ? ListValues(sd) : std::string();
   DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(mine));
   std::unordered_map<int, std::vector<std::pair<std::string, uint64_t>>> of_speaker;
-  for (const auto& [hash, r] : first) {
+  for (int r = 0; r < static_cast<int>(hashes.size()); ++r) {
+    if (first.at(hashes[r]) != r) continue;  // ascending: the same first error everywhere
     *exchange_bytes += lists[r].size();
     wire::Reader rd(lists[r]);
     auto& entries = of_speaker[r];
@@ -63,8 +69,10 @@ Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_
       std::string name(rd.String());
       entries.emplace_back(std::move(name), rd.Fixed64());
     }
-    if (!rd.ok())
-      return DataLoss("save to " + dir + ": corrupt value digests from rank " + std::to_string(r));
+    if (!rd.ok()) {
+      return DataLoss("save to " + dir + ": corrupt value digests from rank " + std::to_string(r))
+          .MarkAgreed();
+    }
   }
   // name -> digest -> the ranks holding it, ascending.
   std::map<std::string, std::map<uint64_t, std::vector<int>>> holders;
