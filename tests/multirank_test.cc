@@ -49,11 +49,13 @@ TEST(MultiRankThreads, SimulatePredictsTheExchangeOfARealSave) {
 // A save keeps one copy of a value per name: ranks holding different bytes under one name
 // fail alike, naming the value and both sides, and commit nothing; per-rank names and equal
 // values pass. The saves that differ take the plan cached by the equal one (same names and
-// sizes): the check runs on a plan-cache hit too, twice in a row.
+// sizes): the check runs on a plan-cache hit too, twice in a row. On a hit, values under
+// per-rank names cost nothing: the exchange is the hashes alone.
 TEST(MultiRankThreads, AValueThatDiffersBetweenRanksFailsEveryRank) {
   TempDir tmp;
   std::vector<std::string> errors(3);
   std::vector<bool> second_failed(3), cached(3);
+  std::vector<uint64_t> exchanged(3);
   RunRanks(3, [&](const auto& c) {
     const int r = c->rank();
     std::vector<float> w(4, 1.0f);
@@ -77,12 +79,15 @@ TEST(MultiRankThreads, AValueThatDiffersBetweenRanksFailsEveryRank) {
     } catch (const Error& e) {
       second_failed[r] = true;
     }
-    cached[r] = save(state("7"), tmp.Sub("again"), {.comm = c}).plan_cache_hit;
+    const SaveResult again = save(state("7"), tmp.Sub("again"), {.comm = c});
+    cached[r] = again.plan_cache_hit;
+    exchanged[r] = again.plan_exchange_bytes;
   });
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(errors[r], errors[0]) << "rank " << r;
     EXPECT_TRUE(second_failed[r]) << "rank " << r;
     EXPECT_TRUE(cached[r]) << "rank " << r;  // the plan stayed cached across the failures
+    EXPECT_EQ(exchanged[r], 3 * checkpoint::kSaveHelloBytes) << "rank " << r;
   }
   EXPECT_NE(errors[0].find("'seed' is a non-tensor value that differs between ranks ([0, 2] vs "
                            "[1])"),

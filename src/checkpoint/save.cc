@@ -44,6 +44,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 struct CachedPlan {
   uint64_t digest;
   std::shared_ptr<const planner::GlobalSavePlan> plan;
+  std::shared_ptr<const std::vector<std::string>> shared_values;  // SharedValueNames
 };
 class PlanCache {
  public:
@@ -393,7 +394,8 @@ Status CheckEveryRankSeesDirectory(Comm& comm, storage::FileSystem& fs, const st
 // The global plan over the distinct local plans, each sent once by its class's lowest rank.
 Result<std::shared_ptr<const planner::GlobalSavePlan>> PlanGlobally(
     Comm& comm, const std::vector<uint64_t>& hashes, const std::string& encoded,
-    const SaveOptions& opts, const std::string& dir, SaveResult* result) {
+    const SaveOptions& opts, const std::string& dir, SaveResult* result,
+    std::vector<std::string>* shared_values) {
   const planner::PlanClasses classes = planner::GroupByPlanHash(hashes);
   const auto& holders = classes.holders;
   DCP_ASSIGN_OR_RETURN(auto plans_raw,
@@ -403,6 +405,7 @@ Result<std::shared_ptr<const planner::GlobalSavePlan>> PlanGlobally(
   for (size_t c = 0; c < holders.size(); ++c) {
     DCP_ASSIGN_OR_RETURN(distinct[c], planner::DecodeLocalPlan(plans_raw[holders[c].front()]));
   }
+  *shared_values = SharedValueNames(distinct, holders);
   auto global = planner::PlanSave(distinct, holders, comm.size(),
                                   planner::SavePlanOptions{.balance = opts.dedup_replicas});
   if (!global.ok()) return global.status().Annotate("save to " + dir + ": ");
@@ -526,29 +529,32 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   std::string encoded = st.ok() ? planner::EncodeLocalPlan(*local) : std::string();
   const uint64_t local_hash = planner::PlanHash(encoded);
   std::optional<CachedPlan> cached = opts.plan_cache ? Cache().Find(local_hash) : std::nullopt;
-  DCP_ASSIGN_OR_RETURN(
-      Hello hello, ExchangeHello(*comm, st, local_hash, cached ? cached->digest : 0, ValuesHash(sd),
-                                 my_id, dir, &result));
+  DCP_ASSIGN_OR_RETURN(Hello hello,
+                       ExchangeHello(*comm, st, local_hash, cached ? cached->digest : 0,
+                                     ValuesHash(sd, cached ? cached->shared_values.get() : nullptr),
+                                     my_id, dir, &result));
   const uint64_t save_id = hello.save_id;
-  DCP_RETURN_IF_ERROR(
-      CheckValuesAgree(*comm, sd, hello.values_hashes, dir, &result.plan_exchange_bytes));
-  if (!opts.per_host_directory) {
-    DCP_RETURN_IF_ERROR(CheckEveryRankSeesDirectory(*comm, fs, dir, save_id));
-  }
-
-  // 2. Global plan: from the cache when every rank has it for the same gathered hashes, or
-  //    from the distinct local plans.
+  // A cached plan is used when every rank has it for the same gathered hashes.
   const uint64_t digest =
       planner::DigestOfPlanHashes(hello.hashes) ^ (opts.dedup_replicas ? 0x9e3779b97f4a7c15ULL : 0);
   bool hit = true;
   for (uint64_t d : hello.cached_digests) hit = hit && d == digest;
+  DCP_RETURN_IF_ERROR(
+      CheckValuesAgree(*comm, sd, hello.values_hashes, hit, dir, &result.plan_exchange_bytes));
+  if (!opts.per_host_directory) {
+    DCP_RETURN_IF_ERROR(CheckEveryRankSeesDirectory(*comm, fs, dir, save_id));
+  }
+
+  // 2. Global plan: from the cache on a hit, or from the distinct local plans.
   std::shared_ptr<const planner::GlobalSavePlan> plan;
   if (hit) {
     plan = cached->plan;
     result.plan_cache_hit = true;
   } else {
-    DCP_ASSIGN_OR_RETURN(plan, PlanGlobally(*comm, hello.hashes, encoded, opts, dir, &result));
-    if (opts.plan_cache) Cache().Put(local_hash, {digest, plan});
+    auto shared = std::make_shared<std::vector<std::string>>();
+    DCP_ASSIGN_OR_RETURN(plan,
+                         PlanGlobally(*comm, hello.hashes, encoded, opts, dir, &result, &*shared));
+    if (opts.plan_cache) Cache().Put(local_hash, {digest, plan, std::move(shared)});
   }
   result.unique_bytes = plan->unique_bytes;
   const auto t1 = Clock::now();

@@ -26,10 +26,12 @@ std::string RankList(const std::vector<int>& ranks) {
 
 // (name, digest of its bytes) of every bytes entry, by name: ranks that added the same values
 // in another order list them alike.
-std::string ListValues(const StateDict& sd) {
+std::string ListValues(const StateDict& sd, const std::vector<std::string>* only = nullptr) {
   std::vector<std::pair<std::string_view, uint64_t>> values;
   for (const StateEntry& e : sd.entries()) {
-    if (e.kind == StateEntry::Kind::kBytes) values.emplace_back(e.fqn, Xxh3(e.bytes));
+    if (e.kind != StateEntry::Kind::kBytes) continue;
+    if (only && !std::binary_search(only->begin(), only->end(), e.fqn)) continue;
+    values.emplace_back(e.fqn, Xxh3(e.bytes));
   }
   std::sort(values.begin(), values.end());
   std::string listed;
@@ -43,15 +45,33 @@ std::string ListValues(const StateDict& sd) {
 
 }  // namespace
 
-uint64_t ValuesHash(const StateDict& sd) {
-  const std::string listed = ListValues(sd);
-  return listed.empty() ? 0 : Xxh3(std::as_bytes(std::span(listed)));
+uint64_t ValuesHash(const StateDict& sd, const std::vector<std::string>* only) {
+  const std::string listed = ListValues(sd, only);
+  return (Xxh3(std::as_bytes(std::span(listed))) & ~uint64_t{1}) | (only ? 1 : 0);
+}
+
+std::vector<std::string> SharedValueNames(const std::vector<planner::LocalSavePlan>& plans,
+                                          const std::vector<std::vector<int>>& holders) {
+  std::map<std::string_view, size_t> ranks_holding;
+  for (size_t c = 0; c < plans.size(); ++c) {
+    for (const planner::SaveItem& it : plans[c].items) {
+      if (it.is_bytes) ranks_holding[it.fqn] += holders[c].size();
+    }
+  }
+  std::vector<std::string> shared;
+  for (const auto& [name, n] : ranks_holding) {
+    if (n > 1) shared.emplace_back(name);
+  }
+  return shared;
 }
 
 Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_t> hashes,
-                        const std::string& dir, uint64_t* exchange_bytes) {
+                        bool cache_hit, const std::string& dir, uint64_t* exchange_bytes) {
+  // Equal hashes prove agreement when they cover the same names: all values everywhere, or on
+  // a cache hit the shared ones of the one plan every rank has cached. A rank that hashed a
+  // cached plan's names while others planned anew proves nothing: the lists then decide.
   bool same = true;
-  for (uint64_t h : hashes) same = same && h == hashes[0];
+  for (uint64_t h : hashes) same = same && h == hashes[0] && (cache_hit || (h & 1) == 0);
   if (same) return OkStatus();
   // The lowest rank with each distinct hash speaks for every rank with it.
   std::unordered_map<uint64_t, int> first;

@@ -1,29 +1,39 @@
 // A save stores one copy of a bytes entry (a non-tensor value), however many ranks hold it, so
 // the ranks holding one name must hold the same bytes, or all but one rank's value would be
 // lost without a word. Checked inside the save's first exchange by one hash per rank, and only
-// when those differ by a second all-gather of the names and digests of each distinct set. (So
-// ranks holding values under per-rank names, e.g. "rng.<rank>", pay that second all-gather on
-// every save: one list per rank, of its values' names and 8-byte digests.)
+// when those differ by a second all-gather of the names and digests of each distinct set. A
+// save on a cached plan hashes only the values more than one rank holds, so values under
+// per-rank names (e.g. "rng.<rank>") need that second all-gather only when the plan changes.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dcp/comm.h"
 #include "dcp/state_dict.h"
 #include "dcp/status.h"
+#include "planner/save_plan.h"
 
 namespace dcp::checkpoint {
 
-// A hash of every bytes entry of `sd` (names and payloads, by name); 0 without any.
-uint64_t ValuesHash(const StateDict& sd);
+// A hash of the bytes entries of `sd` (names and payloads, by name): of all of them, or, with
+// `only` (sorted), of those named there. The low bit says which (1: `only`).
+uint64_t ValuesHash(const StateDict& sd, const std::vector<std::string>* only = nullptr);
 
-// Every rank calls it with the gathered ValuesHash of every rank (`hashes`). OK when equal
-// on every rank; else the same kInvalidArgument on every rank, naming the first entry (by
-// name) whose bytes differ and the ranks on each side, when one does. Adds what it exchanged
-// to *exchange_bytes.
+// The names of bytes entries more than one rank holds, sorted, from a save's distinct local
+// plans and the ranks holding each: kept with the cached global plan, a later save on that plan
+// hashes only these (values under per-rank names, e.g. "rng.<rank>", then cost nothing).
+std::vector<std::string> SharedValueNames(const std::vector<planner::LocalSavePlan>& plans,
+                                          const std::vector<std::vector<int>>& holders);
+
+// Every rank calls it with the gathered ValuesHash of every rank (`hashes`), hashed over the
+// cached plan's SharedValueNames on a plan cache hit (`cache_hit`), else over all values. OK
+// when equal on every rank; else the same kInvalidArgument on every rank, naming the first
+// entry (by name) whose bytes differ and the ranks on each side, when one does. Adds what it
+// exchanged to *exchange_bytes.
 Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_t> hashes,
-                        const std::string& dir, uint64_t* exchange_bytes);
+                        bool cache_hit, const std::string& dir, uint64_t* exchange_bytes);
 
 }  // namespace dcp::checkpoint
