@@ -28,7 +28,8 @@ class Flat:
     kept per run of leaves (a model's dict: one run of thousands of tensors) and spelled out
     per leaf only when asked for: a repeated preparation compares the runs (`layout`)."""
 
-    __slots__ = ("leaves", "aliased", "tensors", "values", "_runs", "_paths", "_kinds")
+    __slots__ = ("leaves", "aliased", "tensors", "values", "_runs", "_single", "_paths",
+                 "_kinds")
 
     def __init__(self) -> None:
         self.leaves: Dict[str, Any] = {}  # fqn -> tensor or value, in traversal order
@@ -38,12 +39,18 @@ class Flat:
         # In leaf order: (path, kind, keys, prefix) for leaves named prefix + key under the
         # container at `path`, or (path, kind, name) for one leaf.
         self._runs: List[tuple] = []
+        self._single: Dict[str, Path] = {}  # the paths of the one-leaf runs (every value's)
         self._paths: Optional[Dict[str, Path]] = None
         self._kinds: Optional[Dict[str, str]] = None
 
     def layout(self) -> List[tuple]:
         """What fixes every leaf's path and kinds: equal layouts, equal paths and kinds."""
         return self._runs
+
+    def path_of(self, fqn: str) -> Path:
+        """The keys that lead to `fqn`; a value's without spelling out every leaf's path."""
+        path = self._single.get(fqn)
+        return path if path is not None else self.paths[fqn]
 
     @property
     def paths(self) -> Dict[str, Path]:
@@ -115,6 +122,7 @@ def flatten(state_dict: Mapping, is_tensor_type: Callable[[type], bool],
                 f"and {path!r})")
         leaves[name] = obj
         runs.append((path, kind, name))
+        flat._single[name] = path
         if tensor:
             tensors.append(obj)
         else:
@@ -194,10 +202,14 @@ def _set(obj: Any, path: Path, value: Any, aliased: Set[int]) -> Any:
     return obj
 
 
-def set_leaves(state_dict: dict, flat: Flat, new_values: Dict[str, Any]) -> None:
-    """Replaces the leaves named in `new_values` inside `state_dict` (see _set)."""
+def set_leaves(state_dict: dict, flat: Flat, new_values: Dict[str, Any]) -> Set[Any]:
+    """Replaces the leaves named in `new_values` inside `state_dict` (see _set); returns the
+    top-level keys whose entries it set."""
+    tops: Set[Any] = set()
     for fqn, value in new_values.items():
-        path = flat.paths[fqn]
+        path = flat.path_of(fqn)
         top = path[0]
         state_dict[top] = _set(state_dict[top], path[1:], value, flat.aliased)
+        tops.add(top)
+    return tops
 

@@ -41,11 +41,14 @@ class Prepared:
         # A shallow copy with every Stateful replaced by its state_dict() (a flat dict of
         # tensors and numbers, as a model's, holds none: told by its few types).
         types = set(map(type, state_dict.values()))
+        self.stateful: List[Any] = []  # the keys of the Stateful entries
         if all(t in _NEVER_STATEFUL or is_tensor_type(t) for t in types):
             self.state = dict(state_dict)
         else:
-            self.state = {k: (v.state_dict() if is_stateful(v) else v)
-                          for k, v in state_dict.items()}
+            self.stateful = [k for k, v in state_dict.items() if is_stateful(v)]
+            self.state = dict(state_dict)
+            for k in self.stateful:
+                self.state[k] = state_dict[k].state_dict()
         self.flat: Flat = flatten(self.state, is_tensor_type, is_torch_tensor)
         self.sd: Any = None
         self.owners: List[Any] = []  # the memory the engine reads or fills: kept alive
@@ -339,9 +342,10 @@ def finish_load(p: Prepared, allow_pickle: bool = False, device: Any = None) -> 
                    "increment_version", None)
     if bump is not None:
         # As copy_ would: a saved-for-backward use of a loaded tensor now fails. The leaves
-        # and the local tensors of DTensors (each once: a plain tensor is its own owner).
-        tensors = {id(t): t for t in p.owners + p.flat.tensors if isinstance(t, torch.Tensor)}
-        bump(list(tensors.values()))
+        # and the local tensors of DTensors (a plain tensor, its own owner, is bumped twice:
+        # a version only has to change).
+        tensor = torch.Tensor
+        bump([t for t in p.owners + p.flat.tensors if isinstance(t, tensor)])
     loaded: Dict[str, Any] = {}
     for fqn in p.flat.values:
         data = p.sd.bytes_of(fqn)
@@ -349,9 +353,8 @@ def finish_load(p: Prepared, allow_pickle: bool = False, device: Any = None) -> 
             loaded[fqn] = _values.decode(fqn, data, allow_pickle)
     for fqn, tensor in p.replacements.items():
         loaded[fqn] = tensor if device is None else tensor.to(device)
-    set_leaves(p.state, p.flat, loaded)
-    for key, elem in p.original.items():
-        if is_stateful(elem):
-            elem.load_state_dict(p.state[key])
-        elif p.state[key] is not elem:
-            p.original[key] = p.state[key]
+    replaced = set_leaves(p.state, p.flat, loaded)
+    for key in p.stateful:
+        p.original[key].load_state_dict(p.state[key])
+    for key in replaced.difference(p.stateful):
+        p.original[key] = p.state[key]
