@@ -97,6 +97,34 @@ TEST(MultiRankThreads, AValueThatDiffersBetweenRanksFailsEveryRank) {
   EXPECT_FALSE(std::filesystem::exists(tmp.Sub("differ") + "/dcp.metadata"));
 }
 
+// A name one rank held alone when the others cached their plan is now held by another rank
+// too, with other bytes: the ranks whose plans are unchanged send hashes of the cached plan's
+// shared names only (equal), the changed rank plans anew; the difference is still found.
+TEST(MultiRankThreads, AValueANewPlanSharesIsCheckedOnRanksThatKeptTheirPlan) {
+  TempDir tmp;
+  std::vector<std::string> errors(3);
+  RunRanks(3, [&](const auto& c) {
+    const int r = c->rank();
+    std::vector<float> w(4, 1.0f);
+    StateDict sd;
+    sd.add("w", TensorView(w.data(), DType::kF32, {4}));
+    sd.add_bytes("step", std::string_view("100"));
+    sd.add_bytes("rng." + std::to_string(r), std::string_view(r == 1 ? "one" : "other"));
+    ASSERT_NO_THROW(save(sd, tmp.Sub("first"), {.comm = c}));
+    if (r == 2) sd.add_bytes("rng.1", std::string_view("two"));  // the same size as "one"
+    try {
+      save(sd, tmp.Sub("second"), {.comm = c});
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], errors[0]) << "rank " << r;
+  EXPECT_NE(errors[0].find("'rng.1' is a non-tensor value that differs between ranks ([1] vs "
+                           "[2])"),
+            std::string::npos)
+      << errors[0];
+}
+
 TEST(MultiRankThreads, TensorParallelTimesDataParallel) {
   TempDir tmp;
   RunRanks(4, [&](const auto& c) {

@@ -357,4 +357,5 @@ def finish_load(p: Prepared, allow_pickle: bool = False, device: Any = None) -> 
     for key in p.stateful:
         p.original[key].load_state_dict(p.state[key])
     for key in replaced.difference(p.stateful):
-        p.original[key] = p.state[key]
+        if p.state[key] is not p.original[key]:  # changed in place: nothing to put back
+            p.original[key] = p.state[key]

@@ -73,15 +73,18 @@ Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_
   bool same = true;
   for (uint64_t h : hashes) same = same && h == hashes[0] && (cache_hit || (h & 1) == 0);
   if (same) return OkStatus();
-  // The lowest rank with each distinct hash speaks for every rank with it.
+  // The lowest rank with each distinct hash speaks for every rank with it, where equal hashes
+  // mean equal lists of all values: hashes of all values, or of the one cached plan's shared
+  // names on a hit. A rank that hashed its own cached plan's names on a miss speaks for itself
+  // (its names outside them may now be held by others too).
   std::unordered_map<uint64_t, int> first;
   for (int r = 0; r < static_cast<int>(hashes.size()); ++r) first.try_emplace(hashes[r], r);
-  const std::string mine =
-      first.at(hashes[comm.rank()]) == comm.rank() ? ListValues(sd) : std::string();
+  auto speaker = [&](int r) { return !cache_hit && (hashes[r] & 1) ? r : first.at(hashes[r]); };
+  const std::string mine = speaker(comm.rank()) == comm.rank() ? ListValues(sd) : std::string();
   DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(mine));
   std::unordered_map<int, std::vector<std::pair<std::string, uint64_t>>> of_speaker;
   for (int r = 0; r < static_cast<int>(hashes.size()); ++r) {
-    if (first.at(hashes[r]) != r) continue;  // ascending: the same first error everywhere
+    if (speaker(r) != r) continue;  // ascending: the same first error everywhere
     *exchange_bytes += lists[r].size();
     wire::Reader rd(lists[r]);
     auto& entries = of_speaker[r];
@@ -97,7 +100,7 @@ Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_
   // name -> digest -> the ranks holding it, ascending.
   std::map<std::string, std::map<uint64_t, std::vector<int>>> holders;
   for (int r = 0; r < static_cast<int>(hashes.size()); ++r) {
-    for (const auto& [name, digest] : of_speaker[first.at(hashes[r])]) {
+    for (const auto& [name, digest] : of_speaker[speaker(r)]) {
       holders[name][digest].push_back(r);
     }
   }

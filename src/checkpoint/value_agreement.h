@@ -3,7 +3,9 @@
 // lost without a word. Checked inside the save's first exchange by one hash per rank, and only
 // when those differ by a second all-gather of the names and digests of each distinct set. A
 // save on a cached plan hashes only the values more than one rank holds, so values under
-// per-rank names (e.g. "rng.<rank>") need that second all-gather only when the plan changes.
+// per-rank names (e.g. "rng.<rank>") need that second all-gather only when the plan changes
+// (or when ranks hold different sets of shared names, e.g. stage-local values of pipeline
+// stages: then on every save).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,8 @@ uint64_t ValuesHash(const StateDict& sd, const std::vector<std::string>* only = 
 
 // The names of bytes entries more than one rank holds, sorted, from a save's distinct local
 // plans and the ranks holding each: kept with the cached global plan, a later save on that plan
-// hashes only these (values under per-rank names, e.g. "rng.<rank>", then cost nothing).
+// hashes only these (values under per-rank names, e.g. "rng.<rank>", then need no second
+// all-gather, as long as every rank holds the same shared names).
 std::vector<std::string> SharedValueNames(const std::vector<planner::LocalSavePlan>& plans,
                                           const std::vector<std::vector<int>>& holders);
 
