@@ -12,7 +12,8 @@
 - Serialised: engine calls from several Python threads take one lock, in turn.
 - Closed at exit: every async saver and manager is closed by one atexit hook, so that a save in
   flight finishes (or fails, leaving the previous checkpoint) while the interpreter is whole,
-  and the process exits with the script's own status.
+  and the process exits with the script's own status; then hyperdcp's own gloo groups are
+  closed, so that their threads never free tensors during finalization.
 """
 
 import atexit
@@ -51,6 +52,7 @@ def _close_all() -> None:
             import sys
 
             print(f"hyperdcp: closing {type(obj).__name__} at exit: {e}", file=sys.stderr)
+    _comm.close_groups()  # last: the saves closed above used them
 
 
 def _raise_kept(job: Optional[_comm.Job], first: int, engine_error: BaseException) -> None:

@@ -112,6 +112,13 @@ def comm_for(process_group: Any, no_dist: bool) -> Any:
     return comm
 
 
+def close_groups() -> None:
+    """Closes every gloo group hyperdcp created (at exit, once its saves have finished)."""
+    for job in list(_JOBS.values()):
+        for group in list(job._groups):
+            group.close()
+
+
 def job_of(comm: Any) -> Optional[Job]:
     """The Job of a communicator derived from a torch process group; None otherwise."""
     return _JOBS.get(id(comm))

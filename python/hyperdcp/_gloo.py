@@ -139,9 +139,26 @@ class GlooGroup:
 
     def abort(self) -> None:
         try:
-            self._pg.abort()
+            if self._pg is not None:
+                self._pg.abort()
         except Exception:
             pass
+
+    @property
+    def _live(self) -> Any:
+        """The ProcessGroupGloo, unless closed at exit."""
+        if self._pg is None:
+            raise error("UNAVAILABLE", "hyperdcp: the process is exiting: its gloo groups are "
+                        "closed")
+        return self._pg
+
+    def close(self) -> None:
+        """At exit, while the interpreter is whole: the group's threads end now and the tensors
+        they last held are freed with the GIL available. Freed during finalization instead, a
+        thread taking the GIL is ended by Python, which aborts the process (SIGABRT,
+        "terminate called without an active exception"; torch#179291)."""
+        pg, self._pg = self._pg, None
+        del pg
 
     def _missing(self, call: int) -> List[int]:
         store, out = self._job.store, []
@@ -268,7 +285,7 @@ class GlooGroup:
 
         heads = [torch.empty(8 + inline_bytes(self._size), dtype=torch.uint8)
                  for _ in range(self._size)]
-        self._wait(self._pg.allgather([heads], [self._head(data)],
+        self._wait(self._live.allgather([heads], [self._head(data)],
                                       self._opts("AllgatherOptions", timeout_s)), "all_gather", timeout_s)
         return [self._unhead(h) for h in heads]
 
@@ -283,7 +300,7 @@ class GlooGroup:
             if rest <= 0:
                 return [b for _, b in heads]
             out = [torch.empty(rest, dtype=torch.uint8) for _ in range(self._size)]
-            self._wait(self._pg.allgather([out], [self._as_tensor(data, rest, inline)],
+            self._wait(self._live.allgather([out], [self._as_tensor(data, rest, inline)],
                                           self._opts("AllgatherOptions", timeout_s)),
                        "all_gather", timeout_s)
             return [b + self._to_bytes(t, max(0, n - inline)) for (n, b), t in zip(heads, out)]
@@ -303,7 +320,7 @@ class GlooGroup:
                 return [b for _, b in heads] if mine else []
             out = [torch.empty(rest, dtype=torch.uint8) for _ in range(self._size)] \
                 if mine else []
-            self._wait(self._pg.gather([out] if mine else [],
+            self._wait(self._live.gather([out] if mine else [],
                                        [self._as_tensor(data, rest, inline)],
                                        self._opts("GatherOptions", timeout_s, rootRank=root)),
                        "gather", timeout_s)
@@ -317,13 +334,13 @@ class GlooGroup:
         def go() -> bytes:
             inline = inline_bytes(self._size)
             head = self._head(data if self._rank == root else b"")
-            self._wait(self._pg.broadcast(
+            self._wait(self._live.broadcast(
                 [head], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast", timeout_s)
             n, first = self._unhead(head)
             if n <= inline:
                 return first
             buf = self._as_tensor(data if self._rank == root else b"", n - inline, inline)
-            self._wait(self._pg.broadcast(
+            self._wait(self._live.broadcast(
                 [buf], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast", timeout_s)
             return first + self._to_bytes(buf, n - inline)
 
@@ -336,7 +353,7 @@ class GlooGroup:
             if len(view) == 0:  # the same size on every rank: all skip alike
                 return
             buf = torch.frombuffer(view, dtype=torch.uint8)  # the engine's memory, no copy
-            self._wait(self._pg.broadcast(
+            self._wait(self._live.broadcast(
                 [buf], self._opts("BroadcastOptions", timeout_s, rootRank=root)), "broadcast",
                 timeout_s, owned=False)
 
@@ -344,7 +361,7 @@ class GlooGroup:
 
     def barrier(self, timeout_s: float) -> None:
         self._run("barrier", lambda: self._wait(
-            self._pg.barrier(self._opts("BarrierOptions", timeout_s)), "barrier", timeout_s))
+            self._live.barrier(self._opts("BarrierOptions", timeout_s)), "barrier", timeout_s))
 
     def create_group(self, ranks: List[int]) -> Tuple["GlooGroup", int, int]:
         # Members create a group in the same order (the Comm contract), so the n-th creation
