@@ -34,9 +34,9 @@ def _refuse_overwrite(directory: str, overwrite: bool) -> None:
                     "another directory, or pass overwrite=True")
 
 
-def _prepare_save(state_dict: Any, comm: Any, directory: str, overwrite: bool,
-                  use_collectives: bool, allow_pickle: bool) -> Prepared:
-    return prepare_on_every_rank(state_dict, comm, for_load=False, agree=use_collectives,
+def _prepare_save(state_dict: Any, comm: Any, directory: str, overwrite: bool, agree: bool,
+                  allow_pickle: bool) -> Prepared:
+    return prepare_on_every_rank(state_dict, comm, for_load=False, agree=agree,
                                  allow_pickle=allow_pickle,
                                  precheck=lambda: _refuse_overwrite(directory, overwrite))
 
@@ -259,9 +259,7 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
     # prepared here alone; a rank whose preparation fails joins the save in the background
     # with its error, so that its peers' futures fail naming it instead of waiting.
     try:
-        p = prepare_on_every_rank(state_dict, comm, for_load=False, agree=False,
-                                  allow_pickle=allow_pickle,
-                                  precheck=lambda: _refuse_overwrite(directory, overwrite))
+        p = _prepare_save(state_dict, comm, directory, overwrite, False, allow_pickle)
     except BaseException as e:
         try:
             _boundary.call(comm, process_saver().fail, directory, comm, use_collectives,

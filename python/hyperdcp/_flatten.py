@@ -115,8 +115,7 @@ def flatten(state_dict: Mapping, is_tensor_type: Callable[[type], bool],
     seen: Set[int] = set()
 
     def add(obj: Any, path: Path, name: str, kind: str, tensor: bool) -> None:
-        if name in leaves:
-            flat._paths = None  # spelled out with the runs so far, for the message
+        if name in leaves:  # the paths spelled out from the runs so far name the other one
             raise invalid_argument(
                 f"two state dict entries are both named '{name}' (paths {flat.paths[name]!r} "
                 f"and {path!r})")

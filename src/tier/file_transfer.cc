@@ -261,9 +261,9 @@ class Mover {
     if (failed_.ok() && !s.ok()) failed_ = s;
   }
 
-  // Writes `t.file` through `fill(part path)` (which also checks it) and gives it its name. A
-  // sparse copy is marked first (SparseMarkerName), so that no inventory takes it for a copy of the
-  // file.
+  // Writes `t.file` through `fill(part path)` (which also checks it) and gives it its name.
+  // A sparse copy is marked first (SparseMarkerName), so that no inventory takes it for a copy
+  // of the file.
   Status Receive(const Transfer& t, const std::function<Status(const std::string&)>& fill) {
     const std::string path = storage::JoinPath(dirs_.local_dir, t.file);
     const std::string part = path + ".part";
