@@ -158,6 +158,31 @@ def _stored_dtypes_differing(e: DcpError, directory: str, p: Prepared, strip_pre
     return out
 
 
+_waiter_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_waiter_lock = threading.Lock()
+
+
+def _waiters() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that wait for saves to end and complete their futures. A pool, not a
+    thread per save: starting a thread cost async_save's caller about a millisecond. One
+    thread serves saves in turn (they end in call order); more start only while callbacks
+    hold the ones there are. The interpreter waits for them, so for the saves, before exit."""
+    global _waiter_pool
+    with _waiter_lock:
+        if _waiter_pool is None:
+            _waiter_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=64, thread_name_prefix="hyperdcp-save-waiter")
+        return _waiter_pool
+
+
+def _forget_waiters() -> None:  # a forked child has none of the parent's threads
+    global _waiter_pool, _waiter_lock
+    _waiter_pool, _waiter_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_waiters)
+
+
 class SaveFuture(concurrent.futures.Future):
     """An asynchronous save in progress: a concurrent.futures.Future of its SaveResult.
 
@@ -173,8 +198,7 @@ class SaveFuture(concurrent.futures.Future):
         self.staging: _dcp.StagingStats = handle.staging
         self.blocked_seconds = blocked_seconds
         self.set_running_or_notify_cancel()
-        # Not a daemon: the interpreter waits for the save before it exits.
-        threading.Thread(target=self._finish, name="hyperdcp-save-waiter").start()
+        _waiters().submit(self._finish)
 
     def _finish(self) -> None:
         try:

@@ -17,6 +17,8 @@
 """
 
 import atexit
+import os
+import queue
 import threading
 import weakref
 from typing import Any, Callable, Optional, TypeVar
@@ -84,21 +86,47 @@ def call(comm: Any, fn: Callable[..., T], *args: Any) -> T:
         return _call_on_helper(job, first, fn, args)
 
 
+class _Helper:
+    """The one thread that runs engine calls made from the main thread: kept between calls,
+    since starting a thread per call cost the caller a millisecond or two (the thread's
+    start is a handshake through the scheduler and the GIL). Daemon: while the main thread
+    runs, it waits in the queue, so the interpreter's exit finds it idle."""
+
+    def __init__(self) -> None:
+        self.jobs: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="hyperdcp-engine", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, args, box, done = self.jobs.get()
+            try:
+                box["result"] = fn(*args)
+            except BaseException as e:
+                box["error"] = e
+            finally:
+                done.set()
+                del fn, args, box, done  # the caller's objects are not kept until the next call
+
+
+_helper: Optional[_Helper] = None
+
+
+def _forget_helper() -> None:  # a forked child has no thread behind the parent's helper
+    global _helper
+    _helper = None
+
+
+os.register_at_fork(after_in_child=_forget_helper)
+
+
 def _call_on_helper(job: Optional[_comm.Job], first: int, fn: Callable[..., T],
                     args: tuple) -> T:
+    global _helper
+    if _helper is None:
+        _helper = _Helper()
     box: dict = {}
     done = threading.Event()
-
-    def run() -> None:
-        try:
-            box["result"] = fn(*args)
-        except BaseException as e:
-            box["error"] = e
-        finally:
-            done.set()
-
-    helper = threading.Thread(target=run, name="hyperdcp-engine", daemon=True)
-    helper.start()
+    _helper.jobs.put((fn, args, box, done))
     interrupt: Optional[BaseException] = None
     while not done.is_set():
         try:

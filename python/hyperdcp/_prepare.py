@@ -124,6 +124,38 @@ def _tensor_guards() -> Any:
     return _GUARDS
 
 
+_DATA_PTR_FN: Any = _GUARDS_UNTESTED
+
+
+def _data_ptr_fn() -> Optional[int]:
+    """The address of torch's C function from a tensor object to its data pointer (what
+    inductor's generated code reads tensors with), for the engine's one-pass check of a
+    reused preparation; None where this torch lacks it or it does not give what
+    Tensor.data_ptr() does (then that check runs in Python, field by field)."""
+    global _DATA_PTR_FN
+    if _DATA_PTR_FN is not _GUARDS_UNTESTED:
+        return _DATA_PTR_FN
+    _DATA_PTR_FN = None
+    try:
+        from torch._C._dynamo.guards import _torchinductor_pyobject_tensor_data_ptr as fn
+        torch = sys.modules["torch"]
+        if not isinstance(fn, int):
+            return None
+        base = torch.arange(16.0)
+        tensors = [base, base[3:], torch.nn.Parameter(torch.ones(2), requires_grad=False)]
+        sigs = _dcp.TensorSignatures(list(map(type, tensors)), [None] * len(tensors),
+                                     list(map(torch.Tensor.data_ptr, tensors)), int(fn))
+        moved = [base.clone(), tensors[1], tensors[2]]
+        sparse = [torch.eye(4).to_sparse(), tensors[1], tensors[2]]  # no data pointer
+        found = sigs.match(tensors)
+        if (found is not None and all(map(operator.is_, found, tensors)) and
+                sigs.match(moved) is None and sigs.match(sparse) is None):
+            _DATA_PTR_FN = int(fn)
+    except Exception:  # an older or newer torch: the Python check
+        pass
+    return _DATA_PTR_FN
+
+
 def _make_guards(guards: Any, tensors: List[Any]) -> Any:
     # No dynamic dimensions: every size and stride as the tensors have them now.
     return guards(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None)
@@ -136,7 +168,7 @@ class Signatures:
     local tensors' memory and what torch's guards check of them (all were contiguous on the
     CPU); without those guards, their dtypes and shapes, read one by one."""
 
-    __slots__ = ("kinds", "dtensors", "specs", "ptrs", "dtypes", "shapes", "guards")
+    __slots__ = ("kinds", "dtensors", "specs", "ptrs", "dtypes", "shapes", "guards", "native")
 
     def __init__(self, leaves: List[Any], got: List[tuple]) -> None:
         self.kinds = list(map(type, leaves))
@@ -154,9 +186,19 @@ class Signatures:
         self.dtypes = self.shapes = None  # what the guards check, read by hand without them
         if self.guards is None:
             self.dtypes, self.shapes = list(map(_DTYPE, locals_)), list(map(_SHAPE, locals_))
+        # Class, spec, local tensor and memory checked in one pass over the leaves (the
+        # engine's), where torch gives a tensor's data pointer to C code.
+        fn = _data_ptr_fn() if self.guards is not None else None
+        self.native = None
+        if fn is not None:
+            specs = [spec for _, spec in got]
+            self.native = _dcp.TensorSignatures(self.kinds, specs, self.ptrs, fn)
 
     def match(self, leaves: List[Any]) -> Optional[List[Any]]:
         """The local tensors of `leaves` when they match, else None."""
+        if self.native is not None:
+            locals_ = self.native.match(leaves)
+            return locals_ if locals_ is not None and self.guards.check(*locals_) else None
         if len(leaves) != len(self.kinds) or list(map(type, leaves)) != self.kinds:
             return None
         every = len(self.dtensors) == len(leaves)

@@ -9,5 +9,6 @@ void BindCheckpoint(pybind11::module_& m);  // StateDict, save/load, results, as
 void BindComm(pybind11::module_& m);        // Comm handles: local, over a Python group
 void BindMetadata(pybind11::module_& m);    // read_metadata
 void BindManager(pybind11::module_& m);     // CheckpointManager
+void BindReuse(pybind11::module_& m);       // TensorSignatures (a reused preparation's check)
 
 }  // namespace dcp::python

@@ -31,4 +31,5 @@ PYBIND11_MODULE(_dcp, m) {
   dcp::python::BindCheckpoint(m);
   dcp::python::BindMetadata(m);
   dcp::python::BindManager(m);
+  dcp::python::BindReuse(m);
 }

@@ -381,18 +381,22 @@ def test_repeated_calls_reuse_preparation_without_keeping_tensors(tmp_path):
     assert ref() is None
 
 
-@pytest.mark.parametrize("torch_guards", [True, False], ids=["torch-guards", "attributes"])
-def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path, monkeypatch,
-                                                                torch_guards):
+@pytest.mark.parametrize("check", ["native", "torch-guards", "attributes"])
+def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path, monkeypatch, check):
     """Each change that keeps the names (and often the address) must be seen: the engine
-    would otherwise read stale memory or the wrong bytes. Checked with torch's own batched
-    tensor guards (where this torch has them) and with the attribute-by-attribute fallback."""
+    would otherwise read stale memory or the wrong bytes. Checked on each path: the engine's
+    one-pass check with torch's guards (where this torch gives both), the guards after a
+    Python pass, and the attribute-by-attribute fallback."""
     from hyperdcp import _prepare
 
-    if torch_guards:
+    if check != "attributes":
         assert _prepare._tensor_guards() is not None, "this torch's TensorGuards misbehave"
     else:
         monkeypatch.setattr(_prepare, "_GUARDS", None)
+    if check == "native":
+        assert _prepare._data_ptr_fn() is not None, "this torch gives no data pointer to C"
+    else:
+        monkeypatch.setattr(_prepare, "_DATA_PTR_FN", None)
 
     def fresh():
         return torch.arange(16.0).reshape(4, 4)
@@ -436,6 +440,7 @@ def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path, monkeyp
     # the DTensor's global shape): not the same entry either.
     t = fresh()
     sigs = _prepare.Signatures([t], [(t, None)])
+    assert (sigs.native is not None) == (check == "native")
     assert sigs.match([t]) == [t]
     assert sigs.match([torch.nn.Parameter(t, requires_grad=False)]) is None
     # One tensor under two names (tied weights) is reused too.
@@ -513,6 +518,53 @@ sd = {{"w": meta}}
 dcp.load(sd, "{tmp_path}/ck")
 assert isinstance(sd["w"], DTensor) and sd["w"].to_local().device.type == "cpu"
 assert sd["w"].placements == meta.placements and torch.equal(sd["w"].full_tensor(), w)
+print("ok")
+dist.destroy_process_group()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_reused_preparation_notices_a_dtensor_of_another_layout(tmp_path):
+    """The same local tensor under a DTensor of another placement or global shape is another
+    entry: a reused preparation would save it under the old layout. Also a sparse tensor in a
+    dense one's place (it has no data pointer) is prepared anew and refused, never a crash."""
+    code = f"""
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+import hyperdcp as dcp
+from hyperdcp import _prepare
+dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+assert _prepare._data_ptr_fn() is not None
+local = torch.arange(12.0).reshape(3, 4)
+def dtensor(placement, shape):
+    return DTensor.from_local(local, mesh, [placement], run_check=False, shape=shape,
+                              stride=torch.empty(shape, device="meta").stride())
+dcp.save({{"w": dtensor(Shard(0), torch.Size((3, 4))), "b": torch.ones(2)}}, "{tmp_path}/a")
+(cached,) = [c for c in _prepare._CACHE.values() if c.signatures is not None]
+assert cached.signatures.native is not None
+same = dtensor(Shard(0), torch.Size((3, 4)))
+assert cached.signatures.match([same, torch.ones(2)]) is None  # another b: other memory
+b = torch.ones(2)
+_prepare._CACHE.clear()
+dcp.save({{"w": same, "b": b}}, "{tmp_path}/a2")
+(cached,) = [c for c in _prepare._CACHE.values() if c.signatures is not None]
+assert cached.signatures.match([dtensor(Shard(0), torch.Size((3, 4))), b]) is not None
+assert cached.signatures.match([dtensor(Replicate(), torch.Size((3, 4))), b]) is None
+# A global shape this one rank cannot hold: refused, which only a new preparation sees
+# (the reused one would have saved the old shape).
+try:
+    dcp.save({{"w": dtensor(Shard(0), torch.Size((6, 4))), "b": b}}, "{tmp_path}/b")
+    raise AssertionError("saved under the previous layout")
+except dcp.DcpError as e:
+    assert "not one box" in str(e), e
+try:
+    dcp.save({{"w": torch.eye(3).to_sparse(), "b": torch.ones(2)}}, "{tmp_path}/d")
+except dcp.DcpError as e:
+    assert "'w'" in str(e), e
 print("ok")
 dist.destroy_process_group()
 """
