@@ -3,11 +3,53 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 namespace dcp::async {
 namespace {
 
 // Below this many bytes per thread, waking another thread costs more than it saves.
 constexpr uint64_t kMinBytesPerThread = uint64_t{8} << 20;
+
+// A job this large streams its pieces past the caches (below: the caches may keep them).
+constexpr uint64_t kMinStreamedJobBytes = uint64_t{16} << 20;
+// A piece this small is one memcpy (not worth aligning).
+constexpr uint64_t kMinStreamedPieceBytes = 256;
+
+// memcpy with stores that bypass the caches (x86-64's non-temporal stores; elsewhere plain
+// memcpy). Staged bytes are next read by the persisting thread, long after a large copy
+// has left the caches, so a cached store only costs a read of each destination line first
+// and evicts the caller's data. Measured on this project's VM (two processes at once, 161
+// MiB in 3,074 pieces of 52 KiB): memcpy 24-29 ms, streamed 18-20 ms. Callers fence after.
+void StreamCopy(std::byte* dst, const std::byte* src, uint64_t n) {
+#if defined(__x86_64__)
+  const uint64_t head = std::min<uint64_t>(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  for (; n >= 64; n -= 64, dst += 64, src += 64) {
+    const auto* in = reinterpret_cast<const __m128i*>(src);
+    auto* out = reinterpret_cast<__m128i*>(dst);
+    const __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1);
+    const __m128i c = _mm_loadu_si128(in + 2), d = _mm_loadu_si128(in + 3);
+    _mm_stream_si128(out, a);
+    _mm_stream_si128(out + 1, b);
+    _mm_stream_si128(out + 2, c);
+    _mm_stream_si128(out + 3, d);
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
+// Orders the streamed stores before whatever tells another thread that the copy is done.
+void FenceStreamedStores() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
 
 }  // namespace
 
@@ -54,13 +96,19 @@ void CopyThreads::CopyRange(int k, int n) {
   if (lo >= hi) return;
   // The piece holding byte `lo`.
   size_t i = std::upper_bound(starts_.begin(), starts_.end(), lo) - starts_.begin() - 1;
+  const bool stream = total_ >= kMinStreamedJobBytes;
   for (uint64_t pos = lo; pos < hi; ++i) {
     const CopyPiece& p = pieces[i];
     const uint64_t from = pos - starts_[i];
     const uint64_t len = std::min(p.size - from, hi - pos);
-    if (len > 0) std::memcpy(p.dst + from, p.src + from, len);
+    if (stream && len >= kMinStreamedPieceBytes) {
+      StreamCopy(p.dst + from, p.src + from, len);
+    } else if (len > 0) {
+      std::memcpy(p.dst + from, p.src + from, len);
+    }
     pos += len;
   }
+  if (stream) FenceStreamedStores();
 }
 
 void CopyThreads::WorkerLoop(std::stop_token stop, int index) {
