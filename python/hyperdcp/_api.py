@@ -1,6 +1,7 @@
 """save / async_save / load with torch.distributed.checkpoint's signatures, on the engine."""
 
 import concurrent.futures
+import concurrent.futures.thread  # now: it cannot be imported once the interpreter exits
 import math
 import os
 import sys
@@ -163,10 +164,10 @@ _waiter_lock = threading.Lock()
 
 
 def _waiters() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads that wait for saves to end and complete their futures. A pool, not a
-    thread per save: starting a thread cost async_save's caller about a millisecond. One
-    thread serves saves in turn (they end in call order); more start only while callbacks
-    hold the ones there are. The interpreter waits for them, so for the saves, before exit."""
+    """The threads that wait for saves to end and complete their futures: one per save in
+    flight, kept for the saves that follow (starting a thread per save cost async_save's
+    caller about a millisecond); past 64 saves in flight, later ones queue behind. The
+    interpreter waits for them, so for the saves, before it exits."""
     global _waiter_pool
     with _waiter_lock:
         if _waiter_pool is None:
@@ -198,7 +199,13 @@ class SaveFuture(concurrent.futures.Future):
         self.staging: _dcp.StagingStats = handle.staging
         self.blocked_seconds = blocked_seconds
         self.set_running_or_notify_cancel()
-        _waiters().submit(self._finish)
+        try:
+            _waiters().submit(self._finish)
+        except RuntimeError:  # the interpreter is exiting (a save from an atexit hook, ...)
+            try:
+                threading.Thread(target=self._finish, name="hyperdcp-save-waiter").start()
+            except RuntimeError:  # no thread can start any more: the save ends here
+                self._finish()
 
     def _finish(self) -> None:
         try:

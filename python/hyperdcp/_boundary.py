@@ -87,14 +87,21 @@ def call(comm: Any, fn: Callable[..., T], *args: Any) -> T:
 
 
 class _Helper:
-    """The one thread that runs engine calls made from the main thread: kept between calls,
+    """The thread that runs engine calls made from the main thread: kept between calls,
     since starting a thread per call cost the caller a millisecond or two (the thread's
     start is a handshake through the scheduler and the GIL). Daemon: while the main thread
     runs, it waits in the queue, so the interpreter's exit finds it idle."""
 
     def __init__(self) -> None:
         self.jobs: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="hyperdcp-engine", daemon=True).start()
+        self.busy = False  # a job taken and not finished (one the caller left: see usable)
+        self.thread = threading.Thread(target=self._loop, name="hyperdcp-engine", daemon=True)
+        self.thread.start()
+
+    def usable(self) -> bool:
+        """False when a caller left its call (a second interrupt while it told the other
+        ranks) or the thread is gone: the next call gets a helper of its own."""
+        return not self.busy and self.thread.is_alive()
 
     def _loop(self) -> None:
         while True:
@@ -104,6 +111,7 @@ class _Helper:
             except BaseException as e:
                 box["error"] = e
             finally:
+                self.busy = False
                 done.set()
                 del fn, args, box, done  # the caller's objects are not kept until the next call
 
@@ -122,10 +130,18 @@ os.register_at_fork(after_in_child=_forget_helper)
 def _call_on_helper(job: Optional[_comm.Job], first: int, fn: Callable[..., T],
                     args: tuple) -> T:
     global _helper
-    if _helper is None:
-        _helper = _Helper()
+    if _helper is None or not _helper.usable():
+        try:
+            _helper = _Helper()
+        except RuntimeError:  # no thread can start (the interpreter is exiting): here, then
+            _helper = None
+            try:
+                return fn(*args)
+            except DcpError as e:
+                _raise_kept(job, first, e)
     box: dict = {}
     done = threading.Event()
+    _helper.busy = True
     _helper.jobs.put((fn, args, box, done))
     interrupt: Optional[BaseException] = None
     while not done.is_set():

@@ -162,11 +162,11 @@ def _make_guards(guards: Any, tensors: List[Any]) -> Any:
 
 
 class Signatures:
-    """What a reused preparation must find again, by column (one C-level pass per check
-    instead of a Python loop per tensor: a repeated call over thousands of tensors costs
-    about half as much): the leaves' classes, the DTensors' positions and specs, and the
-    local tensors' memory and what torch's guards check of them (all were contiguous on the
-    CPU); without those guards, their dtypes and shapes, read one by one."""
+    """What a reused preparation must find again: the leaves' classes, the DTensors' specs,
+    and the local tensors' memory and what torch's guards check of them (all were contiguous
+    on the CPU); without those guards, their dtypes and shapes, read one by one. Checked in
+    one pass of the engine's (`native`) where torch gives C code a tensor's data pointer,
+    else by column (one C-level map per field instead of a Python loop per tensor)."""
 
     __slots__ = ("kinds", "dtensors", "specs", "ptrs", "dtypes", "shapes", "guards", "native")
 

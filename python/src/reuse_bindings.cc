@@ -49,7 +49,10 @@ class TensorSignatures {
     if (leaves.size() != n) return py::none();
     py::list locals(n);  // NULL items until set: freed safely on an early return
     for (size_t i = 0; i < n; ++i) {
-      PyObject* leaf = PyList_GET_ITEM(leaves.ptr(), i);
+      // Held, and the length checked again: a spec's __eq__ runs Python code.
+      if (static_cast<size_t>(PyList_GET_SIZE(leaves.ptr())) != n) return py::none();
+      const py::object held = leaves[i];
+      PyObject* leaf = held.ptr();
       if (reinterpret_cast<PyObject*>(Py_TYPE(leaf)) != kinds_[i].ptr()) return py::none();
       py::object local;
       if (specs_[i].is_none()) {

@@ -61,6 +61,31 @@ def test_exit_with_saves_in_flight(tmp_path, how, status):
     assert plain["step"] == 2
 
 
+def test_async_saves_while_the_interpreter_exits(tmp_path):
+    """An async save from an atexit hook, and one from a non-daemon thread after the main
+    thread returned (when no waiter pool takes work any more): each completes its future and
+    commits; the process exits 0."""
+    code = f"""
+import atexit, threading, time, torch, hyperdcp as dcp
+def at_exit():
+    f = dcp.async_save({{"w": torch.full((1000,), 3.0)}}, "{tmp_path}/atexit", no_dist=True)
+    print("atexit", f.result(timeout=120) is not None, flush=True)
+atexit.register(at_exit)
+def late():
+    time.sleep(1.0)  # the main thread has returned: the interpreter is shutting down
+    f = dcp.async_save({{"w": torch.full((1000,), 2.0)}}, "{tmp_path}/thread", no_dist=True)
+    print("thread", f.result(timeout=120) is not None, flush=True)
+threading.Thread(target=late).start()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "thread True" in out.stdout and "atexit True" in out.stdout, out.stdout + out.stderr
+    for name, value in (("thread", 2.0), ("atexit", 3.0)):
+        got = dcp.load_all(tmp_path / name)
+        assert torch.equal(got["w"], torch.full((1000,), value)), name
+
+
 def test_import_and_save_without_open_mpi(tmp_path):
     """The core extension links no MPI library, and works where libmpi cannot be loaded."""
     import hyperdcp._dcp as core

@@ -1,5 +1,6 @@
-// Parallel memcpy for staging: a fixed set of std::jthread workers that, with the calling
-// thread, copy one list of (source, destination, size) pieces split into equal byte ranges.
+// Parallel copying for staging: a fixed set of std::jthread workers that, with the calling
+// thread, copy one list of (source, destination, size) pieces split into equal byte ranges;
+// a large job with non-temporal stores (past the caches: see copy_threads.cc).
 #pragma once
 
 #include <condition_variable>
