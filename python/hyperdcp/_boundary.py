@@ -89,29 +89,27 @@ def call(comm: Any, fn: Callable[..., T], *args: Any) -> T:
 class _Helper:
     """The thread that runs engine calls made from the main thread: kept between calls,
     since starting a thread per call cost the caller a millisecond or two (the thread's
-    start is a handshake through the scheduler and the GIL). Daemon: while the main thread
+    start is a handshake through the scheduler and the GIL). Calls queue on it in turn (one
+    made by a signal handler during another waits for it). Daemon: while the main thread
     runs, it waits in the queue, so the interpreter's exit finds it idle."""
 
     def __init__(self) -> None:
-        self.jobs: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
-        self.busy = False  # a job taken and not finished (one the caller left: see usable)
+        self.jobs: "queue.SimpleQueue[Optional[tuple]]" = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._loop, name="hyperdcp-engine", daemon=True)
         self.thread.start()
 
-    def usable(self) -> bool:
-        """False when a caller left its call (a second interrupt while it told the other
-        ranks) or the thread is gone: the next call gets a helper of its own."""
-        return not self.busy and self.thread.is_alive()
-
     def _loop(self) -> None:
         while True:
-            fn, args, box, done = self.jobs.get()
+            job = self.jobs.get()
+            if job is None:  # its caller left a call still running: ends after that call
+                return
+            fn, args, box, done = job
+            del job
             try:
                 box["result"] = fn(*args)
             except BaseException as e:
                 box["error"] = e
             finally:
-                self.busy = False
                 done.set()
                 del fn, args, box, done  # the caller's objects are not kept until the next call
 
@@ -130,7 +128,7 @@ os.register_at_fork(after_in_child=_forget_helper)
 def _call_on_helper(job: Optional[_comm.Job], first: int, fn: Callable[..., T],
                     args: tuple) -> T:
     global _helper
-    if _helper is None or not _helper.usable():
+    if _helper is None or not _helper.thread.is_alive():
         try:
             _helper = _Helper()
         except RuntimeError:  # no thread can start (the interpreter is exiting): here, then
@@ -139,20 +137,28 @@ def _call_on_helper(job: Optional[_comm.Job], first: int, fn: Callable[..., T],
                 return fn(*args)
             except DcpError as e:
                 _raise_kept(job, first, e)
+    helper = _helper
     box: dict = {}
     done = threading.Event()
-    _helper.busy = True
-    _helper.jobs.put((fn, args, box, done))
+    helper.jobs.put((fn, args, box, done))
     interrupt: Optional[BaseException] = None
-    while not done.is_set():
-        try:
-            done.wait(_POLL_S)
-        except BaseException as e:  # KeyboardInterrupt, a signal handler's exception
-            if interrupt is None:
-                interrupt = e
-                if job is not None:
-                    job.fail(_interrupted(job, e), tell_others=True)
-            # Keep waiting: the engine may be using the caller's memory until it returns.
+    try:
+        while not done.is_set():
+            try:
+                done.wait(_POLL_S)
+            except BaseException as e:  # KeyboardInterrupt, a signal handler's exception
+                if interrupt is None:
+                    interrupt = e
+                    if job is not None:
+                        job.fail(_interrupted(job, e), tell_others=True)
+                # Keep waiting: the engine may be using the caller's memory until it returns.
+    finally:
+        if not done.is_set():  # left anyway (a second interrupt while telling the others)
+            if _helper is helper:  # the next call gets a thread of its own
+                _helper = None
+            helper.jobs.put(None)
+            if job is not None and job.failure is None:  # no later call may run beside it
+                job.fail(_interrupted(job, KeyboardInterrupt()), tell_others=False)
     if interrupt is not None:
         raise interrupt
     if "error" in box:

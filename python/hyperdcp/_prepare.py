@@ -214,7 +214,11 @@ class Signatures:
         tensor = sys.modules["torch"].Tensor
         # A nested tensor over the same buffer has no shape or strides (reading them raises,
         # and aborts the guards): told apart first.
-        if list(map(tensor.data_ptr, locals_)) != self.ptrs or any(map(_IS_NESTED, locals_)):
+        try:
+            ptrs = list(map(tensor.data_ptr, locals_))
+        except RuntimeError:  # a tensor without storage (sparse, ...): prepared anew, named
+            return None
+        if ptrs != self.ptrs or any(map(_IS_NESTED, locals_)):
             return None
         if self.guards is not None:
             return locals_ if self.guards.check(*locals_) else None

@@ -66,13 +66,15 @@ def test_async_saves_while_the_interpreter_exits(tmp_path):
     thread returned (when no waiter pool takes work any more): each completes its future and
     commits; the process exits 0."""
     code = f"""
-import atexit, threading, time, torch, hyperdcp as dcp
+import atexit, threading, torch, hyperdcp as dcp
 def at_exit():
     f = dcp.async_save({{"w": torch.full((1000,), 3.0)}}, "{tmp_path}/atexit", no_dist=True)
     print("atexit", f.result(timeout=120) is not None, flush=True)
 atexit.register(at_exit)
 def late():
-    time.sleep(1.0)  # the main thread has returned: the interpreter is shutting down
+    threading.main_thread().join()  # returned, and the interpreter's threading exit ran
+    import concurrent.futures.thread as pool
+    assert pool._shutdown  # no pool takes work any more: the future's fallback is used
     f = dcp.async_save({{"w": torch.full((1000,), 2.0)}}, "{tmp_path}/thread", no_dist=True)
     print("thread", f.result(timeout=120) is not None, flush=True)
 threading.Thread(target=late).start()
@@ -84,6 +86,66 @@ threading.Thread(target=late).start()
     for name, value in (("thread", 2.0), ("atexit", 3.0)):
         got = dcp.load_all(tmp_path / name)
         assert torch.equal(got["w"], torch.full((1000,), value)), name
+
+
+def test_engine_calls_queue_on_one_kept_helper():
+    """A call made by a signal handler while another call runs waits for it (never beside it
+    on the same communicator); a helper whose thread ended is replaced; where no thread can
+    start (the interpreter exiting), calls run on the main thread."""
+    import signal
+    import threading
+    import time
+
+    from hyperdcp import _boundary
+
+    comm = dcp._dcp.local_comm()
+    spans = {}
+
+    def timed(name, seconds):
+        def run():
+            t0 = time.monotonic()
+            time.sleep(seconds)
+            spans[name] = (t0, time.monotonic())
+            return name
+        return run
+
+    def handler(signum, frame):
+        assert _boundary.call(comm, timed("nested", 0.05)) == "nested"
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        assert _boundary.call(comm, timed("outer", 0.6)) == "outer"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert spans["nested"][0] >= spans["outer"][1], spans  # after it, not beside it
+    helper = _boundary._helper
+    helper.jobs.put(None)  # its thread ends
+    helper.thread.join(10)
+    assert _boundary.call(comm, lambda: 7) == 7 and _boundary._helper is not helper
+
+
+def test_without_threads_calls_and_futures_complete_inline(tmp_path, monkeypatch):
+    """Where no thread can start (Python 3.12+ once the interpreter exits), an engine call
+    runs on the calling thread and an async save's future completes before async_save
+    returns."""
+    import threading
+
+    from hyperdcp import _api, _boundary
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(_boundary, "_helper", None)
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    monkeypatch.setattr(_api._waiters(), "submit", refuse)
+    comm = dcp._dcp.local_comm()
+    assert _boundary.call(comm, lambda: threading.current_thread()) is threading.main_thread()
+    f = dcp.async_save({"w": torch.full((1000,), 4.0)}, tmp_path / "ck", no_dist=True)
+    assert f.done() and f.result() is not None
+    monkeypatch.undo()
+    assert torch.equal(dcp.load_all(tmp_path / "ck")["w"], torch.full((1000,), 4.0))
 
 
 def test_import_and_save_without_open_mpi(tmp_path):

@@ -430,6 +430,12 @@ def test_a_reused_preparation_notices_every_change_of_a_tensor(tmp_path, monkeyp
         got = dcp.load_all(tmp_path / f"b{i}")
         assert got["w"].dtype == want.dtype and torch.equal(got["w"], want), what
         assert torch.equal(got["b"], torch.ones(3)) and got["n"] == 1, what
+    # A sparse tensor in a dense one's place (no data pointer): refused naming it.
+    _prepare._CACHE.clear()
+    t = fresh()
+    dcp.save({"w": t, "n": 1}, tmp_path / "s1")
+    with pytest.raises(dcp.DcpError, match="'w'"):
+        dcp.save({"w": t.to_sparse(), "n": 1}, tmp_path / "s2")
     # A conjugate view of the same complex memory reads differently.
     _prepare._CACHE.clear()
     z = torch.complex(torch.arange(4.0), torch.ones(4))

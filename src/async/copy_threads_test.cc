@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -11,9 +13,10 @@ namespace dcp::async {
 namespace {
 
 // Pieces of every size class (empty, under the streamed minimum, odd lengths), each small
-// size at all 16 x 16 source and destination alignments (larger ones at 16 and 1), copied exactly:
-// in a small job (plain memcpy) and in one past the streaming threshold of 16 MiB (non-temporal
-// stores on x86-64), by one thread and by three (the large job: 3 ranges of over 8 MiB each).
+// size at all 16 source and 64 destination alignments (larger ones at 16 and 1), copied
+// exactly: in a small job (plain memcpy) and in one past the streaming threshold of 16 MiB
+// (non-temporal stores on x86-64), by one thread and by three (the large job: 3 ranges of
+// over 8 MiB each).
 TEST(CopyThreads, CopiesEveryByteAtAnyAlignmentStreamedOrNot) {
   const std::vector<uint64_t> sizes = {0, 1, 15, 63, 64, 65, 255, 256, 257, 4095};
   for (const uint64_t filler : {uint64_t{0}, uint64_t{28} << 20}) {  // the second: streamed
@@ -29,13 +32,17 @@ TEST(CopyThreads, CopiesEveryByteAtAnyAlignmentStreamedOrNot) {
     };
     for (const uint64_t size : sizes) {
       for (uint64_t a = 0; a < 16; ++a) {
-        for (uint64_t b = 0; b < 16; ++b) add(size, a, b);
+        for (uint64_t b = 0; b < 64; ++b) add(size, a, b);  // every offset in a cache line
       }
     }
     for (uint64_t a = 0; a < 16; ++a) add(65537, a, 15 - a);  // (the small job stays small)
     add(1000003, 5, 9);
     add(filler, 3, 0);
-    std::vector<std::byte> src(s), dst(d);
+    // The destination from a cache-line boundary, so that its offsets are the alignments.
+    std::vector<std::byte> src(s), dst_memory(d + 64);
+    std::byte* const line = reinterpret_cast<std::byte*>(
+        (reinterpret_cast<uintptr_t>(dst_memory.data()) + 63) / 64 * 64);
+    const std::span<std::byte> dst(line, d);
     for (uint64_t i = 0; i < s; ++i) src[i] = static_cast<std::byte>((i * 131) ^ (i >> 9));
     for (const int threads : {1, 3}) {
       std::fill(dst.begin(), dst.end(), std::byte{0});
