@@ -77,8 +77,9 @@ def call(comm: Any, fn: Callable[..., T], *args: Any) -> T:
         first = len(job.errors) if job is not None else 0
         # MPI may be initialised for calls from the main thread only (MPI_THREAD_FUNNELED):
         # its calls run there, and only its own timeout ends them.
+        # Where no thread can start (the interpreter exiting), here as well.
         on_main = threading.current_thread() is threading.main_thread()
-        if not on_main or getattr(comm, "backend", "") == "mpi":
+        if not on_main or getattr(comm, "backend", "") == "mpi" or not _helper_ready():
             try:
                 return fn(*args)
             except DcpError as e:
@@ -125,18 +126,21 @@ def _forget_helper() -> None:  # a forked child has no thread behind the parent'
 os.register_at_fork(after_in_child=_forget_helper)
 
 
-def _call_on_helper(job: Optional[_comm.Job], first: int, fn: Callable[..., T],
-                    args: tuple) -> T:
+def _helper_ready() -> bool:
+    """Whether the helper runs (started if need be); False where no thread can start."""
     global _helper
     if _helper is None or not _helper.thread.is_alive():
         try:
             _helper = _Helper()
-        except RuntimeError:  # no thread can start (the interpreter is exiting): here, then
+        except RuntimeError:
             _helper = None
-            try:
-                return fn(*args)
-            except DcpError as e:
-                _raise_kept(job, first, e)
+            return False
+    return True
+
+
+def _call_on_helper(job: Optional[_comm.Job], first: int, fn: Callable[..., T],
+                    args: tuple) -> T:
+    global _helper
     helper = _helper
     box: dict = {}
     done = threading.Event()

@@ -91,8 +91,8 @@ _DTYPE, _SHAPE, _IS_CPU, _IS_NESTED = (operator.attrgetter(a)
                                        for a in ("dtype", "shape", "is_cpu", "is_nested"))
 
 
-_GUARDS_UNTESTED = object()
-_GUARDS: Any = _GUARDS_UNTESTED
+_UNTESTED = object()  # a self-tested torch feature not tried yet
+_GUARDS: Any = _UNTESTED
 
 
 def _tensor_guards() -> Any:
@@ -102,7 +102,7 @@ def _tensor_guards() -> Any:
     0.7; None where this torch lacks it or it does not behave as relied on here (then the
     attributes are read one by one)."""
     global _GUARDS
-    if _GUARDS is not _GUARDS_UNTESTED:
+    if _GUARDS is not _UNTESTED:
         return _GUARDS
     _GUARDS = None
     try:
@@ -124,7 +124,7 @@ def _tensor_guards() -> Any:
     return _GUARDS
 
 
-_DATA_PTR_FN: Any = _GUARDS_UNTESTED
+_DATA_PTR_FN: Any = _UNTESTED
 
 
 def _data_ptr_fn() -> Optional[int]:
@@ -133,7 +133,7 @@ def _data_ptr_fn() -> Optional[int]:
     reused preparation; None where this torch lacks it or it does not give what
     Tensor.data_ptr() does (then that check runs in Python, field by field)."""
     global _DATA_PTR_FN
-    if _DATA_PTR_FN is not _GUARDS_UNTESTED:
+    if _DATA_PTR_FN is not _UNTESTED:
         return _DATA_PTR_FN
     _DATA_PTR_FN = None
     try:

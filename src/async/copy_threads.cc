@@ -22,7 +22,7 @@ constexpr uint64_t kMinStreamedPieceBytes = 256;
 // memcpy). Staged bytes are next read by the persisting thread, long after a large copy
 // has left the caches, so a cached store only costs a read of each destination line first
 // and evicts the caller's data. Measured on this project's VM (two processes at once, 161
-// MiB in 3,074 pieces of 52 KiB): memcpy 24-29 ms, streamed 15-21 ms. Callers fence after.
+// MiB in 3,074 pieces of 52 KiB): memcpy 24-29 ms, streamed 18-20 ms. Callers fence after.
 void StreamCopy(std::byte* dst, const std::byte* src, uint64_t n) {
 #if defined(__x86_64__)
   // The head up to a cache line: each group of four stores below then fills one line.
