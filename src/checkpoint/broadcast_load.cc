@@ -1,6 +1,7 @@
 #include "checkpoint/broadcast_load.h"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -64,17 +65,48 @@ class InFlight {
   // WaitOldest, rather than freed under it.
   ~InFlight() {
     for (Op& op : ops_) {
-      new std::vector<std::byte>(std::move(op.staging));
+      (void)op.staging.data.release();
       (void)op.request.release();
     }
   }
 
+  // A staging buffer: `size` bytes in use of `capacity`.
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    uint64_t capacity = 0;
+    uint64_t size = 0;
+    std::span<std::byte> span() const { return {data.get(), size}; }
+  };
+
   struct Op {
     std::unique_ptr<CommRequest> request;
     uint64_t held = 0;                                     // buffer bytes it holds
-    std::vector<std::byte> staging;                        // whole stored chunks
+    Buffer staging;                                        // whole stored chunks
     std::function<void(std::span<const std::byte>)> done;  // run on staging once complete
   };
+
+  // A buffer of `bytes` (reserved just before): a finished operation's when one is large
+  // enough, for a new one would be faulted in page by page (each a zeroed page) for every
+  // broadcast; its bytes are whatever it held.
+  Buffer Take(uint64_t bytes) {
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->capacity >= bytes && (best == free_.end() || it->capacity < best->capacity)) {
+        best = it;
+      }
+    }
+    Buffer b;
+    if (best != free_.end()) {
+      b = std::move(*best);
+      free_.erase(best);
+      free_bytes_ -= b.capacity;
+    } else {
+      b.data = std::make_unique_for_overwrite<std::byte[]>(std::max<uint64_t>(bytes, 1));
+      b.capacity = bytes;
+    }
+    b.size = bytes;
+    return b;
+  }
 
   // Waits for older operations until one more holding `bytes` fits, by count and by memory
   // (one oversized operation may go alone), and counts those bytes as held from now on: called
@@ -101,10 +133,11 @@ class InFlight {
     if (Status s = op.request->Wait(); !s.ok()) {
       // The backend may still write into the staging buffer after a failed wait (MPI
       // cannot cancel a collective): leave it allocated rather than risk a use after free.
-      new std::vector<std::byte>(std::move(op.staging));
+      (void)op.staging.data.release();
       return s;
     }
-    if (op.done) op.done(op.staging);
+    if (op.done) op.done(op.staging.span());
+    Give(std::move(op.staging));
     return OkStatus();
   }
   Status Drain() {
@@ -122,7 +155,28 @@ class InFlight {
   LoadResult* stats_;
   uint64_t held_ = 0;
   std::deque<Op> ops_;
+  // Finished operations' buffers, kept while they and the held ones stay within max_held.
+  std::vector<Buffer> free_;
+  uint64_t free_bytes_ = 0;
+
+  void Give(Buffer b) {
+    if (!b.data || held_ + free_bytes_ + b.capacity > max_held_) return;
+    free_bytes_ += b.capacity;
+    free_.push_back(std::move(b));
+  }
 };
+
+// Where this rank's copy of a broadcast of one shared stored chunk can go straight: its one
+// destination region of it when that is the whole chunk in one run (the destination holds it
+// contiguously, as a row slab of a row-major tensor); null: staged, then scattered.
+std::byte* DirectDestination(const planner::BroadcastOp& op, const std::vector<MyChunk>& mine) {
+  if (op.items.size() != 1) return nullptr;
+  const MyChunk& m = mine[op.items[0]];
+  if (m.targets.size() != 1) return nullptr;
+  const CopyRuns& r = *m.targets[0].runs;
+  if (r.num_runs() != 1 || r.run_bytes() != op.bytes || r.src_offset(0) != 0) return nullptr;
+  return m.targets[0].dst + r.dst_offset(0);
+}
 
 }  // namespace
 
@@ -211,34 +265,42 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     if (op.items.size() > 1) ++stats->batches;
     stats->shared_chunks += op.items.size();
     InFlight::Op posted;
-    posted.held = op.bytes;
-    DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes));
-    DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
-      posted.staging.resize(op.bytes);
-      return OkStatus();
-    }));
-    uint64_t at = 0;
-    for (uint32_t i : op.items) {
-      const planner::SharedChunk& c = plan.chunks[i];
-      if (reader) {
-        read([&] {
-          return reads.ReadWhole(c.tensor, c.stored,
-                                 std::span(posted.staging.data() + at, c.nbytes));
-        });
-      }
-      at += c.nbytes;
-    }
-    posted.done = [&plan, &my_chunks, &op](std::span<const std::byte> staging) {
-      uint64_t off = 0;
+    std::span<std::byte> buf;
+    if (std::byte* dst = DirectDestination(op, my_chunks)) {
+      // Straight from or into this rank's destination: no staging, nothing to scatter.
+      buf = std::span(dst, op.bytes);
+      DCP_RETURN_IF_ERROR(in_flight.Reserve(0));
+      const planner::SharedChunk& c = plan.chunks[op.items[0]];
+      if (reader) read([&] { return reads.ReadWhole(c.tensor, c.stored, buf); });
+    } else {
+      posted.held = op.bytes;
+      DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes));
+      DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
+        posted.staging = in_flight.Take(op.bytes);
+        return OkStatus();
+      }));
+      buf = posted.staging.span();
+      uint64_t at = 0;
       for (uint32_t i : op.items) {
-        const uint64_t n = plan.chunks[i].nbytes;
-        for (const storage::ChunkTarget& t : my_chunks[i].targets) {
-          storage::ScatterFromMemory(t, staging.subspan(off, n));
+        const planner::SharedChunk& c = plan.chunks[i];
+        if (reader) {
+          read([&] { return reads.ReadWhole(c.tensor, c.stored, buf.subspan(at, c.nbytes)); });
         }
-        off += n;
+        at += c.nbytes;
       }
-    };
-    std::span<std::byte> buf(posted.staging);
+      posted.done = [&plan, &my_chunks, &op](std::span<const std::byte> staging) {
+        uint64_t off = 0;
+        for (uint32_t i : op.items) {
+          const uint64_t n = plan.chunks[i].nbytes;
+          for (const storage::ChunkTarget& t : my_chunks[i].targets) {
+            storage::ScatterFromMemory(t, staging.subspan(off, n));
+          }
+          off += n;
+        }
+      };
+    }
+    // After a failed read (the load fails everywhere), a reused buffer's old bytes are not sent.
+    if (reader && !read_failure->ok()) std::memset(buf.data(), 0, buf.size());
     Comm& group = *groups[op.group];
     const int root = root_of(op.group, op.reader);
     DCP_RETURN_IF_ERROR(in_flight.Post(group.IBroadcast(buf, root), std::move(posted)));

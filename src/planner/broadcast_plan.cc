@@ -105,23 +105,41 @@ void ShareStoredChunks(
   for (const auto& [key, per_rank] : uses) {
     for (const auto& [r, c] : per_rank) reads[r] += c;
   }
+  const auto world = static_cast<int>(reads.size());
   for (const auto& [key, per_rank] : uses) {
     const uint64_t nbytes = md.tensors[key.first].chunks[key.second].byte_length;
-    uint64_t separately = 0;
-    for (const auto& [r, c] : per_rank) separately += c;
-    std::vector<int> ranks;
-    for (const auto& [r, c] : per_rank) ranks.push_back(r);
-    if (separately <= nbytes || !SpansHosts(ranks, sharing.host_of_rank)) continue;
-    for (const auto& [r, c] : per_rank) reads[r] -= c;
-    // The least loaded consumer; one that cannot read the file where it is (`readable`) counts
-    // the chunk twice: it must be brought to it first.
     const uint32_t file = md.tensors[key.first].chunks[key.second].file;
-    auto cost = [&](int r) {
-      return reads[r] + (sharing.readable && !(*sharing.readable)[r][file] ? nbytes : 0);
-    };
-    int reader = ranks[0];
+    auto can_read = [&](int r) { return !sharing.readable || (*sharing.readable)[r][file]; };
+    uint64_t separately = 0;
+    std::vector<int> ranks;
+    bool all_can = true;
+    for (const auto& [r, c] : per_rank) {
+      separately += c;
+      ranks.push_back(r);
+      all_can = all_can && can_read(r);
+    }
+    // A consumer that cannot read the file where it is would have it brought first (a memory
+    // tier's restore): when another rank can read it there, that rank sends it instead.
+    bool elsewhere = false;
+    for (int r = 0; r < world && !all_can && !elsewhere; ++r) elsewhere = can_read(r);
+    if (!elsewhere && (separately <= nbytes || !SpansHosts(ranks, sharing.host_of_rank))) continue;
+    for (const auto& [r, c] : per_rank) reads[r] -= c;
+    // The least loaded consumer (ties: the lowest rank); one that cannot read the file where
+    // it is counts the chunk twice (it must be brought to it first). Where a consumer cannot
+    // and some rank can, only ranks that can compete, those needing none of it too (ties: a
+    // consumer): one broadcast from where the file is, rather than a copy brought and read.
+    auto cost = [&](int r) { return reads[r] + (can_read(r) ? 0 : nbytes); };
+    int reader = -1;
     for (int r : ranks) {
-      if (cost(r) < cost(reader)) reader = r;
+      if ((!elsewhere || can_read(r)) && (reader < 0 || cost(r) < cost(reader))) reader = r;
+    }
+    for (int r = 0; r < world && elsewhere; ++r) {
+      if (can_read(r) && !per_rank.count(r) && (reader < 0 || cost(r) < cost(reader))) {
+        reader = r;
+      }
+    }
+    if (!per_rank.count(reader)) {
+      ranks.insert(std::upper_bound(ranks.begin(), ranks.end(), reader), reader);
     }
     reads[reader] += nbytes;
     auto [it, inserted] =
@@ -360,16 +378,45 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     }
     return false;
   };
+  std::optional<StoredChunkFinder> finder;
+  if (sharing.md) finder.emplace(*sharing.md, kIndexMinChunks);
+  // With `readable`: whether a shard none of whose holders can read all its files where they
+  // are, while every file is readable somewhere, is better not shared: its stored chunks then
+  // go from ranks that can read them to all its holders at once (ShareStoredChunks), where a
+  // member would first receive them and then send them on.
+  auto read_elsewhere = [&](const std::pair<uint32_t, Box>& key, const std::vector<int>& classes) {
+    if (!sharing.readable || !finder) return false;
+    const std::vector<uint32_t> files = FilesOf(*sharing.md, *finder, key.first, key.second);
+    auto reads_all = [&](int r) {
+      for (uint32_t f : files) {
+        if (!(*sharing.readable)[r][f]) return false;
+      }
+      return true;
+    };
+    for (int c : classes) {
+      for (int r : holders[c]) {
+        if (reads_all(r)) return false;
+      }
+    }
+    for (uint32_t f : files) {
+      bool somewhere = false;
+      for (int r = 0; r < world_size && !somewhere; ++r) somewhere = (*sharing.readable)[r][f];
+      if (!somewhere) return false;
+    }
+    return true;
+  };
   // Private shards are read by each holder; shared ones once. Their sum over the world is a
   // rank's fair share, which sizes the slabs.
-  std::vector<bool> shared(shards.size());
+  std::vector<bool> shared(shards.size()), elsewhere(shards.size());
   uint64_t total = 0;
   {
     size_t i = 0;
     for (auto& [key, a] : shards) {
       shared[i] = a.broadcastable && spans_hosts(a.classes);
+      elsewhere[i] = shared[i] && read_elsewhere(key, a.classes);
+      shared[i] = shared[i] && !elsewhere[i];
       uint64_t readers = 1;
-      if (!shared[i]) {
+      if (!shared[i] && !elsewhere[i]) {
         readers = 0;
         for (int c : a.classes) readers += holders[c].size();
       }
@@ -381,8 +428,6 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   const uint64_t slab_bytes = sharing.slab_bytes
                                   ? sharing.slab_bytes
                                   : std::max<uint64_t>(fair_share / kSlabsPerShare, kMinSlabBytes);
-  std::optional<StoredChunkFinder> finder;
-  if (sharing.md) finder.emplace(*sharing.md, kIndexMinChunks);
   struct Pending {
     uint64_t nbytes;
     std::pair<uint32_t, Box> key;
@@ -395,6 +440,10 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   std::vector<Pending> pending;
   size_t i = 0;
   for (auto& [key, a] : shards) {
+    if (elsewhere[i]) {
+      ++i;
+      continue;  // read by others (ShareStoredChunks)
+    }
     if (!shared[i++]) {
       // Private to one rank, or read by every holder itself.
       for (int c : a.classes) {

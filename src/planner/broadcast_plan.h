@@ -61,8 +61,8 @@ struct SharedChunk {
   uint32_t tensor = 0;  // metadata tensor
   uint32_t stored = 0;  // stored chunk index within it
   uint64_t nbytes = 0;
-  uint32_t group = 0;  // the consumers
-  int reader = -1;
+  uint32_t group = 0;  // the consumers, and its reader
+  int reader = -1;     // a consumer, or (BroadcastPlanOptions::readable) a rank that can read it
 };
 
 struct BroadcastPlan {
@@ -97,7 +97,12 @@ struct BroadcastPlanOptions {
   // [rank][file of md]: whether the rank can read the file where it is (a memory tier's
   // restore: its host holds a copy); null: every rank reads every file. A shared stored
   // chunk or shard then goes to the member with the least bytes to read, counting what it
-  // cannot read where it is twice (it must be brought to it first).
+  // cannot read where it is twice (it must be brought to it first). A stored chunk that a
+  // rank needs but cannot read where it is, while another rank can, is read by the least
+  // loaded rank that can (a consumer on ties, or a rank that needs none of it) and broadcast
+  // to its consumers (SharedChunk's group then holds that reader too); a shard none of whose
+  // holders can read all its files is not shared, so that its chunks go to all holders at
+  // once. Only what no rank can read where it is must be brought (LoadHooks::before_reads).
   const std::vector<std::vector<bool>>* readable = nullptr;
 };
 

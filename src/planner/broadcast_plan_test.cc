@@ -191,6 +191,61 @@ TEST(PlanBroadcastTest, ASharedShardIsReadByAMemberThatCanReadItsFiles) {
   EXPECT_EQ(p.shards[0].reader, 1);
 }
 
+TEST(PlanBroadcastTest, AChunkNoConsumerCanReadIsSentByARankThatCan) {
+  // tp2 -> tp4 as above; ranks 0 and 1 (one host's) cannot read the file, rank 3 can: it
+  // reads both halves (it needs the second) and sends the first to ranks 0 and 1, which
+  // are no group of it otherwise.
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};
+  const std::vector<std::vector<bool>> readable{{false}, {false}, {false}, {true}};
+  const std::vector<uint64_t> hosts{0, 0, 1, 1};
+  BroadcastPlanOptions o{&md, /*whole_chunk_reads=*/true, &hosts};
+  o.readable = &readable;
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(4), 4, o);
+  EXPECT_TRUE(p.shards.empty());
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].reader, 3);
+  EXPECT_EQ(p.groups[p.chunks[0].group], (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(p.chunks[1].reader, 3);
+  EXPECT_EQ(p.groups[p.chunks[1].group], (std::vector<int>{2, 3}));
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{0, 0, 0, 256}));
+  // A private shard too: rank 0 alone loads the first half, which only rank 1 can read.
+  std::vector<LoadIdentity> one{{{Rows(0, 4)}}, {}};
+  const std::vector<std::vector<bool>> other{{false}, {true}};
+  o.readable = &other;
+  o.host_of_rank = nullptr;
+  p = PlanBroadcast(one, Singletons(2), 2, o);
+  ASSERT_EQ(p.chunks.size(), 1u);
+  EXPECT_EQ(p.chunks[0].reader, 1);
+  EXPECT_EQ(p.groups[p.chunks[0].group], (std::vector<int>{0, 1}));
+  // Nobody can read it: rank 0 reads it (what it reads is brought to it first).
+  const std::vector<std::vector<bool>> none(2, std::vector<bool>{false});
+  o.readable = &none;
+  p = PlanBroadcast(one, Singletons(2), 2, o);
+  EXPECT_TRUE(p.chunks.empty());
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{128, 0}));
+}
+
+TEST(PlanBroadcastTest, AShardNoHolderCanReadGoesFromAReaderToAllHolders) {
+  // Ranks 0 and 1 both load the whole tensor (dp2), neither can read the file; rank 2 (which
+  // loads nothing) can. One hop: rank 2 sends each stored half to both, rather than to one
+  // of them which would then pass it on.
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Rows(0, 8)}}, {{Rows(0, 8)}}, {}};
+  const std::vector<std::vector<bool>> readable{{false}, {false}, {true}};
+  BroadcastPlanOptions o{&md, /*whole_chunk_reads=*/true};
+  o.slab_bytes = 1 << 20;
+  o.readable = &readable;
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(3), 3, o);
+  EXPECT_TRUE(p.shards.empty());
+  ASSERT_EQ(p.chunks.size(), 2u);
+  for (const SharedChunk& c : p.chunks) {
+    EXPECT_EQ(c.reader, 2);
+    EXPECT_EQ(p.groups[c.group], (std::vector<int>{0, 1, 2}));
+  }
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{0, 0, 256}));
+}
+
 TEST(PlanBroadcastTest, ContiguousPartialReadsWithoutChecksumsAreNotShared) {
   const auto md = TwoRowHalves();
   std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};
