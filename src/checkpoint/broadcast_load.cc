@@ -86,12 +86,14 @@ class InFlight {
   };
 
   // A buffer of `bytes` (reserved just before): a finished operation's when one is large
-  // enough, for a new one would be faulted in page by page (each a zeroed page) for every
-  // broadcast; its bytes are whatever it held.
+  // enough and at most twice that, for a new one would be faulted in page by page (each a
+  // zeroed page) for every broadcast; its bytes are whatever it held. Its whole capacity is
+  // held from now on (the operation's `held`); the kept buffers already counted it.
   Buffer Take(uint64_t bytes) {
     auto best = free_.end();
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->capacity >= bytes && (best == free_.end() || it->capacity < best->capacity)) {
+      if (it->capacity >= bytes && it->capacity <= 2 * bytes &&
+          (best == free_.end() || it->capacity < best->capacity)) {
         best = it;
       }
     }
@@ -100,6 +102,7 @@ class InFlight {
       b = std::move(*best);
       free_.erase(best);
       free_bytes_ -= b.capacity;
+      held_ += b.capacity - bytes;
     } else {
       b.data = std::make_unique_for_overwrite<std::byte[]>(std::max<uint64_t>(bytes, 1));
       b.capacity = bytes;
@@ -110,14 +113,27 @@ class InFlight {
 
   // Waits for older operations until one more holding `bytes` fits, by count and by memory
   // (one oversized operation may go alone), and counts those bytes as held from now on: called
-  // before its buffer is allocated, so the peak recorded is what is really held.
+  // before its buffer is allocated, so the peak recorded is what is really held (kept buffers
+  // included; they are freed first when the budget runs short).
   Status Reserve(uint64_t bytes) {
-    while (!ops_.empty() && (held_ + bytes > max_held_ || ops_.size() >= limit_)) {
-      DCP_RETURN_IF_ERROR(WaitOldest());
+    while (true) {
+      if (held_ + free_bytes_ + bytes > max_held_ && !free_.empty()) {
+        ReleaseKept();
+      } else if (!ops_.empty() && (held_ + bytes > max_held_ || ops_.size() >= limit_)) {
+        DCP_RETURN_IF_ERROR(WaitOldest());
+      } else {
+        break;
+      }
     }
     held_ += bytes;
-    stats_->peak_broadcast_buffer_bytes = std::max(stats_->peak_broadcast_buffer_bytes, held_);
+    stats_->peak_broadcast_buffer_bytes =
+        std::max(stats_->peak_broadcast_buffer_bytes, held_ + free_bytes_);
     return OkStatus();
+  }
+  // Frees the kept buffers.
+  void ReleaseKept() {
+    free_.clear();
+    free_bytes_ = 0;
   }
   // Keeps the started operation `request`, whose `op.held` bytes were reserved just before.
   Status Post(Result<std::unique_ptr<CommRequest>> request, Op op) {
@@ -277,6 +293,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
       DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes));
       DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
         posted.staging = in_flight.Take(op.bytes);
+        posted.held = posted.staging.capacity;
         return OkStatus();
       }));
       buf = posted.staging.span();
@@ -307,6 +324,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
   }
   // Every region the shared chunks feed is in place before a shard reader sends.
   DCP_RETURN_IF_ERROR(in_flight.Drain());
+  in_flight.ReleaseKept();
 
   // 2. Shared shards and slabs, straight from and into the destination memory: per group, a
   // few rounds of one all-gather each, where every member sends the slabs it read (the

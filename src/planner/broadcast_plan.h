@@ -102,7 +102,8 @@ struct BroadcastPlanOptions {
   // loaded rank that can (a consumer on ties, or a rank that needs none of it) and broadcast
   // to its consumers (SharedChunk's group then holds that reader too); a shard none of whose
   // holders can read all its files is not shared, so that its chunks go to all holders at
-  // once. Only what no rank can read where it is must be brought (LoadHooks::before_reads).
+  // once. Only what no rank can read where it is, and bytes entries (each rank reads its own),
+  // must be brought (LoadHooks::before_reads).
   const std::vector<std::vector<bool>>* readable = nullptr;
 };
 

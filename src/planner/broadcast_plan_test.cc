@@ -246,6 +246,33 @@ TEST(PlanBroadcastTest, AShardNoHolderCanReadGoesFromAReaderToAllHolders) {
   EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{0, 0, 256}));
 }
 
+TEST(PlanBroadcastTest, AShardEachHolderCanReadPartOfGoesChunkByChunkFromWhereEachIs) {
+  // dp2, the halves in two files; rank 0's host holds the first, rank 1's the second: neither
+  // can read the whole shard, so each sends the half it can read to the other.
+  auto md = TwoRowHalves();
+  md.files.push_back({"g", 1024});
+  md.tensors[0].chunks[1].file = 1;
+  md.tensors[0].chunks[1].byte_offset = 0;
+  std::vector<LoadIdentity> ids{{{Rows(0, 8)}}, {{Rows(0, 8)}}};
+  const std::vector<std::vector<bool>> readable{{true, false}, {false, true}};
+  BroadcastPlanOptions o{&md, /*whole_chunk_reads=*/true};
+  o.slab_bytes = 1 << 20;
+  o.readable = &readable;
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(2), 2, o);
+  EXPECT_TRUE(p.shards.empty());
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].reader, 0);
+  EXPECT_EQ(p.chunks[1].reader, 1);
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{128, 128}));
+  // One holder can read both files: the shard is shared as before, read by it.
+  const std::vector<std::vector<bool>> one{{true, true}, {false, true}};
+  o.readable = &one;
+  p = PlanBroadcast(ids, Singletons(2), 2, o);
+  ASSERT_EQ(p.shards.size(), 1u);
+  EXPECT_EQ(p.shards[0].reader, 0);
+  EXPECT_TRUE(p.chunks.empty());
+}
+
 TEST(PlanBroadcastTest, ContiguousPartialReadsWithoutChecksumsAreNotShared) {
   const auto md = TwoRowHalves();
   std::vector<LoadIdentity> ids{{{Rows(0, 2)}}, {{Rows(2, 2)}}, {{Rows(4, 2)}}, {{Rows(6, 2)}}};

@@ -128,15 +128,16 @@ std::atomic<int> g_caller_buffers_in_flight{0};
 // moving at kSlowLinkBytesPerSecond: a large transfer sleeping between polls advances only at
 // each poll (a restore from memory on 4 ranks of 2 cores took 0.7-0.8 s polled with sleeps
 // after 20 ms, 0.42-0.59 s polled without them), while waits for a peer that is busy elsewhere
-// (most are short of data) still leave the cores to it.
+// (most are short of data) still leave the cores to it; at most 0.25 s more, as a wait may
+// also be for a root still reading what it sends.
 class Poller {
  public:
   static constexpr double kSlowLinkBytesPerSecond = 1e9;
   explicit Poller(uint64_t data_bytes = 0)
-      : yield_for_(std::chrono::milliseconds(20) +
-                   std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                       std::min(static_cast<double>(data_bytes) / kSlowLinkBytesPerSecond, 2.0)))) {
-  }
+      : yield_for_(
+            std::chrono::milliseconds(20) +
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                std::min(static_cast<double>(data_bytes) / kSlowLinkBytesPerSecond, 0.25)))) {}
   void Pause(Clock::time_point deadline) {
     if (Clock::now() - start_ < yield_for_) {
       std::this_thread::yield();
