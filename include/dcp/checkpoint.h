@@ -147,7 +147,10 @@ struct LoadResult {
   int64_t step = -1;
   std::string fell_back;
   // Managers with a memory tier: the step came from the hosts' memory tiers; the data files
-  // that had to reach this rank's host, from a partner host's tier or from durable storage.
+  // copied to this rank's host before the load, from a partner host's tier or from durable
+  // storage (only what its ranks read themselves and no local copy holds: bytes entries, files
+  // no tier holds). Stored chunks read on another host and broadcast to this rank are not
+  // copies: they count in bytes_received.
   bool from_memory = false;
   uint64_t files_from_peers = 0;
   uint64_t files_from_storage = 0;

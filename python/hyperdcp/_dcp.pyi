@@ -65,7 +65,9 @@ class LoadResult:
     step: int  # manager loads: the step loaded
     fell_back: str  # manager loads: why newer steps were passed over
     from_memory: bool  # manager loads with a memory tier: from the hosts' memory
-    files_from_peers: int  # data files that reached this rank's host from a partner's memory
+    files_from_peers: int  # data files copied to this rank's host from a partner's memory
+    # before the load (what its ranks read themselves: bytes entries); chunks read on another
+    # host and broadcast count in bytes_received
     files_from_storage: int  # ... and from the root (files no tier held)
 
 def save(state_dict: StateDict, dir: str, comm: Comm, use_collectives: bool,
