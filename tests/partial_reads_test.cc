@@ -370,5 +370,62 @@ TEST(LoadHooks, ALoadSaysWhichFileItFoundDamaged) {
   }
 }
 
+TEST(LoadHooks, EachStoredChunkIsReadWhereItsFileIsAndSentToTheRanksNeedingIt) {
+  // The memory tier's restore: two ranks saved the row halves of `w`, one data file each. Three
+  // ranks load; ranks 0 and 1 want all of `w`, but rank 0 can read only the first half's file
+  // where it is, rank 1 only the second's; rank 2 wants none of it and can read both. No rank
+  // reads a file it cannot read: the first half comes from rank 2 (the least loaded that can,
+  // though it needs none of it), the second from rank 1, straight into its destination.
+  constexpr int64_t kRows = 64, kCols = 1024;
+  TempDir tmp;
+  std::vector<float> full(kRows * kCols);
+  for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<float>(i);
+  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    const int64_t r = c->rank();
+    sd.add("w", TensorView(full.data() + r * kRows / 2 * kCols, DType::kF32, {kRows / 2, kCols}),
+           Chunk{Shape{kRows, kCols}, Shape{r * kRows / 2, 0}});
+    ASSERT_NO_THROW(save(sd, tmp.path(), {.comm = c}));
+  });
+  const Metadata md = read_metadata(tmp.path());
+  ASSERT_EQ(md.files.size(), 2u);
+  const auto& chunks = md.FindTensor("w")->chunks;
+  ASSERT_EQ(chunks.size(), 2u);
+  const StoredChunk& first = chunks[0].box.offsets[0] == 0 ? chunks[0] : chunks[1];
+  const StoredChunk& second = &first == &chunks[0] ? chunks[1] : chunks[0];
+  std::vector<std::vector<bool>> readable(3, std::vector<bool>(2, false));
+  readable[0][first.file] = readable[1][second.file] = true;
+  readable[2] = {true, true};
+  std::vector<LoadResult> results(3);
+  testing::RunRanks(3, [&](const std::shared_ptr<Comm>& c) {
+    const int me = c->rank();
+    std::vector<float> got(me < 2 ? kRows * kCols : 0, -1.0f);
+    StateDict d;
+    if (me < 2) d.add("w", TensorView(got.data(), DType::kF32, {kRows, kCols}));
+    checkpoint::LoadHooks hooks;
+    hooks.readable = &readable;
+    hooks.before_reads = [&](const std::vector<checkpoint::ReadSpan>& reads) {
+      for (const checkpoint::ReadSpan& r : reads) {
+        if (!readable[me][r.file]) {
+          return FailedPrecondition("rank " + std::to_string(me) + " would read file " +
+                                    std::to_string(r.file) + ", which it cannot read");
+        }
+      }
+      return OkStatus();
+    };
+    auto r = checkpoint::Load(d, tmp.path(), {.comm = c, .broadcast_within_host = true},
+                              storage::PosixFileSystem(), &hooks);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    results[me] = *r;
+    if (me < 2) EXPECT_EQ(got, full) << "rank " << me;
+  });
+  EXPECT_EQ(results[2].bytes_read, first.byte_length);
+  EXPECT_EQ(results[2].bytes_sent, first.byte_length);
+  EXPECT_EQ(results[1].bytes_read, second.byte_length);
+  EXPECT_EQ(results[1].bytes_sent, second.byte_length);
+  EXPECT_EQ(results[0].bytes_read, 0u);
+  EXPECT_EQ(results[0].bytes_received, first.byte_length + second.byte_length);
+}
+
 }  // namespace
 }  // namespace dcp
