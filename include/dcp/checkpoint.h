@@ -123,7 +123,8 @@ struct LoadResult {
   // Read-once broadcast (this rank).
   uint64_t shared_shards = 0;           // destination shards this rank shares with others
   uint64_t shards_read_for_others = 0;  // shared shards this rank read and sent
-  // Stored chunks several ranks needed parts of (resharding): read whole once, broadcast.
+  // Stored chunks several ranks needed parts of (resharding), or that a rank could not read
+  // where it is (a memory tier's restore): read whole once, by one rank, and broadcast.
   uint64_t shared_chunks = 0;
   // Collectives this rank took part in: broadcasts and all-gathers (one each, even where a
   // backend runs an all-gather as several broadcasts).

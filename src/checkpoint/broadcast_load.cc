@@ -261,9 +261,10 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     return static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), reader) - ranks.begin());
   };
 
-  // 1. Shared stored chunks: each read whole by one consumer into a staging buffer and
-  // broadcast; every consumer scatters its regions. The callbacks of posted operations refer
-  // to the schedule until the drain below.
+  // 1. Shared stored chunks: each read whole by one rank (a consumer, or one needing none of
+  // it) and broadcast, into and out of a staging buffer from which every consumer scatters its
+  // regions, or straight between destinations holding a lone chunk as one run. The callbacks
+  // of posted operations refer to the schedule until the drain below.
   const std::vector<planner::BroadcastOp> chunk_ops =
       planner::ScheduleBroadcasts(plan, opts.broadcast_batch_bytes);
   {

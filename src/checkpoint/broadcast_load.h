@@ -1,9 +1,10 @@
 // The shared phase of a load: shared data read once and sent to every rank that needs it
 // (DESIGN.md section 3).
 //
-// First the stored chunks a reshard shares: each read whole by one consumer into a staging
-// buffer and broadcast (small ones together per (group, reader)); every consumer copies its
-// regions out. Then the shared shards and slabs: each group exchanges them in a few rounds
+// First the shared stored chunks (a reshard's, a memory tier restore's): each read whole by one
+// rank into a staging buffer and broadcast (small ones together per (group, reader)); every
+// consumer copies its regions out (a lone chunk a destination holds as one run goes straight
+// into it). Then the shared shards and slabs: each group exchanges them in a few rounds
 // of one all-gather (planner::ScheduleGathers, issued in one global order of (round, group));
 // in each, every member first reads its slabs of the round whole (all their read items,
 // possibly from several files) into its destination, then sends them to all members straight

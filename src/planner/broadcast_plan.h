@@ -55,8 +55,10 @@ struct SharedShard {
 
 // A stored chunk that several ranks would each read (in part) for different destination
 // shards, so that reading it separately would fetch more than its bytes from storage
-// (resharding with checksums on, or column slices of row-major data): one consumer reads it
-// whole and broadcasts it; every consumer copies its regions out of the received copy.
+// (resharding with checksums on, or column slices of row-major data), or that a rank needs but
+// cannot read where it is (BroadcastPlanOptions::readable): one rank reads it whole and
+// broadcasts it -- a consumer, or with `readable` possibly a rank needing none of it -- and
+// every consumer copies its regions out of the received copy.
 struct SharedChunk {
   uint32_t tensor = 0;  // metadata tensor
   uint32_t stored = 0;  // stored chunk index within it
@@ -101,9 +103,9 @@ struct BroadcastPlanOptions {
   // rank needs but cannot read where it is, while another rank can, is read by the least
   // loaded rank that can (a consumer on ties, or a rank that needs none of it) and broadcast
   // to its consumers (SharedChunk's group then holds that reader too); a shard none of whose
-  // holders can read all its files is not shared, so that its chunks go to all holders at
-  // once. Only what no rank can read where it is, and bytes entries (each rank reads its own),
-  // must be brought (LoadHooks::before_reads).
+  // holders can read all its files, while each of them is readable somewhere, is not shared,
+  // so that its chunks go to all holders at once. Only what no rank can read where it is, and
+  // bytes entries (each rank reads its own), must be brought (LoadHooks::before_reads).
   const std::vector<std::vector<bool>>* readable = nullptr;
 };
 

@@ -139,11 +139,13 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     }
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
 
-    // 3. The load, planned so that a stored chunk several ranks need is read on a host that
-    //    holds its file and broadcast. Before any read, each host receives the bytes its ranks
-    //    read from files it lacks (from a partner's memory, or from the root), checked as they
-    //    arrive (a damage is the sender's copy); the load verifies every copy it reads and
-    //    names a damaged one. A damaged copy is passed over: choose again without it.
+    // 3. The load, planned so that every stored chunk is read on a host that holds its file
+    //    (by the least loaded rank that can, when a rank needing it cannot) and broadcast to
+    //    the ranks needing it. Before any read, each host receives only what its ranks still
+    //    read from files it lacks -- bytes entries, files no tier holds (from a partner's
+    //    memory, or from the root) -- checked as they arrive (a damage is the sender's copy);
+    //    the load verifies every copy it reads and names a damaged one. A damaged copy is
+    //    passed over: choose again without it.
     std::vector<std::vector<bool>> readable(comm.size(), std::vector<bool>(md->files.size()));
     for (int r = 0; r < comm.size(); ++r) {
       for (uint32_t f = 0; f < choice->files.size() && f < md->files.size(); ++f) {
