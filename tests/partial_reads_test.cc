@@ -417,7 +417,9 @@ TEST(LoadHooks, EachStoredChunkIsReadWhereItsFileIsAndSentToTheRanksNeedingIt) {
                               storage::PosixFileSystem(), &hooks);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     results[me] = *r;
-    if (me < 2) EXPECT_EQ(got, full) << "rank " << me;
+    if (me < 2) {
+      EXPECT_EQ(got, full) << "rank " << me;
+    }
   });
   EXPECT_EQ(results[2].bytes_read, first.byte_length);
   EXPECT_EQ(results[2].bytes_sent, first.byte_length);

@@ -85,22 +85,15 @@ class InFlight {
     std::function<void(std::span<const std::byte>)> done;  // run on staging once complete
   };
 
-  // A buffer of `bytes` (reserved just before): a finished operation's when one is large
-  // enough and at most twice that, for a new one would be faulted in page by page (each a
-  // zeroed page) for every broadcast; its bytes are whatever it held. Its whole capacity is
-  // held from now on (the operation's `held`); the kept buffers already counted it.
+  // A buffer of `bytes` (reserved just before, `staged`): a kept one when one fits
+  // (Reusable), for a new one would be faulted in page by page (each a zeroed page) for every
+  // broadcast; its bytes are whatever it held. Its whole capacity is held from now on (the
+  // operation's `held`); the kept buffers already counted it.
   Buffer Take(uint64_t bytes) {
-    auto best = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->capacity >= bytes && it->capacity <= 2 * bytes &&
-          (best == free_.end() || it->capacity < best->capacity)) {
-        best = it;
-      }
-    }
     Buffer b;
-    if (best != free_.end()) {
-      b = std::move(*best);
-      free_.erase(best);
+    if (auto kept = Reusable(bytes); kept != free_.end()) {
+      b = std::move(*kept);
+      free_.erase(kept);
       free_bytes_ -= b.capacity;
       held_ += b.capacity - bytes;
     } else {
@@ -114,12 +107,17 @@ class InFlight {
   // Waits for older operations until one more holding `bytes` fits, by count and by memory
   // (one oversized operation may go alone), and counts those bytes as held from now on: called
   // before its buffer is allocated, so the peak recorded is what is really held (kept buffers
-  // included; they are freed first when the budget runs short).
-  Status Reserve(uint64_t bytes) {
+  // included). `staged`: a staging buffer is taken right after (Take); a kept one that fits
+  // moves from kept to held and needs no more room, else the kept ones are freed first when
+  // the budget runs short.
+  Status Reserve(uint64_t bytes, bool staged = false) {
     while (true) {
-      if (held_ + free_bytes_ + bytes > max_held_ && !free_.empty()) {
+      const bool reuse = staged && Reusable(bytes) != free_.end();
+      const uint64_t more = reuse ? 0 : bytes;
+      if (held_ + free_bytes_ + more > max_held_ && !reuse && !free_.empty()) {
         ReleaseKept();
-      } else if (!ops_.empty() && (held_ + bytes > max_held_ || ops_.size() >= limit_)) {
+      } else if (!ops_.empty() &&
+                 (held_ + free_bytes_ + more > max_held_ || ops_.size() >= limit_)) {
         DCP_RETURN_IF_ERROR(WaitOldest());
       } else {
         break;
@@ -174,6 +172,19 @@ class InFlight {
   // Finished operations' buffers, kept while they and the held ones stay within max_held.
   std::vector<Buffer> free_;
   uint64_t free_bytes_ = 0;
+
+  // The kept buffer an operation of `bytes` takes: the smallest of at least that and at most
+  // twice that; free_.end() if none.
+  std::vector<Buffer>::iterator Reusable(uint64_t bytes) {
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->capacity >= bytes && it->capacity <= 2 * bytes &&
+          (best == free_.end() || it->capacity < best->capacity)) {
+        best = it;
+      }
+    }
+    return best;
+  }
 
   void Give(Buffer b) {
     if (!b.data || held_ + free_bytes_ + b.capacity > max_held_) return;
@@ -291,7 +302,7 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
       if (reader) read([&] { return reads.ReadWhole(c.tensor, c.stored, buf); });
     } else {
       posted.held = op.bytes;
-      DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes));
+      DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes, /*staged=*/true));
       DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
         posted.staging = in_flight.Take(op.bytes);
         posted.held = posted.staging.capacity;
