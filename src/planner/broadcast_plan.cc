@@ -336,6 +336,12 @@ std::vector<uint32_t> FilesOf(const metadata::Metadata& md, StoredChunkFinder& f
   return {files.begin(), files.end()};
 }
 
+// Whether rank r can read every file of `files` where it is.
+bool ReadsAll(const std::vector<std::vector<bool>>& readable, int r,
+              const std::vector<uint32_t>& files) {
+  return std::all_of(files.begin(), files.end(), [&](uint32_t f) { return readable[r][f]; });
+}
+
 }  // namespace
 
 BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
@@ -384,18 +390,10 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   // are, while every file is readable somewhere, is better not shared: its stored chunks then
   // go from ranks that can read them to all its holders at once (ShareStoredChunks), where a
   // member would first receive them and then send them on.
-  auto read_elsewhere = [&](const std::pair<uint32_t, Box>& key, const std::vector<int>& classes) {
-    if (!sharing.readable || !finder) return false;
-    const std::vector<uint32_t> files = FilesOf(*sharing.md, *finder, key.first, key.second);
-    auto reads_all = [&](int r) {
-      for (uint32_t f : files) {
-        if (!(*sharing.readable)[r][f]) return false;
-      }
-      return true;
-    };
+  auto read_elsewhere = [&](const std::vector<uint32_t>& files, const std::vector<int>& classes) {
     for (int c : classes) {
       for (int r : holders[c]) {
-        if (reads_all(r)) return false;
+        if (ReadsAll(*sharing.readable, r, files)) return false;
       }
     }
     for (uint32_t f : files) {
@@ -408,12 +406,17 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   // Private shards are read by each holder; shared ones once. Their sum over the world is a
   // rank's fair share, which sizes the slabs.
   std::vector<bool> shared(shards.size()), elsewhere(shards.size());
+  // With `readable`: the files each shard's stored chunks are in.
+  std::vector<std::vector<uint32_t>> files_of(sharing.readable && finder ? shards.size() : 0);
   uint64_t total = 0;
   {
     size_t i = 0;
     for (auto& [key, a] : shards) {
       shared[i] = a.broadcastable && spans_hosts(a.classes);
-      elsewhere[i] = shared[i] && read_elsewhere(key, a.classes);
+      if (!files_of.empty() && shared[i]) {
+        files_of[i] = FilesOf(*sharing.md, *finder, key.first, key.second);
+        elsewhere[i] = read_elsewhere(files_of[i], a.classes);
+      }
       shared[i] = shared[i] && !elsewhere[i];
       uint64_t readers = 1;
       if (!shared[i] && !elsewhere[i]) {
@@ -435,16 +438,14 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     uint32_t group;
     std::vector<Box> slabs;
     uint64_t largest_slab;
-    std::vector<uint32_t> files;  // with `readable`: the files its stored chunks are in
+    const std::vector<uint32_t>* files;  // with `readable`: the files its stored chunks are in
   };
   std::vector<Pending> pending;
   size_t i = 0;
   for (auto& [key, a] : shards) {
-    if (elsewhere[i]) {
-      ++i;
-      continue;  // read by others (ShareStoredChunks)
-    }
-    if (!shared[i++]) {
+    const size_t shard = i++;
+    if (elsewhere[shard]) continue;  // read by others (ShareStoredChunks)
+    if (!shared[shard]) {
       // Private to one rank, or read by every holder itself.
       for (int c : a.classes) {
         for (int r : holders[c]) plan.read_bytes[r] += a.nbytes;
@@ -470,9 +471,7 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
           a.nbytes / static_cast<uint64_t>(key.second.lengths[0]) * static_cast<uint64_t>(rows);
     }
     pending.push_back({a.nbytes, key, &a.classes, it->second, std::move(slabs), largest,
-                       sharing.readable && finder
-                           ? FilesOf(*sharing.md, *finder, key.first, key.second)
-                           : std::vector<uint32_t>()});
+                       files_of.empty() ? nullptr : &files_of[shard]});
   }
 
   // Largest first (by slab: a shard cut fine comes late and fills the gaps, as small shards
@@ -496,15 +495,13 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     // With `readable`: the least loaded member, one that cannot read every file the shard
     // comes from where it is counting the bytes twice (they must be brought to it first).
     std::vector<int> members;
-    if (sharing.readable) {
+    if (p.files) {
       for (int c : *p.classes) members.insert(members.end(), holders[c].begin(), holders[c].end());
       std::sort(members.begin(), members.end());
     }
     auto cheapest = [&](uint64_t nbytes) {
       auto cost = [&](int r) {
-        bool all = true;
-        for (uint32_t f : p.files) all = all && (*sharing.readable)[r][f];
-        return plan.read_bytes[r] + (all ? 0 : nbytes);
+        return plan.read_bytes[r] + (ReadsAll(*sharing.readable, r, *p.files) ? 0 : nbytes);
       };
       int best = members.front();
       uint64_t best_cost = cost(best);
