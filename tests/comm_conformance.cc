@@ -164,6 +164,62 @@ void CheckIAllGatherVScattered(Comm& c) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
+void CheckIScatterVParts(Comm& c) {
+  const int n = c.size();
+  const int root = n - 1;
+  const std::string src = Pattern((size_t{3} << 20) + 101, 5);
+  // Member m's part: bytes of `src` as (offset, length) pieces, overlapping other members'.
+  auto pieces_of = [&](int m) -> std::vector<std::pair<size_t, size_t>> {
+    if (m == 0 && n > 2) return {};                           // an empty part
+    if (m == 1) return {{7, (size_t{1} << 20) + 9}, {3, 2}};  // large, then out of order
+    return {{100u * static_cast<size_t>(m), 5000}, {90000, 17u + static_cast<size_t>(m)}};
+  };
+  std::vector<uint64_t> part_bytes(n, 0);
+  for (int m = 0; m < n; ++m) {
+    for (auto [off, len] : pieces_of(m)) part_bytes[m] += m == root ? 0 : len;
+  }
+  std::string source = c.rank() == root ? src : std::string();
+  std::vector<Comm::Ranges> to;
+  if (c.rank() == root) {
+    for (int m = 0; m < n; ++m) {
+      Comm::Ranges& r = to.emplace_back();
+      for (auto [off, len] : pieces_of(m)) r.push_back(Bytes(source).subspan(off, len));
+    }
+  }
+  // Received into two ranges splitting the part elsewhere than the root's pieces do.
+  std::string got(part_bytes[c.rank()], '\0');
+  const size_t half = got.size() / 2;
+  Comm::Ranges into{Bytes(got).subspan(0, half), Bytes(got).subspan(half)};
+  std::string sentinel(8, 'S');
+  if (c.rank() == root) into = {Bytes(sentinel)};
+  auto req = c.IScatterV(to, into, part_bytes, root);
+  DCP_ASSERT_OK(req.status());
+  const auto poll_until = Clock::now() + 10s;
+  while (Clock::now() < poll_until) {
+    auto done = (*req)->Test();
+    DCP_ASSERT_OK(done.status());
+    if (*done) break;
+    std::this_thread::yield();
+  }
+  DCP_ASSERT_OK((*req)->Wait());
+  if (c.rank() == root) {
+    EXPECT_EQ(sentinel, std::string(8, 'S'));
+    EXPECT_TRUE(source == src);
+  } else {
+    std::string want;
+    for (auto [off, len] : pieces_of(c.rank())) want += src.substr(off, len);
+    EXPECT_TRUE(got == want) << "rank " << c.rank();
+  }
+  // All parts empty: completes all the same.
+  std::vector<Comm::Ranges> none(c.rank() == 0 ? n : 0);
+  auto empty = c.IScatterV(none, {}, std::vector<uint64_t>(n, 0), 0);
+  DCP_ASSERT_OK(empty.status());
+  DCP_ASSERT_OK((*empty)->Wait());
+  // One part size per member is required.
+  auto bad = c.IScatterV(none, {}, {}, 0);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
 void CheckBarrierSeparatesPhases(Comm& c, const std::string& shared_dir) {
   namespace fs = std::filesystem;
   auto mark = [&](int round, int rank) {

@@ -52,6 +52,12 @@ void CheckIBroadcastPipelined(Comm& c);
 // lists is kInvalidArgument.
 void CheckIAllGatherVScattered(Comm& c);
 
+// IScatterV from the last rank of one buffer's scattered, overlapping ranges: each member
+// receives its own part (empty for one member, over Comm::kInPlaceBytes for another) into
+// ranges of other sizes than the root's, polled with Test(); the root's own ranges are not
+// touched; a part list of the wrong length is kInvalidArgument.
+void CheckIScatterVParts(Comm& c);
+
 // Five rounds of: leave a mark in `shared_dir` (a directory every rank sees, e.g. one host's
 // /tmp), Barrier, see every rank's mark of this round and none of the next, Barrier.
 void CheckBarrierSeparatesPhases(Comm& c, const std::string& shared_dir);

@@ -94,6 +94,21 @@ class Comm {
   virtual bool gathers_in_place() const { return false; }
   static constexpr uint64_t kPackBytes = uint64_t{4} << 20;
 
+  // Starts a scatter of scattered memory from `root`: member m receives `part_bytes[m]` bytes
+  // into its ranges `into` (their sizes summing to that), which the root sends from `to[m]`
+  // (root: to.size() == size(), to[root] and its own `into` are not used; the others pass no
+  // `to`). Every member passes the same `part_bytes` (the callers derive it from one shared
+  // plan); a member whose part is empty takes part all the same. Memory rules as IBroadcast.
+  // This backend default broadcasts all parts packed into one buffer, from which each member
+  // copies its own; backends where scatters_parts() is true move each member only its part.
+  virtual Result<std::unique_ptr<CommRequest>> IScatterV(const std::vector<Ranges>& to,
+                                                         const Ranges& into,
+                                                         const std::vector<uint64_t>& part_bytes,
+                                                         int root);
+  // Whether IScatterV moves each member only its part (MPI, threads), so that a root sending
+  // members different parts of one buffer costs the bytes they need, not a broadcast of it.
+  virtual bool scatters_parts() const { return false; }
+
   // A communicator over the ranks `ranks` (sorted, unique, including this rank) of this one.
   // Called by the members only, in the same order as their other calls to CreateGroup; the
   // result's rank() is this rank's index in `ranks` and it starts with this comm's timeout.

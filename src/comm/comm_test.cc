@@ -88,6 +88,8 @@ TEST_P(CommTest, IBroadcastPipelined) { RunRanks(CheckIBroadcastPipelined); }
 
 TEST_P(CommTest, IAllGatherVScattered) { RunRanks(CheckIAllGatherVScattered); }
 
+TEST_P(CommTest, IScatterVParts) { RunRanks(CheckIScatterVParts); }
+
 TEST_P(CommTest, BarrierSeparatesPhases) {
   TempDir marks;
   RunRanks([&](Comm& c) { CheckBarrierSeparatesPhases(c, marks.path()); });

@@ -23,6 +23,40 @@ Status CheckGatherLists(size_t lists, int size) {
                          " lists of ranges for a communicator of " + std::to_string(size));
 }
 
+Result<std::vector<uint64_t>> CheckScatterLists(const std::vector<Comm::Ranges>& to,
+                                                const Comm::Ranges& into,
+                                                const std::vector<uint64_t>& part_bytes, int root,
+                                                int rank, int size) {
+  DCP_RETURN_IF_ERROR(CheckRoot("IScatterV", root, size));
+  auto bytes_of = [](const Comm::Ranges& ranges) {
+    uint64_t n = 0;
+    for (std::span<std::byte> r : ranges) n += r.size();
+    return n;
+  };
+  if (part_bytes.size() != static_cast<size_t>(size)) {
+    return InvalidArgument("IScatterV: " + std::to_string(part_bytes.size()) +
+                           " part sizes for a communicator of " + std::to_string(size));
+  }
+  if (rank == root && to.size() != static_cast<size_t>(size)) {
+    return InvalidArgument("IScatterV: the root has " + std::to_string(to.size()) +
+                           " lists of ranges for a communicator of " + std::to_string(size));
+  }
+  std::vector<uint64_t> offsets(part_bytes.size() + 1, 0);
+  for (int m = 0; m < size; ++m) {
+    const uint64_t n = m == root ? 0 : part_bytes[m];
+    const uint64_t have = rank == root ? (m == root ? 0 : bytes_of(to[m]))
+                          : m == rank  ? bytes_of(into)
+                                       : n;
+    if (have != n) {
+      return InvalidArgument("IScatterV: member " + std::to_string(m) + "'s part is " +
+                             std::to_string(n) + " bytes, but rank " + std::to_string(rank) +
+                             " lists " + std::to_string(have));
+    }
+    offsets[m + 1] = offsets[m] + n;
+  }
+  return offsets;
+}
+
 Status CheckGroupRanks(const std::vector<int>& ranks, int me, int size) {
   bool has_me = false;
   for (size_t i = 0; i < ranks.size(); ++i) {

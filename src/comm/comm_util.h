@@ -25,6 +25,14 @@ Status CheckRoot(std::string_view op, int root, int size);
 // InvalidArgument unless an IAllGatherV has one list of ranges per rank.
 Status CheckGatherLists(size_t lists, int size);
 
+// InvalidArgument unless an IScatterV's lists fit a communicator of `size` with this `root`:
+// one part size per member, one list of ranges per member at the root, and ranges of the
+// member's part size. Returns the bytes before each part in the packed order (size + 1).
+Result<std::vector<uint64_t>> CheckScatterLists(const std::vector<Comm::Ranges>& to,
+                                                const Comm::Ranges& into,
+                                                const std::vector<uint64_t>& part_bytes, int root,
+                                                int rank, int size);
+
 // InvalidArgument unless `ranks` is sorted, unique, within [0, size) and contains `me`.
 Status CheckGroupRanks(const std::vector<int>& ranks, int me, int size);
 

@@ -1,5 +1,6 @@
-// Comm::IAllGatherV's default: the all-gather of scattered memory as broadcasts, one per
-// sender's large range (in place) and one per pack of its small ranges.
+// Comm::IAllGatherV's and Comm::IScatterV's defaults: the all-gather of scattered memory as
+// broadcasts, one per sender's large range (in place) and one per pack of its small ranges;
+// the scatter as one broadcast of all parts packed.
 #include <cstring>
 #include <deque>
 
@@ -15,6 +16,7 @@ class BroadcastsRequest final : public CommRequest {
   struct Pack {
     std::vector<std::byte> buf;
     std::vector<std::span<std::byte>> into;  // receiver: where the packed ranges go
+    uint64_t skip = 0;                       // receiver: packed bytes before the first of them
   };
 
   ~BroadcastsRequest() override {
@@ -57,7 +59,7 @@ class BroadcastsRequest final : public CommRequest {
  private:
   void Finish() {
     for (Pack& p : packs_) {
-      uint64_t off = 0;
+      uint64_t off = p.skip;
       for (std::span<std::byte> r : p.into) {
         if (!r.empty()) std::memcpy(r.data(), p.buf.data() + off, r.size());
         off += r.size();
@@ -108,6 +110,35 @@ Result<std::unique_ptr<CommRequest>> Comm::IAllGatherV(const Ranges& mine,
     }
     DCP_RETURN_IF_ERROR(flush());
   }
+  return std::unique_ptr<CommRequest>(std::move(req));
+}
+
+Result<std::unique_ptr<CommRequest>> Comm::IScatterV(const std::vector<Ranges>& to,
+                                                     const Ranges& into,
+                                                     const std::vector<uint64_t>& part_bytes,
+                                                     int root) {
+  const int me = rank();
+  DCP_ASSIGN_OR_RETURN(const std::vector<uint64_t> offsets,
+                       comm_internal::CheckScatterLists(to, into, part_bytes, root, me, size()));
+  auto req = std::make_unique<BroadcastsRequest>();
+  if (offsets.back() == 0) return std::unique_ptr<CommRequest>(std::move(req));
+  BroadcastsRequest::Pack& pack = req->NewPack();
+  pack.buf.resize(offsets.back());
+  if (me == root) {
+    for (int m = 0; m < size(); ++m) {
+      if (m == root) continue;
+      uint64_t at = offsets[m];
+      for (std::span<std::byte> r : to[m]) {
+        if (!r.empty()) std::memcpy(pack.buf.data() + at, r.data(), r.size());
+        at += r.size();
+      }
+    }
+  } else {
+    pack.into = into;
+    pack.skip = offsets[me];
+  }
+  DCP_ASSIGN_OR_RETURN(auto b, IBroadcast(std::span(pack.buf), root));
+  req->requests.push_back(std::move(b));
   return std::unique_ptr<CommRequest>(std::move(req));
 }
 

@@ -121,6 +121,10 @@ class ThreadCommImpl final : public Comm {
   Status Barrier() override { return Run("Barrier", -1, nullptr, Need::kAll).status(); }
 
   Result<std::unique_ptr<CommRequest>> IBroadcast(std::span<std::byte> buf, int root) override;
+  Result<std::unique_ptr<CommRequest>> IScatterV(const std::vector<Ranges>& to, const Ranges& into,
+                                                 const std::vector<uint64_t>& part_bytes,
+                                                 int root) override;
+  bool scatters_parts() const override { return true; }
 
   Result<std::shared_ptr<Comm>> CreateGroup(const std::vector<int>& ranks) override {
     DCP_RETURN_IF_ERROR(comm_internal::CheckGroupRanks(ranks, rank_, size()));
@@ -184,18 +188,23 @@ class ThreadCommImpl final : public Comm {
   std::map<std::vector<int>, int> creations_;  // CreateGroup calls per member list
 };
 
-// A receiver's pending broadcast; the root's copy was posted when it started, so the root's
-// request is already complete. Holds no lock between calls.
+// A receiver's pending broadcast, or part of a scatter: bytes [skip, skip + its ranges) of the
+// root's `expected` bytes. The root's copy was posted when it started, so the root's request
+// is already complete. Holds no lock between calls.
 class ThreadBroadcastRequest final : public CommRequest {
  public:
   ThreadBroadcastRequest(std::shared_ptr<Group> group, int rank, std::chrono::milliseconds timeout,
-                         uint64_t seq, int root, std::span<std::byte> buf)
+                         uint64_t seq, int root, Comm::Ranges into, uint64_t skip,
+                         uint64_t expected, std::string_view op)
       : group_(std::move(group)),
         rank_(rank),
         timeout_(timeout),
         seq_(seq),
         root_(root),
-        buf_(buf) {}
+        into_(std::move(into)),
+        skip_(skip),
+        expected_(expected),
+        op_(op) {}
   ~ThreadBroadcastRequest() override {
     if (!done_) DepartSlot(*group_, seq_);
   }
@@ -203,12 +212,12 @@ class ThreadBroadcastRequest final : public CommRequest {
   Status Wait() override {
     if (done_) return status_;
     Clock::time_point deadline = Clock::now() + timeout_;
-    return Finish(AwaitSlot(*group_, "IBroadcast", seq_, root_, Need::kRoot, &deadline, timeout_));
+    return Finish(AwaitSlot(*group_, op_, seq_, root_, Need::kRoot, &deadline, timeout_));
   }
 
   Result<bool> Test() override {
     if (!done_) {
-      auto data = AwaitSlot(*group_, "IBroadcast", seq_, root_, Need::kRoot, nullptr, timeout_);
+      auto data = AwaitSlot(*group_, op_, seq_, root_, Need::kRoot, nullptr, timeout_);
       if (data.ok() && data->empty()) return false;
       DCP_RETURN_IF_ERROR(Finish(std::move(data)));
     }
@@ -226,13 +235,17 @@ class ThreadBroadcastRequest final : public CommRequest {
       status_ = data.status();
     } else {
       const std::string& src = *(*data)[root_];
-      if (src.size() != buf_.size()) {
-        status_ =
-            InvalidArgument("IBroadcast buffer sizes differ: root " + std::to_string(root_) +
-                            " sent " + std::to_string(src.size()) + " bytes, rank " +
-                            std::to_string(rank_) + " expects " + std::to_string(buf_.size()));
-      } else if (!src.empty()) {
-        std::memcpy(buf_.data(), src.data(), src.size());
+      if (src.size() != expected_) {
+        status_ = InvalidArgument(std::string(op_) + " buffer sizes differ: root " +
+                                  std::to_string(root_) + " sent " + std::to_string(src.size()) +
+                                  " bytes, rank " + std::to_string(rank_) + " expects " +
+                                  std::to_string(expected_));
+      } else {
+        uint64_t at = skip_;
+        for (std::span<std::byte> r : into_) {
+          if (!r.empty()) std::memcpy(r.data(), src.data() + at, r.size());
+          at += r.size();
+        }
       }
     }
     done_ = true;
@@ -245,7 +258,10 @@ class ThreadBroadcastRequest final : public CommRequest {
   const std::chrono::milliseconds timeout_;
   const uint64_t seq_;
   const int root_;
-  std::span<std::byte> buf_;
+  const Comm::Ranges into_;
+  const uint64_t skip_;
+  const uint64_t expected_;
+  const std::string_view op_;  // a literal
   bool done_ = false;
   Status status_;
 };
@@ -268,8 +284,41 @@ Result<std::unique_ptr<CommRequest>> ThreadCommImpl::IBroadcast(std::span<std::b
     DepartSlot(*group_, *seq);
     return comm_internal::CompletedRequest(OkStatus());
   }
-  return std::unique_ptr<CommRequest>(
-      std::make_unique<ThreadBroadcastRequest>(group_, rank_, timeout(), *seq, root, buf));
+  return std::unique_ptr<CommRequest>(std::make_unique<ThreadBroadcastRequest>(
+      group_, rank_, timeout(), *seq, root, Comm::Ranges{buf}, 0, buf.size(), "IBroadcast"));
+}
+
+// The root posts all parts packed; each member copies only its own out of the root's copy.
+Result<std::unique_ptr<CommRequest>> ThreadCommImpl::IScatterV(
+    const std::vector<Ranges>& to, const Ranges& into, const std::vector<uint64_t>& part_bytes,
+    int root) {
+  DCP_ASSIGN_OR_RETURN(const std::vector<uint64_t> offsets,
+                       comm_internal::CheckScatterLists(to, into, part_bytes, root, rank_, size()));
+  const bool is_root = rank_ == root;
+  Payload mine;
+  if (is_root) {
+    std::string packed(offsets.back(), '\0');
+    for (int m = 0; m < size(); ++m) {
+      if (m == root) continue;
+      uint64_t at = offsets[m];
+      for (std::span<std::byte> r : to[m]) {
+        if (!r.empty()) std::memcpy(packed.data() + at, r.data(), r.size());
+        at += r.size();
+      }
+    }
+    mine = std::make_shared<const std::string>(std::move(packed));
+  }
+  auto seq = Post("IScatterV", root, std::move(mine));
+  if (!seq.ok()) {
+    DepartSlot(*group_, next_seq_ - 1);
+    return seq.status();
+  }
+  if (is_root) {
+    DepartSlot(*group_, *seq);
+    return comm_internal::CompletedRequest(OkStatus());
+  }
+  return std::unique_ptr<CommRequest>(std::make_unique<ThreadBroadcastRequest>(
+      group_, rank_, timeout(), *seq, root, into, offsets[rank_], offsets.back(), "IScatterV"));
 }
 
 }  // namespace

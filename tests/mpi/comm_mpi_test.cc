@@ -92,6 +92,8 @@ TEST_F(CommMpi, IBroadcastPipelined) { CheckIBroadcastPipelined(World()); }
 
 TEST_F(CommMpi, IAllGatherVScattered) { CheckIAllGatherVScattered(World()); }
 
+TEST_F(CommMpi, IScatterVParts) { CheckIScatterVParts(World()); }
+
 // The ranks' marks go to a directory on this host: mpirun runs them all here.
 TEST_F(CommMpi, BarrierSeparatesPhases) {
   std::string dir;
@@ -171,6 +173,7 @@ TEST_F(CommMpi, ChunkedPaths) {
     for (int r = 0; r < n; ++r) EXPECT_TRUE((*got)[r] == Pattern(3000 + 17 * r, r)) << "rank " << r;
   }
   CheckIAllGatherVScattered(*c);  // ranges over 777 bytes in several datatype blocks
+  CheckIScatterVParts(*c);
   const std::string big = Pattern(10000, 9);
   std::string data = c->rank() == 0 ? big : "";
   DCP_ASSERT_OK(c->Broadcast(data, 0));

@@ -49,7 +49,7 @@ Status MpiError(std::string_view op, int rc) {
 // the communicator if it times out, because MPI may still write into the buffers.
 struct OpState {
   std::vector<MPI_Request> reqs;
-  uint64_t data_bytes = 0;  // of the caller's memory it moves (IBroadcast, IAllGatherV)
+  uint64_t data_bytes = 0;  // of the caller's memory it moves (IBroadcast, IAllGatherV, IScatterV)
   uint64_t my_size = 0;
   std::vector<uint64_t> sizes;
   std::string send;
@@ -57,7 +57,8 @@ struct OpState {
   std::vector<int> counts;
   std::vector<int> displs;
   std::vector<int> tokens;
-  // IAllGatherV: per-peer datatypes over the caller's ranges, freed once the operation is.
+  // IAllGatherV, IScatterV: per-peer datatypes over the caller's ranges, freed once the
+  // operation is.
   std::vector<MPI_Datatype> types;
   std::vector<MPI_Datatype> send_types, recv_types;
   std::vector<int> recv_counts;
@@ -307,6 +308,10 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   Result<std::unique_ptr<CommRequest>> IAllGatherV(const Ranges& mine,
                                                    const std::vector<Ranges>& from) override;
   bool gathers_in_place() const override { return true; }
+  Result<std::unique_ptr<CommRequest>> IScatterV(const std::vector<Ranges>& to, const Ranges& into,
+                                                 const std::vector<uint64_t>& part_bytes,
+                                                 int root) override;
+  bool scatters_parts() const override { return true; }
 
   Result<std::shared_ptr<Comm>> CreateGroup(const std::vector<int>& ranks) override {
     DCP_RETURN_IF_ERROR(CheckUsable("CreateGroup"));
@@ -373,6 +378,10 @@ class MpiCommImpl final : public Comm, public std::enable_shared_from_this<MpiCo
   }
 
  private:
+  Result<MPI_Datatype> RangesType(std::string_view op, OpState& st, const Ranges& ranges) const;
+  Result<std::unique_ptr<CommRequest>> PostAllToAllW(std::string_view op,
+                                                     const std::shared_ptr<OpState>& st);
+
   Status CheckUsable(std::string_view op) const {
     if (broken_.empty()) return OkStatus();
     return FailedPrecondition("mpi " + std::string(op) +
@@ -709,42 +718,63 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IBroadcast(std::span<std::byte
   return std::unique_ptr<CommRequest>(std::move(req));
 }
 
+// One hindexed datatype over `ranges`, at absolute addresses (MPI_BOTTOM), in blocks whose
+// lengths fit an int, kept in `st` until the operation is freed; null for no bytes.
+Result<MPI_Datatype> MpiCommImpl::RangesType(std::string_view op, OpState& st,
+                                             const Ranges& ranges) const {
+  std::vector<int> lengths;
+  std::vector<MPI_Aint> addresses;
+  for (std::span<std::byte> r : ranges) {
+    for (uint64_t off = 0; off < r.size(); off += limits_.chunk) {
+      MPI_Aint a = 0;
+      MPI_Get_address(r.data() + off, &a);
+      addresses.push_back(a);
+      lengths.push_back(static_cast<int>(std::min<uint64_t>(limits_.chunk, r.size() - off)));
+    }
+  }
+  if (lengths.empty()) return MPI_DATATYPE_NULL;
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  int rc = MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(),
+                                    addresses.data(), MPI_BYTE, &t);
+  if (rc != MPI_SUCCESS) return MpiError(std::string(op) + " (MPI_Type_create_hindexed)", rc);
+  st.types.push_back(t);
+  rc = MPI_Type_commit(&st.types.back());
+  if (rc != MPI_SUCCESS) return MpiError(std::string(op) + " (MPI_Type_commit)", rc);
+  return st.types.back();
+}
+
+// Posts one MPI_Ialltoallw between the caller's ranges: to peer r st->send_types[r] (where
+// st->counts[r] is 1), from it st->recv_types[r] (where st->recv_counts[r] is 1).
+Result<std::unique_ptr<CommRequest>> MpiCommImpl::PostAllToAllW(
+    std::string_view op, const std::shared_ptr<OpState>& st) {
+  st->displs.assign(size_, 0);  // the datatypes hold absolute addresses
+  // A call from here on (a failure before posted nothing, and peers time out naming this rank).
+  ++calls_;
+  // Counted before posting, as IBroadcast: MPI moves the bytes straight between the caller's
+  // ranges, which must not be freed while it may still write into them.
+  auto req = std::make_unique<MpiBroadcastRequest>(shared_from_this(), st, op);
+  g_caller_buffers_in_flight.fetch_add(1);
+  st->reqs.emplace_back();
+  DCP_RETURN_IF_ERROR(
+      Posted(op, st,
+             MPI_Ialltoallw(MPI_BOTTOM, st->counts.data(), st->displs.data(), st->send_types.data(),
+                            MPI_BOTTOM, st->recv_counts.data(), st->displs.data(),
+                            st->recv_types.data(), comm_, &st->reqs.back())));
+  return std::unique_ptr<CommRequest>(std::move(req));
+}
+
 Result<std::unique_ptr<CommRequest>> MpiCommImpl::IAllGatherV(const Ranges& mine,
                                                               const std::vector<Ranges>& from) {
   DCP_RETURN_IF_ERROR(CheckUsable("IAllGatherV"));
   DCP_RETURN_IF_ERROR(comm_internal::CheckGatherLists(from.size(), size_));
   auto st = std::make_shared<OpState>();
-  // One hindexed datatype per list of ranges, at absolute addresses (MPI_BOTTOM), in blocks
-  // whose lengths fit an int; null for a list with no bytes.
-  auto make_type = [&](const Ranges& ranges) -> Result<MPI_Datatype> {
-    std::vector<int> lengths;
-    std::vector<MPI_Aint> addresses;
-    for (std::span<std::byte> r : ranges) {
-      for (uint64_t off = 0; off < r.size(); off += limits_.chunk) {
-        MPI_Aint a = 0;
-        MPI_Get_address(r.data() + off, &a);
-        addresses.push_back(a);
-        lengths.push_back(static_cast<int>(std::min<uint64_t>(limits_.chunk, r.size() - off)));
-      }
-    }
-    if (lengths.empty()) return MPI_DATATYPE_NULL;
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int rc = MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(),
-                                      addresses.data(), MPI_BYTE, &t);
-    if (rc != MPI_SUCCESS) return MpiError("IAllGatherV (MPI_Type_create_hindexed)", rc);
-    st->types.push_back(t);
-    rc = MPI_Type_commit(&st->types.back());
-    if (rc != MPI_SUCCESS) return MpiError("IAllGatherV (MPI_Type_commit)", rc);
-    return st->types.back();
-  };
-  DCP_ASSIGN_OR_RETURN(MPI_Datatype send, make_type(mine));
+  DCP_ASSIGN_OR_RETURN(MPI_Datatype send, RangesType("IAllGatherV", *st, mine));
   for (std::span<std::byte> r : mine) st->data_bytes += r.size() * static_cast<uint64_t>(size_ - 1);
   for (const Ranges& f : from) {
     for (std::span<std::byte> r : f) st->data_bytes += r.size();
   }
   st->counts.assign(size_, 0);  // send counts
   st->recv_counts.assign(size_, 0);
-  st->displs.assign(size_, 0);  // the datatypes hold absolute addresses
   st->send_types.assign(size_, MPI_BYTE);
   st->recv_types.assign(size_, MPI_BYTE);
   for (int r = 0; r < size_; ++r) {
@@ -753,25 +783,45 @@ Result<std::unique_ptr<CommRequest>> MpiCommImpl::IAllGatherV(const Ranges& mine
       st->counts[r] = 1;
       st->send_types[r] = send;
     }
-    DCP_ASSIGN_OR_RETURN(MPI_Datatype recv, make_type(from[r]));
+    DCP_ASSIGN_OR_RETURN(MPI_Datatype recv, RangesType("IAllGatherV", *st, from[r]));
     if (recv != MPI_DATATYPE_NULL) {
       st->recv_counts[r] = 1;
       st->recv_types[r] = recv;
     }
   }
-  // A call from here on (a failure above posted nothing, and peers time out naming this rank).
-  ++calls_;
-  // Counted before posting, as IBroadcast: MPI moves the bytes straight between the caller's
-  // ranges, which must not be freed while it may still write into them.
-  auto req = std::make_unique<MpiBroadcastRequest>(shared_from_this(), st, "IAllGatherV");
-  g_caller_buffers_in_flight.fetch_add(1);
-  st->reqs.emplace_back();
-  DCP_RETURN_IF_ERROR(
-      Posted("IAllGatherV", st,
-             MPI_Ialltoallw(MPI_BOTTOM, st->counts.data(), st->displs.data(), st->send_types.data(),
-                            MPI_BOTTOM, st->recv_counts.data(), st->displs.data(),
-                            st->recv_types.data(), comm_, &st->reqs.back())));
-  return std::unique_ptr<CommRequest>(std::move(req));
+  return PostAllToAllW("IAllGatherV", st);
+}
+
+Result<std::unique_ptr<CommRequest>> MpiCommImpl::IScatterV(const std::vector<Ranges>& to,
+                                                            const Ranges& into,
+                                                            const std::vector<uint64_t>& part_bytes,
+                                                            int root) {
+  DCP_RETURN_IF_ERROR(CheckUsable("IScatterV"));
+  DCP_ASSIGN_OR_RETURN(const std::vector<uint64_t> offsets,
+                       comm_internal::CheckScatterLists(to, into, part_bytes, root, rank_, size_));
+  auto st = std::make_shared<OpState>();
+  st->data_bytes = rank_ == root ? offsets.back() : part_bytes[rank_];
+  st->counts.assign(size_, 0);
+  st->recv_counts.assign(size_, 0);
+  st->send_types.assign(size_, MPI_BYTE);
+  st->recv_types.assign(size_, MPI_BYTE);
+  if (rank_ == root) {
+    for (int r = 0; r < size_; ++r) {
+      if (r == root) continue;
+      DCP_ASSIGN_OR_RETURN(MPI_Datatype send, RangesType("IScatterV", *st, to[r]));
+      if (send != MPI_DATATYPE_NULL) {
+        st->counts[r] = 1;
+        st->send_types[r] = send;
+      }
+    }
+  } else {
+    DCP_ASSIGN_OR_RETURN(MPI_Datatype recv, RangesType("IScatterV", *st, into));
+    if (recv != MPI_DATATYPE_NULL) {
+      st->recv_counts[root] = 1;
+      st->recv_types[root] = recv;
+    }
+  }
+  return PostAllToAllW("IScatterV", st);
 }
 
 // MPI_Finalize waits for pending operations; after a timeout one may never complete (its peer
