@@ -156,6 +156,43 @@ TEST_F(PartialReads, Tp4InOneProcessReadsEachStoredByteOnce) {
   }
 }
 
+TEST_F(PartialReads, Tp4OnFourRanksEachReceivesOnlyItsPartOfASharedChunk) {
+  // Each rank loads quarter `rank` of every tensor (rows of a.rows and d.small, columns of the
+  // others) from a checkpoint one rank saved: every stored chunk is read once, by one of the
+  // four, which sends each other rank its quarter, straight into its destination (a quarter
+  // of the bytes a broadcast of the chunk would bring it).
+  std::vector<LoadResult> results(4);
+  std::vector<bool> checked(4, false);
+  testing::RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
+    const int k = c->rank();
+    Mem d;
+    for (const Tensor& t : Tensors()) {
+      if (t.fqn == "a.rows" || t.fqn == "d.small") {
+        d.Add(t, Rows(t.shape, k * t.shape[0] / 4, t.shape[0] / 4), false);
+      } else {
+        d.Add(t, Cols(t.shape, k * t.shape[1] / 4, t.shape[1] / 4), false);
+      }
+    }
+    auto r = checkpoint::Load(d.sd, tmp_.path(), {.comm = c, .broadcast_within_host = true},
+                              storage::PosixFileSystem());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    results[k] = *r;
+    checked[k] = d.Check();
+  });
+  uint64_t read = 0, sent = 0, received = 0, shared = 0;
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TRUE(checked[k]) << "rank " << k;
+    read += results[k].bytes_read;
+    sent += results[k].bytes_sent;
+    received += results[k].bytes_received;
+    shared += results[k].shared_chunks;
+  }
+  EXPECT_EQ(shared, 4 * md_.TotalChunks());  // every rank takes part in every chunk
+  EXPECT_EQ(read, TotalBytes());
+  EXPECT_EQ(sent, TotalBytes() / 4 * 3);
+  EXPECT_EQ(received, TotalBytes() / 4 * 3);
+}
+
 TEST_F(PartialReads, ReshardReadsOnlyTheBlocksItNeeds) {
   // Rows [512, 1024) of a.rows are bytes [1.5 MiB, 3 MiB): blocks 1 and 2.
   const Tensor& t = Tensors()[0];

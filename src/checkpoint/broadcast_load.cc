@@ -6,7 +6,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 
+#include "core/check.h"
 #include "core/guarded.h"
 #include "core/wire.h"
 
@@ -193,6 +195,99 @@ class InFlight {
   }
 };
 
+// Copies this rank's regions of `op`'s chunks out of their staging buffer, which holds them
+// one after the other (at least the parts this rank needs). The callback refers to the
+// schedule, which outlives it.
+std::function<void(std::span<const std::byte>)> ScatterEach(const planner::BroadcastPlan& plan,
+                                                            const std::vector<MyChunk>& my_chunks,
+                                                            const planner::BroadcastOp& op) {
+  return [&plan, &my_chunks, &op](std::span<const std::byte> staging) {
+    uint64_t off = 0;
+    for (uint32_t i : op.items) {
+      const uint64_t n = plan.chunks[i].nbytes;
+      for (const storage::ChunkTarget& t : my_chunks[i].targets) {
+        storage::ScatterFromMemory(t, staging.subspan(off, n));
+      }
+      off += n;
+    }
+  };
+}
+
+// The bytes the lists of sorted spans cover together.
+uint64_t UnionBytes(const std::vector<std::vector<planner::ByteSpan>>& lists) {
+  std::vector<planner::ByteSpan> all;
+  for (const auto& l : lists) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end(), [](const planner::ByteSpan& a, const planner::ByteSpan& b) {
+    return a.offset < b.offset;
+  });
+  uint64_t bytes = 0, end = 0;
+  for (const planner::ByteSpan& s : all) {
+    const uint64_t from = std::max(s.offset, end);
+    if (s.offset + s.length > from) bytes += s.offset + s.length - from;
+    end = std::max(end, s.offset + s.length);
+  }
+  return bytes;
+}
+
+// This rank's destination runs of `op`'s chunks in the order of their bytes in the staging
+// buffer (the order a part arrives in), when they tile `part` (sorted, disjoint spans of that
+// buffer) exactly, each byte going to one place: the part can then arrive straight in the
+// destination. Empty when they do not, or the part is empty.
+std::optional<Comm::Ranges> StraightInto(const planner::BroadcastPlan& plan,
+                                         const std::vector<MyChunk>& my_chunks,
+                                         const planner::BroadcastOp& op,
+                                         const std::vector<planner::ByteSpan>& part) {
+  struct Run {
+    uint64_t src;
+    std::byte* dst;
+    uint64_t length;
+  };
+  std::vector<Run> runs;
+  uint64_t at = 0;
+  for (uint32_t i : op.items) {
+    for (const storage::ChunkTarget& t : my_chunks[i].targets) {
+      const CopyRuns& r = *t.runs;
+      for (uint64_t k = 0; k < r.num_runs(); ++k) {
+        runs.push_back({at + r.src_offset(k), t.dst + r.dst_offset(k), r.run_bytes()});
+      }
+    }
+    at += plan.chunks[i].nbytes;
+  }
+  if (part.empty() || runs.empty()) return std::nullopt;
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.src < b.src; });
+  Comm::Ranges out;
+  size_t s = 0;
+  uint64_t pos = part[0].offset;
+  for (const Run& run : runs) {
+    if (s == part.size() || run.src != pos) return std::nullopt;
+    out.emplace_back(run.dst, run.length);
+    pos += run.length;
+    const uint64_t end = part[s].offset + part[s].length;
+    if (pos > end) return std::nullopt;
+    if (pos == end && ++s < part.size()) pos = part[s].offset;
+  }
+  if (s != part.size()) return std::nullopt;
+  return out;
+}
+
+// Whether every byte `m`'s regions copy out of its stored chunk lies in `spans` (sorted,
+// disjoint): what a part sent by Comm::IScatterV brings this rank.
+bool Covers(const std::vector<planner::ByteSpan>& spans, const MyChunk& m) {
+  for (const storage::ChunkTarget& t : m.targets) {
+    const CopyRuns& runs = *t.runs;
+    for (uint64_t i = 0; i < runs.num_runs(); ++i) {
+      const uint64_t begin = runs.src_offset(i), end = begin + runs.run_bytes();
+      auto it =
+          std::upper_bound(spans.begin(), spans.end(), begin,
+                           [](uint64_t o, const planner::ByteSpan& s) { return o < s.offset; });
+      if (it == spans.begin() || std::prev(it)->offset + std::prev(it)->length < end) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 // Where this rank's copy of a broadcast of one shared stored chunk can go straight: its one
 // destination region of it when that is the whole chunk in one run (the destination holds it
 // contiguously, as a row slab of a row-major tensor); null: staged, then scattered.
@@ -252,7 +347,7 @@ planner::GatherLimits GatherLimitsFor(uint64_t smallest_budget, bool in_place) {
           .in_place_bytes = in_place ? 0 : Comm::kInPlaceBytes};
 }
 
-Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
+Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
                       const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
                       const planner::LocalLoadPlan& shared_reads, ChunkReads& reads,
@@ -286,9 +381,90 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
     }
     reads.HintWhole(whole);
   }
+  // Chunks sent as parts: read whole into staging by their reader, which sends each member
+  // only the spans of them it needs; a receiver's arrive at their places in a staging buffer
+  // of the op's size, from which it scatters its regions as from a broadcast copy.
+  auto scatter_parts = [&](const planner::BroadcastOp& op, bool reader, Comm& group,
+                           int root) -> Status {
+    const int members = group.size();
+    const int mine_at = group.rank();
+    std::vector<std::vector<planner::ByteSpan>> spans(members);
+    std::vector<uint64_t> part_bytes(members, 0);
+    uint64_t at = 0;  // of the item in the staging buffer
+    for (uint32_t i : op.items) {
+      const planner::SharedChunk& c = plan.chunks[i];
+      const metadata::TensorMeta& t = md.tensors[c.tensor];
+      for (int m = 0; m < members; ++m) {
+        std::vector<planner::ByteSpan> item_spans =
+            planner::PartSpans(t.dtype, t.chunks[c.stored].box, c.parts[m]);
+        if (m == mine_at && !reader) DCP_CHECK(Covers(item_spans, my_chunks[i]));
+        if (m == root) continue;
+        for (planner::ByteSpan& b : item_spans) {
+          part_bytes[m] += b.length;
+          spans[m].push_back({at + b.offset, b.length});
+        }
+      }
+      at += c.nbytes;
+    }
+    InFlight::Op posted;
+    std::vector<Comm::Ranges> to;
+    Comm::Ranges into;
+    bool staged = true;
+    if (!reader) {
+      stats->bytes_received += part_bytes[mine_at];
+      std::optional<Comm::Ranges> straight = StraightInto(plan, my_chunks, op, spans[mine_at]);
+      if (straight || spans[mine_at].empty()) {
+        // Its part goes where it belongs (or it has none): no staging, nothing to scatter.
+        DCP_RETURN_IF_ERROR(in_flight.Reserve(0));
+        if (straight) into = std::move(*straight);
+        staged = false;
+      }
+    }
+    if (staged) {
+      DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes, /*staged=*/true));
+      DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
+        posted.staging = in_flight.Take(op.bytes);
+        posted.held = posted.staging.capacity;
+        return OkStatus();
+      }));
+      posted.done = ScatterEach(plan, my_chunks, op);
+    }
+    const std::span<std::byte> buf = posted.staging.span();
+    auto ranges_of = [&](const std::vector<planner::ByteSpan>& part) {
+      Comm::Ranges r;
+      for (const planner::ByteSpan& b : part) r.push_back(buf.subspan(b.offset, b.length));
+      return r;
+    };
+    if (reader) {
+      at = 0;
+      for (uint32_t i : op.items) {
+        const planner::SharedChunk& c = plan.chunks[i];
+        read([&] { return reads.ReadWhole(c.tensor, c.stored, buf.subspan(at, c.nbytes)); });
+        at += c.nbytes;
+      }
+      // After a failed read (the load fails everywhere), a reused buffer's old bytes are not sent.
+      if (!read_failure->ok()) std::memset(buf.data(), 0, buf.size());
+      for (int m = 0; m < members; ++m) to.push_back(ranges_of(spans[m]));
+      stats->bytes_sent += UnionBytes(spans);
+    } else if (staged) {
+      into = ranges_of(spans[mine_at]);
+    }
+    if (op.items.size() > 1) ++stats->batches;
+    stats->shared_chunks += op.items.size();
+    return in_flight.Post(group.IScatterV(to, into, part_bytes, root), std::move(posted));
+  };
+
   for (const planner::BroadcastOp& op : chunk_ops) {
     if (!groups[op.group]) continue;  // not a member
     const bool reader = op.reader == me;
+    Comm& group = *groups[op.group];
+    const int root = root_of(op.group, op.reader);
+    if (world.scatters_parts() && std::all_of(op.items.begin(), op.items.end(), [&](uint32_t i) {
+          return !plan.chunks[i].parts.empty();
+        })) {
+      DCP_RETURN_IF_ERROR(scatter_parts(op, reader, group, root));
+      continue;
+    }
     (reader ? stats->bytes_sent : stats->bytes_received) += op.bytes;
     if (op.items.size() > 1) ++stats->batches;
     stats->shared_chunks += op.items.size();
@@ -317,21 +493,10 @@ Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
         }
         at += c.nbytes;
       }
-      posted.done = [&plan, &my_chunks, &op](std::span<const std::byte> staging) {
-        uint64_t off = 0;
-        for (uint32_t i : op.items) {
-          const uint64_t n = plan.chunks[i].nbytes;
-          for (const storage::ChunkTarget& t : my_chunks[i].targets) {
-            storage::ScatterFromMemory(t, staging.subspan(off, n));
-          }
-          off += n;
-        }
-      };
+      posted.done = ScatterEach(plan, my_chunks, op);
     }
     // After a failed read (the load fails everywhere), a reused buffer's old bytes are not sent.
     if (reader && !read_failure->ok()) std::memset(buf.data(), 0, buf.size());
-    Comm& group = *groups[op.group];
-    const int root = root_of(op.group, op.reader);
     DCP_RETURN_IF_ERROR(in_flight.Post(group.IBroadcast(buf, root), std::move(posted)));
   }
   // Every region the shared chunks feed is in place before a shard reader sends.

@@ -4,12 +4,13 @@
 // First the shared stored chunks (a reshard's, a memory tier restore's): each read whole by one
 // rank into a staging buffer and broadcast (small ones together per (group, reader)); every
 // consumer copies its regions out (a lone chunk a destination holds as one run goes straight
-// into it). Then the shared shards and slabs: each group exchanges them in a few rounds
-// of one all-gather (planner::ScheduleGathers, issued in one global order of (round, group));
-// in each, every member first reads its slabs of the round whole (all their read items,
-// possibly from several files) into its destination, then sends them to all members straight
-// from and into destination memory, and goes on reading the next round. At most
-// `max_broadcasts_in_flight` collectives are outstanding.
+// into it). A lone chunk whose consumers each need a part of it (SharedChunk::parts) goes as
+// those parts instead, where the backend sends each member only its own (Comm::IScatterV). Then the
+// shared shards and slabs: each group exchanges them in a few rounds of one all-gather
+// (planner::ScheduleGathers, issued in one global order of (round, group)); in each, every member
+// first reads its slabs of the round whole (all their read items, possibly from several files) into
+// its destination, then sends them to all members straight from and into destination memory, and
+// goes on reading the next round. At most `max_broadcasts_in_flight` collectives are outstanding.
 #pragma once
 
 #include <memory>
@@ -49,13 +50,14 @@ struct MyShard {
   std::vector<uint32_t> read_items;  // indices into the shared-phase reads (reader only)
 };
 
-// Runs the shared phase: shared stored chunks first (each read whole by one consumer and
-// broadcast, every consumer scattering its regions), then shared destination shards and
+// Runs the shared phase: shared stored chunks first (each read whole by one rank and
+// broadcast, or sent as parts where the plan and the backend allow (SharedChunk::parts), every
+// consumer scattering its regions), then shared destination shards and
 // slabs by rounds of all-gathers, each slab filled by its reader from `shared_reads` (read items
 // cut to the slab). A read failure on this rank does not stop the protocol (peers wait on its
 // collectives): it is returned in *read_failure after every collective was posted and
 // completed; the return value is a communication failure, which ends the load at once.
-Status RunSharedPhase(Comm& world, const planner::BroadcastPlan& plan,
+Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::BroadcastPlan& plan,
                       const std::vector<std::shared_ptr<Comm>>& groups,
                       const std::vector<MyChunk>& my_chunks, const std::vector<MyShard>& mine,
                       const planner::LocalLoadPlan& shared_reads, ChunkReads& reads,

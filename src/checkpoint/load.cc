@@ -309,8 +309,8 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   }
   Status read_failure;
   if (broadcast) {
-    DCP_RETURN_IF_ERROR(RunSharedPhase(*comm, bplan, groups, my_chunks, mine, shared_reads, reads,
-                                       opts, smallest_budget, &result, &read_failure));
+    DCP_RETURN_IF_ERROR(RunSharedPhase(*comm, *md, bplan, groups, my_chunks, mine, shared_reads,
+                                       reads, opts, smallest_budget, &result, &read_failure));
   }
   const auto t4 = Clock::now();
   if (read_failure.ok()) {

@@ -81,8 +81,10 @@ void ShareStoredChunks(
     const std::vector<std::pair<std::pair<uint32_t, Box>, std::vector<int>>>& performed,
     std::map<std::vector<int>, uint32_t>& group_of_ranks, BroadcastPlan& plan) {
   const metadata::Metadata& md = *sharing.md;
-  // (tensor, stored chunk) -> rank -> bytes that rank would fetch from it.
+  // (tensor, stored chunk) -> rank -> bytes that rank would fetch from it, and the regions
+  // of it the rank needs.
   std::map<std::pair<uint32_t, uint32_t>, std::map<int, uint64_t>> uses;
+  std::map<std::pair<uint32_t, uint32_t>, std::map<int, std::vector<Box>>> needs;
   StoredChunkFinder finder(md, kIndexMinChunks);
   for (const auto& [key, ranks] : performed) {
     const metadata::TensorMeta& t = md.tensors[key.first];
@@ -93,9 +95,11 @@ void ShareStoredChunks(
       const uint64_t cost =
           ReadCost(md, t, t.chunks[si], key.second, *region, sharing.whole_chunk_reads);
       auto& per_rank = uses[{key.first, si}];
+      auto& regions = needs[{key.first, si}];
       for (int r : ranks) {
         uint64_t& c = per_rank[r];
         c = std::min<uint64_t>(c + cost, t.chunks[si].byte_length);
+        regions[r].push_back(*region);
       }
     }
   }
@@ -142,10 +146,30 @@ void ShareStoredChunks(
       ranks.insert(std::upper_bound(ranks.begin(), ranks.end(), reader), reader);
     }
     reads[reader] += nbytes;
+    // Sent as parts when the others need no more than the chunk's bytes in all (each a part
+    // of it, as a dp checkpoint loaded into tp shards): the reader then sends no more than a
+    // broadcast would, and each member receives only what it needs. In a small group too,
+    // where a broadcast sends each member its copy anyway: a part can then arrive straight in
+    // the destination's rows, which a broadcast copy is first staged and then scattered into.
+    const metadata::TensorMeta& t = md.tensors[key.first];
+    std::vector<std::vector<Box>> parts;
+    uint64_t part_bytes = 0;
+    for (int r : ranks) {
+      auto it = needs[key].find(r);
+      std::vector<Box>& part = parts.emplace_back();
+      if (it == needs[key].end()) continue;
+      part = it->second;
+      std::sort(part.begin(), part.end());
+      if (r == reader) continue;
+      for (const Box& b : part) part_bytes += DTypeBytes(t.dtype, b.NumElements()).value_or(nbytes);
+    }
+    const bool scatter = part_bytes <= nbytes || ranks.size() <= kPartsMaxMembers;
     auto [it, inserted] =
         group_of_ranks.try_emplace(ranks, static_cast<uint32_t>(plan.groups.size()));
     if (inserted) plan.groups.push_back(std::move(ranks));
-    plan.chunks.push_back({key.first, key.second, nbytes, it->second, reader});
+    SharedChunk& shared =
+        plan.chunks.emplace_back(SharedChunk{key.first, key.second, nbytes, it->second, reader});
+    if (scatter) shared.parts = std::move(parts);
   }
   plan.read_bytes = std::move(reads);
 }
@@ -574,6 +598,29 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
   for (SharedShard& s : plan.shards) s.group = renumber[s.group];
   for (SharedChunk& c : plan.chunks) c.group = renumber[c.group];
   return plan;
+}
+
+std::vector<ByteSpan> PartSpans(DType dtype, const Box& chunk, const std::vector<Box>& regions) {
+  std::vector<ByteSpan> spans;
+  for (const Box& region : regions) {
+    auto runs = CopyRuns::Make(dtype, chunk, region, region);
+    if (!runs.ok()) continue;  // not within the chunk: the planner made none such
+    for (uint64_t i = 0; i < runs->num_runs(); ++i) {
+      spans.push_back({runs->src_offset(i), runs->run_bytes()});
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const ByteSpan& a, const ByteSpan& b) { return a.offset < b.offset; });
+  std::vector<ByteSpan> merged;
+  for (const ByteSpan& s : spans) {
+    if (!merged.empty() && s.offset <= merged.back().offset + merged.back().length) {
+      merged.back().length =
+          std::max(merged.back().length, s.offset + s.length - merged.back().offset);
+    } else {
+      merged.push_back(s);
+    }
+  }
+  return merged;
 }
 
 std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t batch_bytes) {

@@ -58,14 +58,32 @@ struct SharedShard {
 // (resharding with checksums on, or column slices of row-major data), or that a rank needs but
 // cannot read where it is (BroadcastPlanOptions::readable): one rank reads it whole and
 // broadcasts it -- a consumer, or with `readable` possibly a rank needing none of it -- and
-// every consumer copies its regions out of the received copy.
+// every consumer copies its regions out of the received copy. When the other members need no
+// more than the chunk's bytes in all, or the group is small (kPartsMaxMembers), `parts` says
+// what each needs, and a backend that can (Comm::scatters_parts) sends each member only its
+// part.
 struct SharedChunk {
   uint32_t tensor = 0;  // metadata tensor
   uint32_t stored = 0;  // stored chunk index within it
   uint64_t nbytes = 0;
   uint32_t group = 0;  // the consumers, and its reader
   int reader = -1;     // a consumer, or (BroadcastPlanOptions::readable) a rank that can read it
+  // Empty, or per member of the group (in its order): the regions of the chunk it needs, in
+  // the tensor's coordinates, sorted (none for a reader needing none of it).
+  std::vector<std::vector<Box>> parts;
 };
+
+// Groups of at most this many members send a shared chunk as parts whatever the members need.
+inline constexpr size_t kPartsMaxMembers = 4;
+
+// A part of a stored chunk as byte spans of it: the row-major runs of `regions` inside `chunk`,
+// sorted, adjacent ones merged. Sender and receiver of a part derive its bytes with this.
+struct ByteSpan {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  friend bool operator==(const ByteSpan&, const ByteSpan&) = default;
+};
+std::vector<ByteSpan> PartSpans(DType dtype, const Box& chunk, const std::vector<Box>& regions);
 
 struct BroadcastPlan {
   std::vector<SharedShard> shards;       // global execution order: (tensor, box, slab)

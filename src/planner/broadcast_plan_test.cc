@@ -294,6 +294,68 @@ TEST(PlanBroadcastTest, ColumnSlicesWithoutChecksumsAreShared) {
   EXPECT_EQ(total, 256u);
 }
 
+TEST(PlanBroadcastTest, ColumnSlicesOfASmallGroupGoAsParts) {
+  // As above: a group of four, each member needing a column quarter of each stored half.
+  const auto md = TwoRowHalves();
+  std::vector<LoadIdentity> ids{{{Cols(0, 2)}}, {{Cols(2, 2)}}, {{Cols(4, 2)}}, {{Cols(6, 2)}}};
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(4), 4, {&md, /*whole_chunk_reads=*/false});
+  ASSERT_EQ(p.chunks.size(), 2u);
+  for (const SharedChunk& c : p.chunks) {
+    ASSERT_EQ(c.parts.size(), 4u);  // one per member, in the group's order
+    const int64_t row = c.stored == 0 ? 0 : 4;
+    for (int64_t m = 0; m < 4; ++m) {
+      EXPECT_EQ(c.parts[m], (std::vector<Box>{Box{{row, 2 * m}, {4, 2}}})) << "member " << m;
+    }
+  }
+}
+
+// A [12, 8] F32 tensor stored whole, with one checksum (as saved by dp).
+metadata::Metadata OneWholeChunk() {
+  metadata::Metadata md;
+  md.files = {{"f", 384}};
+  metadata::TensorMeta t{"w", DType::kF32, {12, 8}, {}};
+  t.chunks.push_back({Box{{0, 0}, {12, 8}}, 0, 0, 384, 0});
+  md.tensors.push_back(t);
+  return md;
+}
+
+TEST(PlanBroadcastTest, AChunkGoesAsPartsWhereTheOthersNeedNoMoreThanItsBytes) {
+  // Six ranks each load two rows (tp6 from dp): each would read the chunk whole to verify
+  // it, so one reads it and the other five need 320 of its 384 bytes: parts.
+  const auto md = OneWholeChunk();
+  std::vector<LoadIdentity> ids;
+  for (int64_t r = 0; r < 6; ++r) ids.push_back({{{0, Box{{2 * r, 0}, {2, 8}}, 64, true}}});
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(6), 6, {&md, /*whole_chunk_reads=*/true});
+  ASSERT_EQ(p.chunks.size(), 1u);
+  const SharedChunk& c = p.chunks[0];
+  EXPECT_EQ(p.groups[c.group], (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  ASSERT_EQ(c.parts.size(), 6u);
+  for (int64_t m = 0; m < 6; ++m) {
+    EXPECT_EQ(c.parts[m], (std::vector<Box>{Box{{2 * m, 0}, {2, 8}}})) << "member " << m;
+  }
+  // Overlapping windows of seven rows instead: the other five need 1,120 bytes, more than a
+  // broadcast of the chunk sends, in a group of more than kPartsMaxMembers.
+  ids.clear();
+  for (int64_t r = 0; r < 6; ++r) ids.push_back({{{0, Box{{r, 0}, {7, 8}}, 224, true}}});
+  p = PlanBroadcast(ids, Singletons(6), 6, {&md, /*whole_chunk_reads=*/true});
+  ASSERT_EQ(p.chunks.size(), 1u);
+  EXPECT_EQ(p.groups[p.chunks[0].group].size(), 6u);
+  EXPECT_TRUE(p.chunks[0].parts.empty());
+}
+
+TEST(PartSpansTest, RowMajorRunsOfTheRegionsInsideTheChunkSortedAndMerged) {
+  const Box chunk{{4, 0}, {4, 8}};  // F32: 32 bytes a row
+  EXPECT_EQ(PartSpans(DType::kF32, chunk, {Box{{5, 0}, {2, 8}}}),
+            (std::vector<ByteSpan>{{32, 64}}));
+  EXPECT_EQ(PartSpans(DType::kF32, chunk, {Box{{4, 2}, {4, 2}}}),
+            (std::vector<ByteSpan>{{8, 8}, {40, 8}, {72, 8}, {104, 8}}));
+  // Given out of order, adjacent and overlapping: one span.
+  EXPECT_EQ(PartSpans(DType::kF32, chunk,
+                      {Box{{6, 0}, {1, 8}}, Box{{4, 0}, {2, 8}}, Box{{5, 4}, {1, 4}}}),
+            (std::vector<ByteSpan>{{0, 96}}));
+  EXPECT_TRUE(PartSpans(DType::kF32, chunk, {}).empty());
+}
+
 TEST(PlanBroadcastTest, IdentityRoundTripAndGarbage) {
   LoadIdentity id{{Shard(3, 2, 5, 40, false), {7, Box{{1, 2}, {3, 4}}, 24, true}}};
   auto back = DecodeLoadIdentity(EncodeLoadIdentity(id));
