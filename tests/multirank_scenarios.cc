@@ -749,7 +749,7 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
     read[broadcast] = Sum(GatherU64(*comm, r.bytes_read));
   }
   // Replicated tensors are read once and broadcast; column slices of row-major tensors
-  // (which every rank would fetch almost whole) are read once and broadcast whole.
+  // (which every rank would fetch almost whole) are read once and sent (whole, or as parts).
   EXPECT_EQ(read[1], model.TotalBytes());
   EXPECT_GT(read[0], read[1]);
   ASSERT_TRUE(comm->Barrier().ok());

@@ -4,8 +4,9 @@
 // First the shared stored chunks (a reshard's, a memory tier restore's): each read whole by one
 // rank into a staging buffer and broadcast (small ones together per (group, reader)); every
 // consumer copies its regions out (a lone chunk a destination holds as one run goes straight
-// into it). A lone chunk whose consumers each need a part of it (SharedChunk::parts) goes as
-// those parts instead, where the backend sends each member only its own (Comm::IScatterV). Then the
+// into it). Chunks whose members each need a part of them (SharedChunk::parts) go as those
+// parts instead, where the backend sends each member only its own (Comm::IScatterV), straight
+// into its destination where its regions tile its part. Then the
 // shared shards and slabs: each group exchanges them in a few rounds of one all-gather
 // (planner::ScheduleGathers, issued in one global order of (round, group)); in each, every member
 // first reads its slabs of the round whole (all their read items, possibly from several files) into

@@ -74,7 +74,7 @@ uint64_t ReadCost(const metadata::Metadata& md, const metadata::TensorMeta& t,
   return runs->src_offset(runs->num_runs() - 1) + runs->run_bytes() - runs->src_offset(0);
 }
 
-// Decides which stored chunks are read once and broadcast whole (see SharedChunk), given
+// Decides which stored chunks are read once and sent, whole or as parts (see SharedChunk), given
 // who performs the reads of every destination shard.
 void ShareStoredChunks(
     const BroadcastPlanOptions& sharing,
@@ -625,8 +625,10 @@ std::vector<ByteSpan> PartSpans(DType dtype, const Box& chunk, const std::vector
 
 std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t batch_bytes) {
   std::vector<BroadcastOp> ops;
-  // (group, reader) -> index of its open batch in `open`; `open` keeps opening order.
-  std::map<std::pair<uint32_t, int>, size_t> open_of;
+  // (group, reader, sent as parts) -> index of its open batch in `open`; `open` keeps opening
+  // order. Chunks sent as parts and chunks broadcast whole are batched apart (a batch goes as
+  // parts only when all of its chunks can).
+  std::map<std::tuple<uint32_t, int, bool>, size_t> open_of;
   std::vector<BroadcastOp> open;
   std::vector<bool> closed;
   for (uint32_t i = 0; i < plan.chunks.size(); ++i) {
@@ -635,7 +637,8 @@ std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t 
       ops.push_back({c.group, c.reader, c.nbytes, {i}});
       continue;
     }
-    auto it = open_of.find({c.group, c.reader});
+    const std::tuple<uint32_t, int, bool> key{c.group, c.reader, !c.parts.empty()};
+    auto it = open_of.find(key);
     if (it != open_of.end() && open[it->second].bytes + c.nbytes > batch_bytes) {
       ops.push_back(std::move(open[it->second]));
       closed[it->second] = true;
@@ -643,7 +646,7 @@ std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t 
       it = open_of.end();
     }
     if (it == open_of.end()) {
-      it = open_of.emplace(std::pair{c.group, c.reader}, open.size()).first;
+      it = open_of.emplace(key, open.size()).first;
       open.push_back({c.group, c.reader, 0, {}});
       closed.push_back(false);
     }

@@ -140,9 +140,9 @@ struct BroadcastOp {
 
 // The broadcasts of `plan`'s shared stored chunks in issue order, which every member of a
 // group follows. A chunk of at least `batch_bytes` (or any chunk when it is 0) goes alone,
-// when reached; smaller ones join the open batch of their (group, reader), which is issued
-// when the next would overflow it; batches still open at the end are issued in the order they
-// were opened.
+// when reached; smaller ones join the open batch of their (group, reader, whether it is sent
+// as parts), which is issued when the next would overflow it; batches still open at the end are
+// issued in the order they were opened.
 std::vector<BroadcastOp> ScheduleBroadcasts(const BroadcastPlan& plan, uint64_t batch_bytes);
 
 // One all-gather of shared shards (Comm::IAllGatherV over the group): every member sends the

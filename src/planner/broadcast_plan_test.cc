@@ -634,6 +634,14 @@ TEST(ScheduleBroadcastsTest, BatchesPerGroupAndReaderInIssueOrder) {
   ops = ScheduleBroadcasts(p, 0);
   ASSERT_EQ(ops.size(), 5u);
   for (uint32_t i = 0; i < ops.size(); ++i) EXPECT_EQ(ops[i].items, (std::vector<uint32_t>{i}));
+  // Chunk 2 sent as parts: it batches apart from the (g0, r0) chunks broadcast whole.
+  p.chunks[2].parts = {{Box{{0}, {1}}}, {Box{{1}, {1}}}};
+  ops = ScheduleBroadcasts(p, 10);
+  ASSERT_EQ(ops.size(), 4u);
+  EXPECT_EQ(ops[0].items, (std::vector<uint32_t>{3}));
+  EXPECT_EQ(ops[1].items, (std::vector<uint32_t>{0, 4}));
+  EXPECT_EQ(ops[2].items, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(ops[3].items, (std::vector<uint32_t>{2}));
 }
 
 // Group 0 {0, 1}: eight 10-byte shards read by 0 and 1 in turn; group 1 {1, 2}: two.
