@@ -1,5 +1,7 @@
 #include "comm/comm_util.h"
 
+#include <cstring>
+
 namespace dcp::comm_internal {
 
 std::string JoinRanks(const std::vector<int>& ranks) {
@@ -55,6 +57,18 @@ Result<std::vector<uint64_t>> CheckScatterLists(const std::vector<Comm::Ranges>&
     offsets[m + 1] = offsets[m] + n;
   }
   return offsets;
+}
+
+void PackParts(const std::vector<Comm::Ranges>& to, const std::vector<uint64_t>& offsets, int root,
+               std::byte* packed) {
+  for (size_t m = 0; m < to.size(); ++m) {
+    if (static_cast<int>(m) == root) continue;
+    uint64_t at = offsets[m];
+    for (std::span<std::byte> r : to[m]) {
+      if (!r.empty()) std::memcpy(packed + at, r.data(), r.size());
+      at += r.size();
+    }
+  }
 }
 
 Status CheckGroupRanks(const std::vector<int>& ranks, int me, int size) {

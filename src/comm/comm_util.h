@@ -33,6 +33,11 @@ Result<std::vector<uint64_t>> CheckScatterLists(const std::vector<Comm::Ranges>&
                                                 const std::vector<uint64_t>& part_bytes, int root,
                                                 int rank, int size);
 
+// The root of an IScatterV packs every other member's part at its offset (CheckScatterLists)
+// into `packed`.
+void PackParts(const std::vector<Comm::Ranges>& to, const std::vector<uint64_t>& offsets, int root,
+               std::byte* packed);
+
 // InvalidArgument unless `ranks` is sorted, unique, within [0, size) and contains `me`.
 Status CheckGroupRanks(const std::vector<int>& ranks, int me, int size);
 

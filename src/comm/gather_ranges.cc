@@ -125,14 +125,7 @@ Result<std::unique_ptr<CommRequest>> Comm::IScatterV(const std::vector<Ranges>& 
   BroadcastsRequest::Pack& pack = req->NewPack();
   pack.buf.resize(offsets.back());
   if (me == root) {
-    for (int m = 0; m < size(); ++m) {
-      if (m == root) continue;
-      uint64_t at = offsets[m];
-      for (std::span<std::byte> r : to[m]) {
-        if (!r.empty()) std::memcpy(pack.buf.data() + at, r.data(), r.size());
-        at += r.size();
-      }
-    }
+    comm_internal::PackParts(to, offsets, root, pack.buf.data());
   } else {
     pack.into = into;
     pack.skip = offsets[me];

@@ -125,6 +125,10 @@ class ThreadCommImpl final : public Comm {
                                                  const std::vector<uint64_t>& part_bytes,
                                                  int root) override;
   bool scatters_parts() const override { return true; }
+  // `op` is a literal: requests keep it.
+  Result<std::unique_ptr<CommRequest>> PostFromRoot(std::string_view op, int root, Payload mine,
+                                                    const Ranges& into, uint64_t skip,
+                                                    uint64_t expected);
 
   Result<std::shared_ptr<Comm>> CreateGroup(const std::vector<int>& ranks) override {
     DCP_RETURN_IF_ERROR(comm_internal::CheckGroupRanks(ranks, rank_, size()));
@@ -275,17 +279,7 @@ Result<std::unique_ptr<CommRequest>> ThreadCommImpl::IBroadcast(std::span<std::b
     mine =
         std::make_shared<const std::string>(reinterpret_cast<const char*>(buf.data()), buf.size());
   }
-  auto seq = Post("IBroadcast", root, std::move(mine));
-  if (!seq.ok()) {
-    DepartSlot(*group_, next_seq_ - 1);
-    return seq.status();
-  }
-  if (is_root) {
-    DepartSlot(*group_, *seq);
-    return comm_internal::CompletedRequest(OkStatus());
-  }
-  return std::unique_ptr<CommRequest>(std::make_unique<ThreadBroadcastRequest>(
-      group_, rank_, timeout(), *seq, root, Comm::Ranges{buf}, 0, buf.size(), "IBroadcast"));
+  return PostFromRoot("IBroadcast", root, std::move(mine), Comm::Ranges{buf}, 0, buf.size());
 }
 
 // The root posts all parts packed; each member copies only its own out of the root's copy.
@@ -298,27 +292,29 @@ Result<std::unique_ptr<CommRequest>> ThreadCommImpl::IScatterV(
   Payload mine;
   if (is_root) {
     std::string packed(offsets.back(), '\0');
-    for (int m = 0; m < size(); ++m) {
-      if (m == root) continue;
-      uint64_t at = offsets[m];
-      for (std::span<std::byte> r : to[m]) {
-        if (!r.empty()) std::memcpy(packed.data() + at, r.data(), r.size());
-        at += r.size();
-      }
-    }
+    comm_internal::PackParts(to, offsets, root, reinterpret_cast<std::byte*>(packed.data()));
     mine = std::make_shared<const std::string>(std::move(packed));
   }
-  auto seq = Post("IScatterV", root, std::move(mine));
+  return PostFromRoot("IScatterV", root, std::move(mine), into, offsets[rank_], offsets.back());
+}
+
+// Posts `root`'s payload (null elsewhere) to the next call; the root is done at once, each
+// other member gets a request copying bytes [skip, skip + its ranges) of it into `into`.
+Result<std::unique_ptr<CommRequest>> ThreadCommImpl::PostFromRoot(std::string_view op, int root,
+                                                                  Payload mine, const Ranges& into,
+                                                                  uint64_t skip,
+                                                                  uint64_t expected) {
+  auto seq = Post(op, root, std::move(mine));
   if (!seq.ok()) {
     DepartSlot(*group_, next_seq_ - 1);
     return seq.status();
   }
-  if (is_root) {
+  if (rank_ == root) {
     DepartSlot(*group_, *seq);
     return comm_internal::CompletedRequest(OkStatus());
   }
   return std::unique_ptr<CommRequest>(std::make_unique<ThreadBroadcastRequest>(
-      group_, rank_, timeout(), *seq, root, into, offsets[rank_], offsets.back(), "IScatterV"));
+      group_, rank_, timeout(), *seq, root, into, skip, expected, op));
 }
 
 }  // namespace
