@@ -81,10 +81,12 @@ void ShareStoredChunks(
     const std::vector<std::pair<std::pair<uint32_t, Box>, std::vector<int>>>& performed,
     std::map<std::vector<int>, uint32_t>& group_of_ranks, BroadcastPlan& plan) {
   const metadata::Metadata& md = *sharing.md;
-  // (tensor, stored chunk) -> rank -> bytes that rank would fetch from it, and the regions
-  // of it the rank needs.
-  std::map<std::pair<uint32_t, uint32_t>, std::map<int, uint64_t>> uses;
-  std::map<std::pair<uint32_t, uint32_t>, std::map<int, std::vector<Box>>> needs;
+  // (tensor, stored chunk) -> rank -> what that rank would fetch from it.
+  struct Use {
+    uint64_t cost = 0;         // bytes
+    std::vector<Box> regions;  // of the tensor it needs from the chunk
+  };
+  std::map<std::pair<uint32_t, uint32_t>, std::map<int, Use>> uses;
   StoredChunkFinder finder(md, kIndexMinChunks);
   for (const auto& [key, ranks] : performed) {
     const metadata::TensorMeta& t = md.tensors[key.first];
@@ -95,11 +97,10 @@ void ShareStoredChunks(
       const uint64_t cost =
           ReadCost(md, t, t.chunks[si], key.second, *region, sharing.whole_chunk_reads);
       auto& per_rank = uses[{key.first, si}];
-      auto& regions = needs[{key.first, si}];
       for (int r : ranks) {
-        uint64_t& c = per_rank[r];
-        c = std::min<uint64_t>(c + cost, t.chunks[si].byte_length);
-        regions[r].push_back(*region);
+        Use& u = per_rank[r];
+        u.cost = std::min<uint64_t>(u.cost + cost, t.chunks[si].byte_length);
+        u.regions.push_back(*region);
       }
     }
   }
@@ -107,7 +108,7 @@ void ShareStoredChunks(
   // its consumers to the one that reads it, chosen as the least loaded (ties: lowest rank).
   std::vector<uint64_t> reads(plan.read_bytes.size(), 0);
   for (const auto& [key, per_rank] : uses) {
-    for (const auto& [r, c] : per_rank) reads[r] += c;
+    for (const auto& [r, u] : per_rank) reads[r] += u.cost;
   }
   const auto world = static_cast<int>(reads.size());
   for (const auto& [key, per_rank] : uses) {
@@ -117,8 +118,8 @@ void ShareStoredChunks(
     uint64_t separately = 0;
     std::vector<int> ranks;
     bool all_can = true;
-    for (const auto& [r, c] : per_rank) {
-      separately += c;
+    for (const auto& [r, u] : per_rank) {
+      separately += u.cost;
       ranks.push_back(r);
       all_can = all_can && can_read(r);
     }
@@ -127,7 +128,7 @@ void ShareStoredChunks(
     bool elsewhere = false;
     for (int r = 0; r < world && !all_can && !elsewhere; ++r) elsewhere = can_read(r);
     if (!elsewhere && (separately <= nbytes || !SpansHosts(ranks, sharing.host_of_rank))) continue;
-    for (const auto& [r, c] : per_rank) reads[r] -= c;
+    for (const auto& [r, u] : per_rank) reads[r] -= u.cost;
     // The least loaded consumer (ties: the lowest rank); one that cannot read the file where
     // it is counts the chunk twice (it must be brought to it first). Where a consumer cannot
     // and some rank can, only ranks that can compete, those needing none of it too (ties: a
@@ -155,10 +156,10 @@ void ShareStoredChunks(
     std::vector<std::vector<Box>> parts;
     uint64_t part_bytes = 0;
     for (int r : ranks) {
-      auto it = needs[key].find(r);
+      auto it = per_rank.find(r);
       std::vector<Box>& part = parts.emplace_back();
-      if (it == needs[key].end()) continue;
-      part = it->second;
+      if (it == per_rank.end()) continue;
+      part = it->second.regions;
       std::sort(part.begin(), part.end());
       if (r == reader) continue;
       for (const Box& b : part) part_bytes += DTypeBytes(t.dtype, b.NumElements()).value_or(nbytes);
