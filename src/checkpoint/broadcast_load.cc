@@ -284,20 +284,25 @@ std::optional<Comm::Ranges> StraightInto(const planner::BroadcastPlan& plan,
   return out;
 }
 
-// Whether every byte `m`'s regions copy out of its stored chunk lies in `spans` (sorted,
-// disjoint): what a part sent by Comm::IScatterV brings this rank.
-bool Covers(const std::vector<planner::ByteSpan>& spans, const MyChunk& m) {
-  for (const storage::ChunkTarget& t : m.targets) {
-    const CopyRuns& runs = *t.runs;
-    for (uint64_t i = 0; i < runs.num_runs(); ++i) {
-      const uint64_t begin = runs.src_offset(i), end = begin + runs.run_bytes();
-      auto it =
-          std::upper_bound(spans.begin(), spans.end(), begin,
-                           [](uint64_t o, const planner::ByteSpan& s) { return o < s.offset; });
-      if (it == spans.begin() || std::prev(it)->offset + std::prev(it)->length < end) {
-        return false;
+// Whether every byte this rank's regions copy out of `op`'s chunks lies in `part` (sorted,
+// disjoint spans of their staging buffer): what Comm::IScatterV brings it.
+bool Covers(const planner::BroadcastPlan& plan, const std::vector<MyChunk>& my_chunks,
+            const planner::BroadcastOp& op, const std::vector<planner::ByteSpan>& part) {
+  uint64_t at = 0;
+  for (uint32_t i : op.items) {
+    for (const storage::ChunkTarget& t : my_chunks[i].targets) {
+      const CopyRuns& runs = *t.runs;
+      for (uint64_t k = 0; k < runs.num_runs(); ++k) {
+        const uint64_t begin = at + runs.src_offset(k), end = begin + runs.run_bytes();
+        auto it =
+            std::upper_bound(part.begin(), part.end(), begin,
+                             [](uint64_t o, const planner::ByteSpan& s) { return o < s.offset; });
+        if (it == part.begin() || std::prev(it)->offset + std::prev(it)->length < end) {
+          return false;
+        }
       }
     }
+    at += plan.chunks[i].nbytes;
   }
   return true;
 }
@@ -396,26 +401,48 @@ Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::
     }
     reads.HintWhole(whole);
   }
+  // A staging buffer for `op`'s chunks, one after the other, from which this rank's regions
+  // are scattered once it completes.
+  auto stage = [&](const planner::BroadcastOp& op, InFlight::Op& posted) -> Status {
+    posted.held = op.bytes;
+    DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes, /*staged=*/true));
+    DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
+      posted.staging = in_flight.Take(op.bytes);
+      posted.held = posted.staging.capacity;
+      return OkStatus();
+    }));
+    posted.done = ScatterEach(plan, my_chunks, op);
+    return OkStatus();
+  };
+  // The reader reads `op`'s chunks whole into `buf`, one after the other. After a failed read
+  // (the load fails everywhere), a reused buffer's old bytes are not sent.
+  auto read_op = [&](const planner::BroadcastOp& op, std::span<std::byte> buf) {
+    uint64_t at = 0;
+    for (uint32_t i : op.items) {
+      const planner::SharedChunk& c = plan.chunks[i];
+      read([&] { return reads.ReadWhole(c.tensor, c.stored, buf.subspan(at, c.nbytes)); });
+      at += c.nbytes;
+    }
+    if (!read_failure->ok()) std::memset(buf.data(), 0, buf.size());
+  };
   // Chunks sent as parts: read whole into staging by their reader, which sends each member
-  // only the spans of them it needs; a receiver's arrive at their places in a staging buffer
-  // of the op's size, from which it scatters its regions as from a broadcast copy.
+  // only the spans of them it needs; a receiver's arrive straight in its destination where its
+  // regions tile its part, else at their places in a staging buffer of the op's size, from
+  // which it scatters its regions as from a broadcast copy.
   auto scatter_parts = [&](const planner::BroadcastOp& op, bool reader, Comm& group,
                            int root) -> Status {
     const int members = group.size();
     const int mine_at = group.rank();
     std::vector<std::vector<planner::ByteSpan>> spans(members);
     std::vector<uint64_t> part_bytes(members, 0);
-    bool covered = true;  // whether this rank's regions all lie in its part
-    uint64_t at = 0;      // of the item in the staging buffer
+    uint64_t at = 0;  // of the item in the staging buffer
     for (uint32_t i : op.items) {
       const planner::SharedChunk& c = plan.chunks[i];
       const metadata::TensorMeta& t = md.tensors[c.tensor];
       for (int m = 0; m < members; ++m) {
-        std::vector<planner::ByteSpan> item_spans =
-            planner::PartSpans(t.dtype, t.chunks[c.stored].box, c.parts[m]);
-        if (m == mine_at && !reader && !Covers(item_spans, my_chunks[i])) covered = false;
         if (m == root) continue;
-        for (planner::ByteSpan& b : item_spans) {
+        for (const planner::ByteSpan& b :
+             planner::PartSpans(t.dtype, t.chunks[c.stored].box, c.parts[m])) {
           part_bytes[m] += b.length;
           spans[m].push_back({at + b.offset, b.length});
         }
@@ -425,37 +452,29 @@ Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::
     InFlight::Op posted;
     std::vector<Comm::Ranges> to;
     Comm::Ranges into;
-    bool staged = true;
-    if (!reader) {
+    if (reader) {
+      DCP_RETURN_IF_ERROR(stage(op, posted));
+      read_op(op, posted.staging.span());
+      stats->bytes_sent += UnionBytes(spans);
+    } else {
       stats->bytes_received += part_bytes[mine_at];
-      std::optional<Comm::Ranges> straight;
-      if (!covered) {
-        // The plan's parts miss bytes this rank needs (a bug): the load fails on every rank,
-        // after the collective, which the others have posted.
-        if (read_failure->ok()) {
+      const std::vector<planner::ByteSpan>& part = spans[mine_at];
+      std::optional<Comm::Ranges> straight = StraightInto(plan, my_chunks, op, part);
+      if (straight || (part.empty() && Covers(plan, my_chunks, op, part))) {
+        // Its part goes where it belongs (or it has none): no staging, nothing to scatter.
+        DCP_RETURN_IF_ERROR(in_flight.Reserve(0));
+        if (straight) into = std::move(*straight);
+      } else {
+        DCP_RETURN_IF_ERROR(stage(op, posted));
+        if (!Covers(plan, my_chunks, op, part) && read_failure->ok()) {
+          // The plan's parts miss bytes this rank needs (a bug): the load fails on every rank,
+          // after the collective, which the others have posted.
           *read_failure =
               Internal("load plan: the part of a shared stored chunk of '" +
                        md.tensors[plan.chunks[op.items[0]].tensor].fqn + "' sent to rank " +
                        std::to_string(me) + " lacks bytes it needs");
         }
-      } else {
-        straight = StraightInto(plan, my_chunks, op, spans[mine_at]);
       }
-      if (straight || (covered && spans[mine_at].empty())) {
-        // Its part goes where it belongs (or it has none): no staging, nothing to scatter.
-        DCP_RETURN_IF_ERROR(in_flight.Reserve(0));
-        if (straight) into = std::move(*straight);
-        staged = false;
-      }
-    }
-    if (staged) {
-      DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes, /*staged=*/true));
-      DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
-        posted.staging = in_flight.Take(op.bytes);
-        posted.held = posted.staging.capacity;
-        return OkStatus();
-      }));
-      posted.done = ScatterEach(plan, my_chunks, op);
     }
     const std::span<std::byte> buf = posted.staging.span();
     auto ranges_of = [&](const std::vector<planner::ByteSpan>& part) {
@@ -464,17 +483,8 @@ Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::
       return r;
     };
     if (reader) {
-      at = 0;
-      for (uint32_t i : op.items) {
-        const planner::SharedChunk& c = plan.chunks[i];
-        read([&] { return reads.ReadWhole(c.tensor, c.stored, buf.subspan(at, c.nbytes)); });
-        at += c.nbytes;
-      }
-      // After a failed read (the load fails everywhere), a reused buffer's old bytes are not sent.
-      if (!read_failure->ok()) std::memset(buf.data(), 0, buf.size());
       for (int m = 0; m < members; ++m) to.push_back(ranges_of(spans[m]));
-      stats->bytes_sent += UnionBytes(spans);
-    } else if (staged) {
+    } else if (posted.staging.data) {
       into = ranges_of(spans[mine_at]);
     }
     if (op.items.size() > 1) ++stats->batches;
@@ -502,29 +512,11 @@ Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::
       // Straight from or into this rank's destination: no staging, nothing to scatter.
       buf = std::span(dst, op.bytes);
       DCP_RETURN_IF_ERROR(in_flight.Reserve(0));
-      const planner::SharedChunk& c = plan.chunks[op.items[0]];
-      if (reader) read([&] { return reads.ReadWhole(c.tensor, c.stored, buf); });
     } else {
-      posted.held = op.bytes;
-      DCP_RETURN_IF_ERROR(in_flight.Reserve(op.bytes, /*staged=*/true));
-      DCP_RETURN_IF_ERROR(Guarded("broadcast buffer: ", [&] {
-        posted.staging = in_flight.Take(op.bytes);
-        posted.held = posted.staging.capacity;
-        return OkStatus();
-      }));
+      DCP_RETURN_IF_ERROR(stage(op, posted));
       buf = posted.staging.span();
-      uint64_t at = 0;
-      for (uint32_t i : op.items) {
-        const planner::SharedChunk& c = plan.chunks[i];
-        if (reader) {
-          read([&] { return reads.ReadWhole(c.tensor, c.stored, buf.subspan(at, c.nbytes)); });
-        }
-        at += c.nbytes;
-      }
-      posted.done = ScatterEach(plan, my_chunks, op);
     }
-    // After a failed read (the load fails everywhere), a reused buffer's old bytes are not sent.
-    if (reader && !read_failure->ok()) std::memset(buf.data(), 0, buf.size());
+    if (reader) read_op(op, buf);
     DCP_RETURN_IF_ERROR(in_flight.Post(group.IBroadcast(buf, root), std::move(posted)));
   }
   // Every region the shared chunks feed is in place before a shard reader sends.
