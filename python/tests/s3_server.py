@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 
 def _free_port() -> int:
@@ -57,10 +57,12 @@ class MotoServer:
 
 
 class FaultProxy:
-    """Forwards to `upstream`; of every `every` requests, one gets 503 SlowDown and the next
-    one has its connection closed without a reply (a reset)."""
+    """Forwards to `upstream`; of every `every` requests (0: none), one gets 503 SlowDown and
+    the next one has its connection closed without a reply (a reset). `gate(method, path)`,
+    when given, runs before each request is forwarded: a test may hold requests there."""
 
-    def __init__(self, upstream_port: int, every: int = 4) -> None:
+    def __init__(self, upstream_port: int, every: int = 4,
+                 gate: Optional[Callable[[str, str], None]] = None) -> None:
         self.count = 0
         self.slowdowns = 0
         self.resets = 0
@@ -79,7 +81,7 @@ class FaultProxy:
                 with lock:
                     proxy.count += 1
                     n = proxy.count
-                if n % every == 1:
+                if every and n % every == 1:
                     with lock:
                         proxy.slowdowns += 1
                     msg = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code>"
@@ -89,12 +91,14 @@ class FaultProxy:
                     self.end_headers()
                     self.wfile.write(msg)
                     return
-                if n % every == 2:
+                if every and n % every == 2:
                     with lock:
                         proxy.resets += 1
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
+                if gate is not None:
+                    gate(self.command, self.path)
                 conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=120)
                 headers = {k: v for k, v in self.headers.items()}
                 conn.request(self.command, self.path, body=body, headers=headers)

@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -191,6 +192,54 @@ def test_throttling_and_resets_are_retried(s3):
                 env={"AWS_ENDPOINT_URL": proxy.endpoint, "DCP_S3_PART_MB": "5"})
         assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
         assert proxy.slowdowns > 3 and proxy.resets > 3, (proxy.slowdowns, proxy.resets)
+    finally:
+        proxy.stop()
+
+
+class HoldFirstDataGet:
+    """A proxy gate: holds the first GET of a data object until a GET of another data object
+    comes (or 60 s pass), and says whether one came while it was held."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.first = None
+        self.holding = False
+        self.overlapped = False
+
+    def __call__(self, method: str, path: str) -> None:
+        key = path.split("?")[0]
+        if method != "GET" or not key.endswith(".safetensors"):
+            return
+        with self.cv:
+            if self.first is None:
+                self.first, self.holding = key, True
+                self.cv.wait_for(lambda: self.overlapped, timeout=60)
+                self.holding = False
+            elif key != self.first and self.holding:
+                self.overlapped = True
+                self.cv.notify_all()
+
+
+def test_a_load_fetches_every_announced_file_at_once(s3, dcp_cli):
+    """One process loading a checkpoint of two ranks' files reads them one after the other,
+    but asks the store for the second file while the first one's GET is still out (the
+    announced extents of every file start at once), instead of waiting for its first read."""
+    server, _ = s3
+    root = f"s3://{BUCKET}/early"
+    p = run(["mpirun", "-np", "2", "--oversubscribe", dcp_cli, "demo", "--layers", "1",
+             "--width-scale", "0.1", "--dir", root], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    gate = HoldFirstDataGet()
+    proxy = FaultProxy(server.port, every=0, gate=gate)
+    try:
+        code = ("import hyperdcp as dcp, sys; md = dcp.read_metadata(sys.argv[1]); "
+                "d = dcp.load_all(sys.argv[1], keys=list(md.tensors), no_dist=True); "
+                "print('loaded', len(d))")
+        p = run([sys.executable, "-c", code, f"{root}/step_100"],
+                env={"AWS_ENDPOINT_URL": proxy.endpoint})
+        assert p.returncode == 0 and "loaded" in p.stdout, p.stdout + p.stderr
+        assert gate.first is not None, "no data object was read"
+        assert gate.overlapped, f"no other data object was asked for while {gate.first} was"
     finally:
         proxy.stop()
 

@@ -10,6 +10,7 @@
 // commit path (and the manager does not recycle files here: IsObjectStore()).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -43,10 +44,14 @@ class S3FileSystem final : public FileSystem {
 
   S3Client& client() { return client_; }
   TaskPool& pool() { return *pool_; }
+  // Bytes of ranged GET buffers alive across this file system's readable files (read ahead,
+  // not yet read or evicted): what reads announced may start before they come.
+  std::atomic<uint64_t>& fetched_bytes() { return fetched_bytes_; }
 
  private:
   S3Client& client_;
   std::unique_ptr<TaskPool> pool_;
+  std::atomic<uint64_t> fetched_bytes_{0};
 };
 
 // The process's S3 file system over DefaultS3Client() (configured from the environment).

@@ -10,9 +10,15 @@
 namespace dcp::storage::s3 {
 
 struct S3ReadableFile::Fetch {
-  // Not zero-filled: the GET writes every byte before a reader sees any.
-  explicit Fetch(uint64_t bytes)
-      : buffer(std::make_unique_for_overwrite<std::byte[]>(bytes)), data(buffer.get(), bytes) {}
+  // Not zero-filled: the GET writes every byte before a reader sees any. Counted in `alive`
+  // (the file system's fetched bytes) while it exists.
+  Fetch(uint64_t bytes, std::atomic<uint64_t>& alive)
+      : buffer(std::make_unique_for_overwrite<std::byte[]>(bytes)),
+        data(buffer.get(), bytes),
+        alive(alive) {
+    alive += bytes;
+  }
+  ~Fetch() { alive -= data.size(); }
 
   Status Wait() {
     std::unique_lock<std::mutex> lock(mu);
@@ -34,6 +40,7 @@ struct S3ReadableFile::Fetch {
 
   std::unique_ptr<std::byte[]> buffer;
   std::span<std::byte> data;
+  std::atomic<uint64_t>& alive;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -84,6 +91,24 @@ void S3ReadableFile::WillRead(std::span<const ByteRange> ranges) {
   for (Extent& e : added) extents_.push_back(std::move(e));
   std::sort(extents_.begin(), extents_.end(),
             [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
+  StartEarly();
+}
+
+void S3ReadableFile::StartEarly() {
+  // A load reads its files in broadcast order, not file by file: a file whose first read
+  // comes late would otherwise sit idle while the store could already be sending it.
+  const S3Config& config = fs_.client().config();
+  const uint64_t budget = static_cast<uint64_t>(config.connections) * config.part_bytes;
+  size_t started = 0;
+  for (Extent& e : extents_) {
+    if (started == static_cast<size_t>(config.connections)) break;
+    // Pieces of a large range are fetched only once a read inside it shows it is read piece
+    // by piece (FetchAhead); read whole, it goes straight out.
+    if (e.fetch || e.served > 0 || e.group % 2 != 0) continue;
+    if (fs_.fetched_bytes() + (e.end - e.begin) > budget) break;
+    Start(e);
+    ++started;
+  }
 }
 
 Status S3ReadableFile::ReadAt(uint64_t offset, std::span<std::byte> dst) {
@@ -183,7 +208,7 @@ void S3ReadableFile::StartWindow(size_t i) {
 }
 
 void S3ReadableFile::Start(Extent& e) {
-  auto fetch = std::make_shared<Fetch>(e.end - e.begin);
+  auto fetch = std::make_shared<Fetch>(e.end - e.begin, fs_.fetched_bytes());
   e.fetch = fetch;
   e.started = ++starts_;
   if (started_.size() >= prune_at_) {  // amortised: the list stays near the GETs alive

@@ -15,13 +15,14 @@ namespace dcp::storage::s3 {
 class S3FileSystem;
 
 // Announced ranges (WillRead) become extents: neighbours less than kGap apart merged up to
-// one part (larger ranges cut into parts). A read inside an extent starts the GETs of it and
-// of the next `connections` extents, then waits for its own only: while the caller uses one
-// extent, the following ones are on the wire, and every read slides that window on. An
-// extent goes once the bytes announced in it have all been read; the oldest fetched go when more
-// than two windows' worth are held, so memory stays bounded whatever order the reads come in. Reads
-// larger than a part go straight out, in parallel parts. No lock is held while waiting on
-// the network: readers of other extents of the file go on.
+// one part (larger ranges cut into parts). The first of them are fetched at once while the file
+// system holds less than one window of fetched bytes across its files. A read inside an extent
+// starts the GETs of it and of the next `connections` extents, then waits for its own only: while
+// the caller uses one extent, the following ones are on the wire, and every read slides that window
+// on. An extent goes once the bytes announced in it have all been read; the oldest fetched go when
+// more than two windows' worth are held, so memory stays bounded whatever order the reads come in.
+// Reads larger than a part go straight out, in parallel parts. No lock is held while waiting on the
+// network: readers of other extents of the file go on.
 class S3ReadableFile final : public ReadableFile {
  public:
   static constexpr uint64_t kGap = uint64_t{1} << 20;
@@ -53,6 +54,9 @@ class S3ReadableFile final : public ReadableFile {
   bool FetchAhead(size_t i, size_t k) const;
   // Extent i and the next ones started; the oldest finished beyond the budget dropped.
   void StartWindow(size_t i);
+  // The first extents not yet fetched, while the file system's fetched bytes stay within one
+  // window (`connections` parts). Holds mu_.
+  void StartEarly();
   void Start(Extent& e);
   Status ReadExtent(size_t i, uint64_t offset, std::span<std::byte> dst,
                     std::unique_lock<std::mutex>& lock);
