@@ -210,11 +210,13 @@ def _decoder(fqn: str, pickle_ok: bool) -> Callable[[Any], Any]:
 
 def decode(fqn: str, data: bytes, allow_pickle: bool = False) -> Any:
     """The value of entry `fqn` from its stored bytes."""
-    if not data.startswith(_MAGIC):  # untagged JSON, as written before typed values
+    if not data.startswith(_MAGIC):
+        # Untagged JSON, as written before typed values; else opaque bytes, as the C++ API
+        # writes them (`StateDict::add_bytes`): only their writer knows their meaning.
         try:
             return json.loads(data)
-        except ValueError as e:
-            raise invalid_argument(f"'{fqn}': stored value is not JSON ({e})") from None
+        except ValueError:  # UnicodeDecodeError included
+            return bytes(data)
     try:
         tree = json.loads(data[len(_MAGIC):])
         return _decoder(fqn, allow_pickle)(tree)

@@ -651,9 +651,12 @@ def test_load_all_of_a_checkpoint_without_paths(tmp_path):
     t = torch.arange(4.0)
     sd.add_tensor("model.w", t.data_ptr(), "F32", [4], [4], [0])
     sd.add_bytes("step", b"7")
+    blob = (7).to_bytes(8, "little") + b"\xe2\x28"  # neither JSON nor UTF-8 (`dcp demo`'s kind)
+    sd.add_bytes("train.step", blob)
     dcp._dcp.save(sd, str(tmp_path / "ck"), dcp._dcp.local_comm(), True, 0)
     got = dcp.load_all(tmp_path / "ck")
-    assert set(got) == {"model.w", "step"} and got["step"] == 7
+    assert set(got) == {"model.w", "step", "train.step"} and got["step"] == 7
+    assert got["train.step"] == blob  # opaque bytes come back as they were written
     assert torch.equal(got["model.w"], t)
 
 
