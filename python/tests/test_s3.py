@@ -244,6 +244,32 @@ def test_a_load_fetches_every_announced_file_at_once(s3, dcp_cli):
         proxy.stop()
 
 
+def test_a_load_reads_its_values_in_one_request(s3):
+    """A rank's non-tensor values sit side by side in one object: the load announces them and
+    fetches them in one ranged GET, not one round trip each."""
+    server, _ = s3
+    ck = f"s3://{BUCKET}/values/ck"
+    state = {"w": torch.arange(64.0), "step": 7, "name": "run", "betas": [0.9, 0.95],
+             "sched": {"last_epoch": 3, "lr": 1e-3}, "rng": (1, 2, 3)}
+    dcp.save(state, ck, no_dist=True)
+    gets = []
+    proxy = FaultProxy(server.port, every=0,
+                       gate=lambda method, path: gets.append(path.split("?")[0])
+                       if method == "GET" else None)
+    try:
+        code = ("import hyperdcp as dcp, sys, torch; "
+                "d = {'w': torch.zeros(64), 'step': 0, 'name': '', 'betas': [], "
+                "'sched': {'last_epoch': 0, 'lr': 0.0}, 'rng': ()}; "
+                "dcp.load(d, sys.argv[1], no_dist=True); print('loaded', d)")
+        p = run([sys.executable, "-c", code, ck], env={"AWS_ENDPOINT_URL": proxy.endpoint})
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "'betas': [0.9, 0.95]" in p.stdout and "'rng': (1, 2, 3)" in p.stdout, p.stdout
+        value_gets = [k for k in gets if k.endswith(".bytes")]
+        assert len(value_gets) == 1, gets
+    finally:
+        proxy.stop()
+
+
 def test_clear_errors(s3):
     with pytest.raises(dcp.DcpError, match="bucket s3://no-such-bucket does not exist"):
         dcp.save({"x": torch.ones(4)}, "s3://no-such-bucket/ck", no_dist=True)

@@ -60,6 +60,10 @@ void ChunkReads::HintRanges(const std::vector<std::pair<uint32_t, uint32_t>>& ch
     const metadata::StoredChunk& sc = md_.tensors[tensor].chunks[stored];
     by_file[sc.file].push_back({sc.byte_offset, sc.byte_length});
   }
+  Announce(by_file);
+}
+
+void ChunkReads::Announce(std::map<uint32_t, std::vector<storage::ByteRange>>& by_file) {
   for (auto& [file, ranges] : by_file) {
     auto f = Open(file);
     if (f.ok()) (*f)->WillRead(ranges);  // an open that fails is reported by the read itself
@@ -179,6 +183,15 @@ Status ChunkReads::ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::by
 }
 
 Status ChunkReads::ReadBytesEntries(const planner::LocalLoadPlan& plan) {
+  if (fs_.IsObjectStore()) {
+    // Neighbouring values then come in one request rather than one round trip each.
+    std::map<uint32_t, std::vector<storage::ByteRange>> by_file;
+    for (const planner::BytesRead& br : plan.bytes) {
+      const metadata::BytesMeta& b = md_.bytes[br.bytes];
+      by_file[b.file].push_back({b.byte_offset, b.byte_length});
+    }
+    Announce(by_file);
+  }
   for (const planner::BytesRead& br : plan.bytes) {
     const metadata::BytesMeta& b = md_.bytes[br.bytes];
     std::vector<std::byte>& dst = sd_.mutable_bytes(br.entry);

@@ -66,6 +66,8 @@ class ChunkReads {
   // On an object store: tells each file which of its stored chunks `plan` will read.
   void Hint(const planner::LocalLoadPlan& plan, const std::vector<bool>& done);
   void HintRanges(const std::vector<std::pair<uint32_t, uint32_t>>& chunks);
+  // Tells each file (by metadata index) the byte ranges it will be read at.
+  void Announce(std::map<uint32_t, std::vector<storage::ByteRange>>& by_file);
   // Whether item k of the private plan is read from storage by this rank.
   bool FromStorage(size_t k) const {
     return !not_from_storage_ || not_from_storage_->empty() || !(*not_from_storage_)[k];
