@@ -35,6 +35,10 @@ struct S3Client::Response {
 
 namespace {
 
+// libcurl's largest receive buffer (CURL_MAX_READ_SIZE) and upload buffer.
+constexpr long kCurlReadBufferBytes = 512L << 10;
+constexpr long kCurlUploadBufferBytes = 2L << 20;
+
 using Request = S3Client::Request;
 using Response = S3Client::Response;
 
@@ -289,6 +293,10 @@ Status S3Client::Attempt(void* handle, const Request& r, Response& resp, bool* r
   // A stalled connection (under 1 KiB/s for 60 s) is a failed attempt, not a hang.
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
+  // Large socket reads and writes: with curl's 16 KiB / 64 KiB defaults a part costs ~1,000
+  // recv (or send) calls, each with a poll, and the system calls cost more CPU than the bytes.
+  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, kCurlReadBufferBytes);
+  curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, kCurlUploadBufferBytes);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnWrite);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
