@@ -193,6 +193,40 @@ TEST_F(PartialReads, Tp4OnFourRanksEachReceivesOnlyItsPartOfASharedChunk) {
   EXPECT_EQ(received, TotalBytes() / 4 * 3);
 }
 
+TEST(PartialReadsTied, TiedWeightsLoadIntoOneBufferOnFourRanks) {
+  // Tied weights (an embedding and its output layer): two checkpoint entries with the same
+  // values that the job loads into one buffer, as `model.state_dict()` hands both names the
+  // same storage. Each of four ranks loads its column quarter of every tensor from a
+  // checkpoint one rank saved: every stored chunk is read by one rank and sent as parts. Three
+  // larger tensors keep ranks 0-2 busy, so rank 3 reads both tied chunks and sends them in one
+  // batch, whose parts would land twice in the same memory of every receiver: that batch is
+  // received into staging and copied from there.
+  const Shape big{256, 256}, tied{64, 256};  // 128 KiB and 32 KiB: whole chunks, batched
+  TempDir tmp;
+  {
+    Mem src;
+    for (const char* name : {"a0", "a1", "a2"}) src.Add({name, big}, Box::Whole(big), true);
+    for (const char* name : {"tied.in", "tied.out"}) src.Add({name, tied}, Box::Whole(tied), true);
+    save(src.sd, tmp.path());
+  }
+  std::vector<bool> checked(4, false);
+  testing::RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
+    const int k = c->rank();
+    Mem d;
+    for (const char* name : {"a0", "a1", "a2"}) d.Add({name, big}, Cols(big, k * 64, 64), false);
+    const Box quarter = Cols(tied, k * 64, 64);
+    d.Add({"tied.in", tied}, quarter, false);
+    d.sd.add("tied.out", TensorView(d.bufs.back().data(), DType::kBF16, quarter.lengths),
+             Chunk{tied, quarter.offsets});
+    auto r = checkpoint::Load(d.sd, tmp.path(), {.comm = c, .broadcast_within_host = true},
+                              storage::PosixFileSystem());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->shared_chunks, 5u);
+    checked[k] = d.Check();
+  });
+  for (int k = 0; k < 4; ++k) EXPECT_TRUE(checked[k]) << "rank " << k;
+}
+
 TEST_F(PartialReads, ReshardReadsOnlyTheBlocksItNeeds) {
   // Rows [512, 1024) of a.rows are bytes [1.5 MiB, 3 MiB): blocks 1 and 2.
   const Tensor& t = Tensors()[0];
