@@ -222,6 +222,7 @@ TEST(PartialReadsTied, TiedWeightsLoadIntoOneBufferOnFourRanks) {
                               storage::PosixFileSystem());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->shared_chunks, 5u);
+    EXPECT_EQ(r->batches, 1u);  // the tied pair, together: the case this test is for
     checked[k] = d.Check();
   });
   for (int k = 0; k < 4; ++k) EXPECT_TRUE(checked[k]) << "rank " << k;
