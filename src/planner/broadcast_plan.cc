@@ -517,21 +517,33 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     auto bytes_of = [&](const Box& slab) {
       return slabs.size() == 1 ? p.nbytes : row_bytes * static_cast<uint64_t>(slab.lengths[0]);
     };
-    // With `readable`: the least loaded member, one that cannot read every file the shard
-    // comes from where it is counting the bytes twice (they must be brought to it first).
+    // With `readable`: per piece, the least loaded member, one that cannot read every file the
+    // piece comes from where it is counting the bytes twice (what it cannot read must be
+    // brought to it first). A member that can read none of them never reads for one that can
+    // read them all: every byte would travel to it from where it is and then back.
     std::vector<int> members;
     if (p.files) {
       for (int c : *p.classes) members.insert(members.end(), holders[c].begin(), holders[c].end());
       std::sort(members.begin(), members.end());
     }
-    auto cheapest = [&](uint64_t nbytes) {
-      auto cost = [&](int r) {
-        return plan.read_bytes[r] + (ReadsAll(*sharing.readable, r, *p.files) ? 0 : nbytes);
-      };
-      int best = members.front();
-      uint64_t best_cost = cost(best);
+    auto files_of_slab = [&](const Box& slab) {
+      return slabs.size() == 1 ? *p.files : FilesOf(*sharing.md, *finder, tensor, slab);
+    };
+    // Whether `r` may read a piece coming from `files`.
+    auto eligible = [&](int r, const std::vector<uint32_t>& files) {
+      return std::any_of(files.begin(), files.end(),
+                         [&](uint32_t f) { return (*sharing.readable)[r][f]; }) ||
+             std::none_of(members.begin(), members.end(),
+                          [&](int m) { return ReadsAll(*sharing.readable, m, files); });
+    };
+    auto cheapest = [&](const std::vector<uint32_t>& files, uint64_t nbytes) {
+      int best = -1;
+      uint64_t best_cost = 0;
       for (int r : members) {
-        if (const uint64_t c = cost(r); c < best_cost) {
+        if (!eligible(r, files)) continue;
+        const uint64_t c =
+            plan.read_bytes[r] + (ReadsAll(*sharing.readable, r, files) ? 0 : nbytes);
+        if (best < 0 || c < best_cost) {
           best = r;
           best_cost = c;
         }
@@ -539,18 +551,23 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
       return std::pair{best, best_cost};
     };
     for (size_t k = 0; k < slabs.size();) {
-      const uint64_t load =
-          members.empty() ? balancer.Least(*p.classes).first : cheapest(bytes_of(slabs[k])).second;
+      int reader = -1;
+      uint64_t load = 0;
+      if (members.empty()) {
+        load = balancer.Least(*p.classes).first;
+      } else {
+        std::tie(reader, load) = cheapest(files_of_slab(slabs[k]), bytes_of(slabs[k]));
+      }
       const uint64_t room = load < fair_share ? fair_share - load : 0;
       Box piece = slabs[k];
       uint64_t nbytes = bytes_of(slabs[k++]);
-      for (; k < slabs.size() && nbytes + bytes_of(slabs[k]) <= room; ++k) {
+      for (; k < slabs.size() && nbytes + bytes_of(slabs[k]) <= room &&
+             (members.empty() || eligible(reader, files_of_slab(slabs[k])));
+           ++k) {
         piece.lengths[0] += slabs[k].lengths[0];
         nbytes += bytes_of(slabs[k]);
       }
-      const int reader = members.empty()
-                             ? balancer.Assign(*p.classes, std::max<uint64_t>(nbytes, 1))
-                             : cheapest(nbytes).first;
+      if (members.empty()) reader = balancer.Assign(*p.classes, std::max<uint64_t>(nbytes, 1));
       plan.read_bytes[reader] += nbytes;
       plan.shards.push_back({tensor, box, std::move(piece), nbytes, p.group, reader});
     }

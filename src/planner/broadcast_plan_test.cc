@@ -191,6 +191,41 @@ TEST(PlanBroadcastTest, ASharedShardIsReadByAMemberThatCanReadItsFiles) {
   EXPECT_EQ(p.shards[0].reader, 1);
 }
 
+TEST(PlanBroadcastTest, ASlabIsReadByAMemberThatCanReadItsFilesWhateverTheBalance) {
+  // dp2 over an 8x8 tensor stored one row per chunk, rows 0-3 in file 0 and 4-7 in file 1;
+  // every row is a slab. A member that cannot read a slab's file where it is never reads it
+  // while another can: the bytes would be brought to it and then sent back.
+  metadata::Metadata md;
+  md.files = {{"f", 1024}, {"g", 1024}};
+  metadata::TensorMeta t{"w", DType::kF32, {8, 8}, {}};
+  for (int64_t row = 0; row < 8; ++row) {
+    const uint32_t file = row < 4 ? 0 : 1;
+    t.chunks.push_back({Box{{row, 0}, {1, 8}}, file, static_cast<uint64_t>(row % 4) * 32, 32, 0});
+  }
+  md.tensors.push_back(t);
+  std::vector<LoadIdentity> ids{{{Rows(0, 8)}}, {{Rows(0, 8)}}};
+  BroadcastPlanOptions o{&md, /*whole_chunk_reads=*/true};
+  o.slab_bytes = 32;
+  // Rank 0's host holds both files, rank 1's none (it lost its memory): rank 0 reads it all.
+  const std::vector<std::vector<bool>> first{{true, true}, {false, false}};
+  o.readable = &first;
+  BroadcastPlan p = PlanBroadcast(ids, Singletons(2), 2, o);
+  ASSERT_FALSE(p.shards.empty());
+  for (const SharedShard& s : p.shards) EXPECT_EQ(s.reader, 0) << s.slab.ToString();
+  EXPECT_TRUE(p.chunks.empty());
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{256, 0}));
+  // Both hold file 0, only rank 1 file 1: the rows of file 1 are rank 1's, which leaves those
+  // of file 0 to rank 0 -- each slab read where its file is, nothing brought.
+  const std::vector<std::vector<bool>> second{{true, false}, {true, true}};
+  o.readable = &second;
+  p = PlanBroadcast(ids, Singletons(2), 2, o);
+  for (const SharedShard& s : p.shards) {
+    EXPECT_EQ(s.reader, s.slab.offsets[0] < 4 ? 0 : 1) << s.slab.ToString();
+  }
+  EXPECT_TRUE(p.chunks.empty());
+  EXPECT_EQ(p.read_bytes, (std::vector<uint64_t>{128, 128}));
+}
+
 TEST(PlanBroadcastTest, AChunkNoConsumerCanReadIsSentByARankThatCan) {
   // tp2 -> tp4 as above; ranks 0 and 1 (one host's) cannot read the file, rank 3 can: it
   // reads both halves (it needs the second) and sends the first to ranks 0 and 1, which
