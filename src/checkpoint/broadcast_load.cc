@@ -253,7 +253,11 @@ std::optional<Comm::Ranges> StraightInto(const planner::BroadcastPlan& plan,
     at += plan.chunks[i].nbytes;
   }
   if (part.empty() || runs.empty()) return std::nullopt;
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.src < b.src; });
+  // Mostly in order already (one chunk's runs, chunks one after the other): sorted only if not.
+  auto by_src = [](const Run& a, const Run& b) { return a.src < b.src; };
+  if (!std::is_sorted(runs.begin(), runs.end(), by_src)) {
+    std::sort(runs.begin(), runs.end(), by_src);
+  }
   Comm::Ranges out;
   size_t s = 0;
   uint64_t pos = part[0].offset;
