@@ -527,7 +527,7 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
       std::sort(members.begin(), members.end());
     }
     auto files_of_slab = [&](const Box& slab) {
-      return slabs.size() == 1 ? *p.files : FilesOf(*sharing.md, *finder, tensor, slab);
+      return slabs.size() == 1 ? *p.files : FilesOf(*sharing.md, *finder, p.key.first, slab);
     };
     // Whether `r` may read a piece coming from `files`.
     auto eligible = [&](int r, const std::vector<uint32_t>& files) {
