@@ -3,9 +3,12 @@
 // the blocks a resharding load needs, each verified; versions 1 and 2 still load.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "storage/chunk_reader.h"
 #include "storage/file_system.h"
 #include "test_util.h"
+#include "testfs/forwarding_file_system.h"
 
 namespace dcp {
 namespace {
@@ -191,6 +195,101 @@ TEST_F(PartialReads, Tp4OnFourRanksEachReceivesOnlyItsPartOfASharedChunk) {
   EXPECT_EQ(read, TotalBytes());
   EXPECT_EQ(sent, TotalBytes() / 4 * 3);
   EXPECT_EQ(received, TotalBytes() / 4 * 3);
+}
+
+// Records, per file opened, the ranges announced (WillRead) and read (ReadAt).
+class RecordingFs : public testfs::ForwardingFileSystem {
+ public:
+  struct Log {
+    std::string path;
+    std::vector<storage::ByteRange> announced, read;
+  };
+  Result<std::unique_ptr<storage::ReadableFile>> OpenReadable(const std::string& p) override {
+    DCP_ASSIGN_OR_RETURN(auto f, base().OpenReadable(p));
+    std::lock_guard lock(mu_);
+    logs_.push_back(std::make_unique<Log>(Log{p, {}, {}}));
+    return std::unique_ptr<storage::ReadableFile>(new Recorder(std::move(f), *logs_.back()));
+  }
+  std::vector<const Log*> LogsOf(const std::string& path) {
+    std::lock_guard lock(mu_);
+    std::vector<const Log*> out;
+    for (const auto& l : logs_) {
+      if (l->path == path) out.push_back(l.get());
+    }
+    return out;
+  }
+
+ private:
+  class Recorder final : public storage::ReadableFile {
+   public:
+    Recorder(std::unique_ptr<storage::ReadableFile> base, Log& log)
+        : base_(std::move(base)), log_(log) {}
+    void WillRead(std::span<const storage::ByteRange> ranges) override {
+      log_.announced.insert(log_.announced.end(), ranges.begin(), ranges.end());
+      base_->WillRead(ranges);
+    }
+    Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
+      log_.read.push_back({offset, dst.size()});
+      return base_->ReadAt(offset, dst);
+    }
+    uint64_t size() const override { return base_->size(); }
+    const std::string& path() const override { return base_->path(); }
+
+   private:
+    std::unique_ptr<storage::ReadableFile> base_;
+    Log& log_;
+  };
+  std::mutex mu_;  // guards logs_ (thread ranks open files at once)
+  std::vector<std::unique_ptr<Log>> logs_;
+};
+
+// The bytes the ranges cover, as sorted disjoint ranges.
+std::vector<std::pair<uint64_t, uint64_t>> Union(std::vector<storage::ByteRange> ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const storage::ByteRange& r : ranges) {
+    if (r.length == 0) continue;
+    if (!out.empty() && r.offset <= out.back().second) {
+      out.back().second = std::max(out.back().second, r.offset + r.length);
+    } else {
+      out.emplace_back(r.offset, r.offset + r.length);
+    }
+  }
+  return out;
+}
+
+TEST_F(PartialReads, ASharedShardsSlabsAreAnnouncedAsTheBlocksTheirReaderReads) {
+  // Two ranks each load every tensor whole (dp2), exchanging slabs of about 1 MiB: each reads
+  // some rows of each tensor, the next rows the other's. What a rank announces of the data file
+  // ahead of its reads (advised a window ahead on a file system) is exactly what it reads:
+  // the blocks of its slabs, not the whole stored chunks.
+  RecordingFs fs;
+  std::vector<LoadResult> results(2);
+  std::vector<bool> checked(2, false);
+  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    Mem d;
+    for (const Tensor& t : Tensors()) d.Add(t, Box::Whole(t.shape), false);
+    auto r = checkpoint::Load(
+        d.sd, tmp_.path(),
+        {.comm = c, .broadcast_slab_bytes = kBlock, .broadcast_within_host = true}, fs);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    results[c->rank()] = *r;
+    checked[c->rank()] = d.Check();
+  });
+  const std::vector<const RecordingFs::Log*> logs = fs.LogsOf(DataFile());
+  ASSERT_EQ(logs.size(), 2u);  // one per rank
+  uint64_t read = 0;
+  for (const RecordingFs::Log* log : logs) {
+    EXPECT_FALSE(log->read.empty());
+    EXPECT_EQ(Union(log->announced), Union(log->read));
+    for (const auto& [begin, end] : Union(log->read)) read += end - begin;
+  }
+  EXPECT_EQ(read, TotalBytes());  // each byte read once, by one of the two
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(checked[k]) << "rank " << k;
+    EXPECT_GT(results[k].shards_read_for_others, 0u) << "rank " << k;
+  }
 }
 
 TEST(PartialReadsTied, TiedWeightsLoadIntoOneBufferOnFourRanks) {

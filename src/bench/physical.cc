@@ -39,9 +39,10 @@ Status WriteSequential(storage::FileSystem& fs, const std::string& path, uint64_
 
 Status ReadSequential(storage::FileSystem& fs, const std::string& path, uint64_t* bytes_read) {
   DCP_ASSIGN_OR_RETURN(auto file, fs.OpenReadable(path));
-  // An object store then fetches the whole object ahead, in parallel ranged GETs.
+  // An object store then fetches the whole object ahead, in parallel ranged GETs. (A file
+  // system's own read-ahead of 16 MiB reads is the reference: no advice there.)
   const storage::ByteRange whole{0, file->size()};
-  file->WillRead({&whole, 1});
+  if (fs.IsObjectStore()) file->WillRead({&whole, 1});
   std::vector<std::byte> block(std::min(file->size(), kIoBlockBytes));
   for (uint64_t off = 0; off < file->size();) {
     const size_t n = std::min<uint64_t>(file->size() - off, block.size());

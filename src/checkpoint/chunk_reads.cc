@@ -75,9 +75,28 @@ void ChunkReads::HintWhole(const std::vector<std::pair<uint32_t, uint32_t>>& chu
 }
 
 void ChunkReads::Hint(const planner::LocalLoadPlan& plan, const std::vector<bool>& done) {
-  // Once per plan, for all of its reads this rank makes: they are then fetched in file order
-  // ahead of reads that come one broadcast at a time. A file system reads ahead by itself.
-  if (!fs_.IsObjectStore() || !hinted_.insert(&plan).second) return;
+  // Once per plan, for all of its reads this rank makes. An object store then fetches them in
+  // file order ahead of reads that come one broadcast at a time. A file system reads a private
+  // plan's chunks ahead by itself (they come in file order); the slabs of shared shards (some
+  // rows of a tensor, the next ones another member's) are announced as the bytes each read
+  // takes, and advised a window ahead of the reads (ReadableFile::WillRead).
+  if (!fs_.IsObjectStore() && &plan == private_plan_) return;
+  if (!hinted_.insert(&plan).second) return;
+  if (!fs_.IsObjectStore()) {
+    std::map<uint32_t, std::vector<storage::ByteRange>> by_file;
+    for (size_t k = 0; k < plan.reads.size(); ++k) {
+      if (done[k]) continue;
+      const planner::ReadItem& r = plan.reads[k];
+      const metadata::TensorMeta& t = md_.tensors[r.tensor];
+      const metadata::StoredChunk& sc = t.chunks[r.stored];
+      auto runs = CopyRuns::Make(t.dtype, sc.box, r.region, r.region);
+      if (!runs.ok()) continue;  // the read itself reports it
+      const storage::ByteRange b = storage::BytesReadFor(RangeOf(md_, sc), verify_, *runs);
+      if (b.length > 0) by_file[sc.file].push_back({sc.byte_offset + b.offset, b.length});
+    }
+    Announce(by_file);
+    return;
+  }
   std::vector<std::pair<uint32_t, uint32_t>> chunks;
   for (size_t k = 0; k < plan.reads.size(); ++k) {
     if (done[k] || (&plan == private_plan_ && !FromStorage(k))) continue;

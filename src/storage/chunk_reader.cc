@@ -88,6 +88,13 @@ Status StreamInterval(ReadableFile& file, const StoredRange& range, bool verify,
   return verifier ? verifier->Check(file.path(), end) : OkStatus();
 }
 
+// The unit a stored chunk is read in: a checksum block, the whole chunk when one checksum covers
+// it, kUnverifiedReadPiece when nothing is checked.
+uint64_t ReadBlock(const StoredRange& range, bool verify) {
+  if (verify && range.block_xxh3.empty()) return std::max<uint64_t>(range.byte_length, 1);
+  return range.block_xxh3.empty() ? kUnverifiedReadPiece : range.block_size;
+}
+
 }  // namespace
 
 void ScatterFromMemory(const ChunkTarget& target, std::span<const std::byte> chunk) {
@@ -113,6 +120,16 @@ Status VerifyRange(ReadableFile& file, const StoredRange& range, std::vector<std
   return StreamInterval(file, range, /*verify=*/true, 0, range.byte_length, {}, bounce, bytes_read);
 }
 
+ByteRange BytesReadFor(const StoredRange& range, bool verify, const CopyRuns& runs) {
+  if (runs.num_runs() == 0 || runs.run_bytes() == 0) return {};
+  const uint64_t first = runs.src_offset(0);
+  const uint64_t last = runs.src_offset(runs.num_runs() - 1) + runs.run_bytes();
+  if (!verify) return {first, last - first};
+  const uint64_t block = ReadBlock(range, verify);
+  const uint64_t begin = first / block * block;
+  return {begin, std::min(range.byte_length, (last + block - 1) / block * block) - begin};
+}
+
 Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify,
                        std::span<const ChunkTarget> targets, std::vector<std::byte>& bounce,
                        uint64_t* bytes_read) {
@@ -130,10 +147,7 @@ Status ReadStoredChunk(ReadableFile& file, const StoredRange& range, bool verify
   }
 
   // The blocks any target needs, read as maximal runs of consecutive blocks.
-  const bool whole = verify && range.block_xxh3.empty();
-  const uint64_t block = whole                      ? std::max<uint64_t>(len, 1)
-                         : range.block_xxh3.empty() ? kUnverifiedReadPiece
-                                                    : range.block_size;
+  const uint64_t block = ReadBlock(range, verify);
   std::vector<uint8_t> needed((len + block - 1) / block, 0);
   uint64_t lo = len, hi = 0;  // the first and last byte any target needs
   for (const ChunkTarget& t : targets) {

@@ -36,8 +36,9 @@ class ReadableFile {
  public:
   virtual ~ReadableFile() = default;
   // The ranges about to be read, mostly in ascending order: an object store fetches them
-  // ahead, neighbours coalesced into fewer requests, several in parallel. A hint only: reads
-  // outside them work as always. Nothing to do on a file system.
+  // ahead, neighbours coalesced into fewer requests, several in parallel; a file system asks
+  // the kernel for them a window ahead of the reads (PosixFileSystem). A hint only: reads
+  // outside them work as always.
   virtual void WillRead(std::span<const ByteRange> /*ranges*/) {}
   // Reads exactly dst.size() bytes at `offset`; kDataLoss naming the file if it ends early.
   virtual Status ReadAt(uint64_t offset, std::span<std::byte> dst) = 0;

@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 
 #include "storage/file_system.h"
 
@@ -73,12 +75,44 @@ class PosixWritableFile final : public WritableFile {
   uint64_t written_ = 0;
 };
 
+// Announced ranges (WillRead) are asked of the kernel a window ahead of the reads
+// (POSIX_FADV_WILLNEED), the window moving with them: the slabs a broadcast load reads are a
+// few rows of a tensor each, the next rows another rank's, so the kernel's own read-ahead,
+// which follows sequential reads, keeps about one small request in flight where the disk
+// serves many at once. Nothing happens on tmpfs, whose pages are in memory already.
 class PosixReadableFile final : public ReadableFile {
  public:
+  static constexpr uint64_t kAheadBytes = uint64_t{8} << 20;
+  static constexpr uint64_t kMergeGap = uint64_t{64} << 10;  // closer announced ranges: one
+
   PosixReadableFile(int fd, uint64_t size, std::string path)
       : fd_(fd), size_(size), path_(std::move(path)) {}
   ~PosixReadableFile() override { ::close(fd_); }
+  void WillRead(std::span<const ByteRange> ranges) override {
+    std::lock_guard lock(mu_);
+    std::vector<ByteRange> all(ranges.begin(), ranges.end());
+    all.insert(all.end(), announced_.begin() + static_cast<ptrdiff_t>(next_), announced_.end());
+    std::sort(all.begin(), all.end(),
+              [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+    announced_.clear();
+    next_ = 0;
+    for (const ByteRange& r : all) {
+      if (!announced_.empty() &&
+          r.offset <= announced_.back().offset + announced_.back().length + kMergeGap) {
+        ByteRange& last = announced_.back();
+        last.length = std::max(last.offset + last.length, r.offset + r.length) - last.offset;
+      } else if (r.length > 0) {
+        announced_.push_back(r);
+      }
+    }
+    advised_ = 0;  // ranges announced now may lie below what was advised before
+    if (!announced_.empty()) AdviseFrom(announced_.front().offset);
+  }
   Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
+    {
+      std::lock_guard lock(mu_);
+      if (next_ < announced_.size()) AdviseFrom(offset + dst.size());
+    }
     std::byte* p = dst.data();
     size_t left = dst.size();
     while (left > 0) {
@@ -102,9 +136,31 @@ class PosixReadableFile final : public ReadableFile {
   const std::string& path() const override { return path_; }
 
  private:
+  // Advises the announced bytes up to kAheadBytes past `pos` once the reads come within half a
+  // window of what was advised. Advice is a hint: its failure changes nothing.
+  void AdviseFrom(uint64_t pos) {
+    if (pos + kAheadBytes / 2 <= advised_) return;
+    const uint64_t from = std::max(pos, advised_), until = pos + kAheadBytes;
+    for (; next_ < announced_.size(); ++next_) {
+      const ByteRange& r = announced_[next_];
+      if (r.offset >= until) break;
+      const uint64_t a = std::max(r.offset, from), b = std::min(r.offset + r.length, until);
+      if (a < b) {
+        (void)::posix_fadvise(fd_, static_cast<off_t>(a), static_cast<off_t>(b - a),
+                              POSIX_FADV_WILLNEED);
+      }
+      if (r.offset + r.length > until) break;  // its rest with the next window
+    }
+    advised_ = until;
+  }
+
   int fd_;
   uint64_t size_;
   std::string path_;
+  std::mutex mu_;                     // guards what follows: reads may come from other threads
+  std::vector<ByteRange> announced_;  // sorted, merged; those before next_ were advised
+  size_t next_ = 0;
+  uint64_t advised_ = 0;  // announced bytes below this were advised
 };
 
 class Posix final : public FileSystem {

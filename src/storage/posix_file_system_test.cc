@@ -1,9 +1,14 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "storage/file_system.h"
 
@@ -25,6 +30,67 @@ class ScratchDir {
  private:
   std::string path_;
 };
+
+// The fraction of the pages of bytes [begin, end) of `path` in the page cache (mincore).
+double Resident(const std::string& path, uint64_t begin, uint64_t end) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const uint64_t size = end;
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) return -1;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((size + page - 1) / page);
+  const bool ok = ::mincore(m, size, in.data()) == 0;
+  ::munmap(m, size);
+  if (!ok) return -1;
+  uint64_t resident = 0, pages = 0;
+  for (uint64_t p = begin / page; p < in.size(); ++p, ++pages) resident += in[p] & 1;
+  return pages ? static_cast<double>(resident) / static_cast<double>(pages) : 0;
+}
+
+// Waits (up to 60 s: the disk is shared, the advice is asynchronous) until bytes [begin, end)
+// of `path` are all in the page cache.
+bool BecomesResident(const std::string& path, uint64_t begin, uint64_t end) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Resident(path, begin, end) < 1.0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+TEST(PosixFileSystemTest, AnnouncedRangesAreAdvisedAWindowAheadOfTheReads) {
+  // A 32 MiB file out of the page cache; its second half announced: the kernel is asked for
+  // the first 8 MiB of it at once, and for more only as the reads come near.
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  ScratchDir dir;
+  const std::string path = dir.Sub("data");
+  {
+    std::ofstream out(path, std::ios::binary);
+    std::vector<char> mib(kMiB, 'x');
+    for (int i = 0; i < 32; ++i) out.write(mib.data(), static_cast<std::streamsize>(mib.size()));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fsync(fd), 0);
+  ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  ::close(fd);
+  if (Resident(path, 0, 32 * kMiB) > 0.5) {
+    GTEST_SKIP() << path << " stays in memory (tmpfs?): nothing to advise";
+  }
+  auto file = PosixFileSystem().OpenReadable(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const std::vector<ByteRange> half{{16 * kMiB, 8 * kMiB}, {24 * kMiB, 8 * kMiB}};
+  (*file)->WillRead(half);
+  EXPECT_TRUE(BecomesResident(path, 16 * kMiB, 24 * kMiB));
+  EXPECT_LT(Resident(path, 26 * kMiB, 32 * kMiB), 0.5);  // not asked for yet
+  EXPECT_LT(Resident(path, 0, 14 * kMiB), 0.5);          // never announced
+  // A read within half a window of the advised end moves the window: up to 8 MiB past it.
+  std::vector<std::byte> buf(kMiB);
+  ASSERT_TRUE((*file)->ReadAt(20 * kMiB, buf).ok());
+  EXPECT_TRUE(BecomesResident(path, 21 * kMiB, 29 * kMiB));
+}
 
 TEST(PosixFileSystemTest, RefusesFifoWithoutBlocking) {
   // Issue 11 item 9: opening a FIFO for reading waited for a writer forever. (If this regresses,
