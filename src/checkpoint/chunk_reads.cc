@@ -47,6 +47,9 @@ Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
   ++stats_->files_opened;
   if (open_.size() == max_open_) open_.pop_back();
   open_.emplace_front(file, std::move(f).value());
+  if (auto it = announced_.find(file); it != announced_.end()) {
+    open_.front().second->WillRead(it->second);
+  }
   return open_.front().second.get();
 }
 
@@ -67,6 +70,12 @@ void ChunkReads::Announce(std::map<uint32_t, std::vector<storage::ByteRange>>& b
   for (auto& [file, ranges] : by_file) {
     auto f = Open(file);
     if (f.ok()) (*f)->WillRead(ranges);  // an open that fails is reported by the read itself
+    // A file system's file closed by the LRU of open files is told again when reopened (Open);
+    // an object store's fetches went ahead already.
+    if (!fs_.IsObjectStore()) {
+      std::vector<storage::ByteRange>& kept = announced_[file];
+      kept.insert(kept.end(), ranges.begin(), ranges.end());
+    }
   }
 }
 
@@ -76,11 +85,11 @@ void ChunkReads::HintWhole(const std::vector<std::pair<uint32_t, uint32_t>>& chu
 
 void ChunkReads::Hint(const planner::LocalLoadPlan& plan, const std::vector<bool>& done) {
   // Once per plan, for all of its reads this rank makes. An object store then fetches them in
-  // file order ahead of reads that come one broadcast at a time. A file system reads a private
-  // plan's chunks ahead by itself (they come in file order); the slabs of shared shards (some
-  // rows of a tensor, the next ones another member's) are announced as the bytes each read
+  // file order ahead of reads that come one broadcast at a time. A file system reads a rank's
+  // own chunks ahead by itself (they come in file order); the slabs of shared shards (some
+  // rows of a tensor, the next ones another member's) are announced as the blocks each read
   // takes, and advised a window ahead of the reads (ReadableFile::WillRead).
-  if (!fs_.IsObjectStore() && &plan == private_plan_) return;
+  if (!fs_.IsObjectStore() && (private_plan_ == nullptr || &plan == private_plan_)) return;
   if (!hinted_.insert(&plan).second) return;
   if (!fs_.IsObjectStore()) {
     std::map<uint32_t, std::vector<storage::ByteRange>> by_file;

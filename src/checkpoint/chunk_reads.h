@@ -63,7 +63,8 @@ class ChunkReads {
     if (s.code() == StatusCode::kDataLoss && !damaged_file_) damaged_file_ = file;
     return s;
   }
-  // On an object store: tells each file which of its stored chunks `plan` will read.
+  // Tells each file what `plan` will read of it: on an object store its stored chunks, on a
+  // file system (a broadcast load's shared plan only) the blocks of its slabs.
   void Hint(const planner::LocalLoadPlan& plan, const std::vector<bool>& done);
   void HintRanges(const std::vector<std::pair<uint32_t, uint32_t>>& chunks);
   // Tells each file (by metadata index) the byte ranges it will be read at.
@@ -83,6 +84,8 @@ class ChunkReads {
   LoadResult* stats_;
   std::function<void()> between_chunks_;
   std::list<std::pair<uint32_t, std::unique_ptr<storage::ReadableFile>>> open_;  // MRU first
+  // File system: per file, every range announced to it (given again when it is reopened).
+  std::map<uint32_t, std::vector<storage::ByteRange>> announced_;
   std::vector<std::byte> bounce_;
   const planner::LocalLoadPlan* private_plan_ = nullptr;
   const std::vector<bool>* not_from_storage_ = nullptr;              // per item of *private_plan_

@@ -529,18 +529,23 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
     auto files_of_slab = [&](const Box& slab) {
       return slabs.size() == 1 ? *p.files : FilesOf(*sharing.md, *finder, p.key.first, slab);
     };
-    // Whether `r` may read a piece coming from `files`.
-    auto eligible = [&](int r, const std::vector<uint32_t>& files) {
-      return std::any_of(files.begin(), files.end(),
-                         [&](uint32_t f) { return (*sharing.readable)[r][f]; }) ||
-             std::none_of(members.begin(), members.end(),
-                          [&](int m) { return ReadsAll(*sharing.readable, m, files); });
+    // Whether `r` may read a piece coming from `files`, given whether some member can read
+    // them all where it is.
+    auto eligible = [&](int r, const std::vector<uint32_t>& files, bool any_reads_all) {
+      return !any_reads_all || std::any_of(files.begin(), files.end(),
+                                           [&](uint32_t f) { return (*sharing.readable)[r][f]; });
+    };
+    auto someone_reads_all = [&](const std::vector<uint32_t>& files) {
+      return !files.empty() && std::any_of(members.begin(), members.end(), [&](int m) {
+        return ReadsAll(*sharing.readable, m, files);
+      });
     };
     auto cheapest = [&](const std::vector<uint32_t>& files, uint64_t nbytes) {
+      const bool all = someone_reads_all(files);
       int best = -1;
       uint64_t best_cost = 0;
       for (int r : members) {
-        if (!eligible(r, files)) continue;
+        if (!eligible(r, files, all)) continue;
         const uint64_t c =
             plan.read_bytes[r] + (ReadsAll(*sharing.readable, r, files) ? 0 : nbytes);
         if (best < 0 || c < best_cost) {
@@ -561,9 +566,11 @@ BroadcastPlan PlanBroadcast(const std::vector<LoadIdentity>& identities,
       const uint64_t room = load < fair_share ? fair_share - load : 0;
       Box piece = slabs[k];
       uint64_t nbytes = bytes_of(slabs[k++]);
-      for (; k < slabs.size() && nbytes + bytes_of(slabs[k]) <= room &&
-             (members.empty() || eligible(reader, files_of_slab(slabs[k])));
-           ++k) {
+      for (; k < slabs.size() && nbytes + bytes_of(slabs[k]) <= room; ++k) {
+        if (!members.empty()) {  // the piece stays one its reader may read
+          const std::vector<uint32_t> files = files_of_slab(slabs[k]);
+          if (!eligible(reader, files, someone_reads_all(files))) break;
+        }
         piece.lengths[0] += slabs[k].lengths[0];
         nbytes += bytes_of(slabs[k]);
       }

@@ -47,9 +47,10 @@ Status ReadRangeInto(ReadableFile& file, const StoredRange& range, bool verify, 
 Status VerifyRange(ReadableFile& file, const StoredRange& range, std::vector<std::byte>& bounce,
                    uint64_t* bytes_read);
 
-// The bytes of the stored chunk (offsets within it) ReadStoredChunk reads for one target with
+// The span of the stored chunk (offsets within it) ReadStoredChunk reads for one target with
 // `runs`: from the first to the last block it needs (the whole chunk when one checksum covers
-// it), or just the needed bytes when not verifying. Empty for no runs.
+// it), or from the first to the last needed byte when not verifying; blocks in between that it
+// skips are included. Empty for no runs.
 ByteRange BytesReadFor(const StoredRange& range, bool verify, const CopyRuns& runs);
 
 // Fills every target from the stored chunk, reading each needed byte from storage once (see

@@ -75,11 +75,13 @@ class PosixWritableFile final : public WritableFile {
   uint64_t written_ = 0;
 };
 
-// Announced ranges (WillRead) are asked of the kernel a window ahead of the reads
-// (POSIX_FADV_WILLNEED), the window moving with them: the slabs a broadcast load reads are a
-// few rows of a tensor each, the next rows another rank's, so the kernel's own read-ahead,
-// which follows sequential reads, keeps about one small request in flight where the disk
-// serves many at once. Nothing happens on tmpfs, whose pages are in memory already.
+// Announced ranges (WillRead) are asked of the kernel ahead of the reads (POSIX_FADV_WILLNEED),
+// in file order, at most kAheadBytes of them not yet matched by bytes read: the slabs a
+// broadcast load reads are a few rows of a tensor each, the next rows another rank's, so the
+// kernel's own read-ahead, which follows sequential reads, keeps about one small request in
+// flight where the disk serves many at once. The pace is the bytes read, not where they are,
+// so reads that alternate between regions (a rank in several groups) skip nothing. Nothing
+// happens on tmpfs, whose pages are in memory already.
 class PosixReadableFile final : public ReadableFile {
  public:
   static constexpr uint64_t kAheadBytes = uint64_t{8} << 20;
@@ -91,27 +93,28 @@ class PosixReadableFile final : public ReadableFile {
   void WillRead(std::span<const ByteRange> ranges) override {
     std::lock_guard lock(mu_);
     std::vector<ByteRange> all(ranges.begin(), ranges.end());
-    all.insert(all.end(), announced_.begin() + static_cast<ptrdiff_t>(next_), announced_.end());
+    all.insert(all.end(), pending_.begin(), pending_.end());
     std::sort(all.begin(), all.end(),
               [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
-    announced_.clear();
-    next_ = 0;
+    pending_.clear();
     for (const ByteRange& r : all) {
-      if (!announced_.empty() &&
-          r.offset <= announced_.back().offset + announced_.back().length + kMergeGap) {
-        ByteRange& last = announced_.back();
+      if (!pending_.empty() &&
+          r.offset <= pending_.back().offset + pending_.back().length + kMergeGap) {
+        ByteRange& last = pending_.back();
         last.length = std::max(last.offset + last.length, r.offset + r.length) - last.offset;
       } else if (r.length > 0) {
-        announced_.push_back(r);
+        pending_.push_back(r);
       }
     }
-    advised_ = 0;  // ranges announced now may lie below what was advised before
-    if (!announced_.empty()) AdviseFrom(announced_.front().offset);
+    Advise();
   }
   Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
     {
       std::lock_guard lock(mu_);
-      if (next_ < announced_.size()) AdviseFrom(offset + dst.size());
+      if (!pending_.empty()) {
+        ahead_ -= std::min<uint64_t>(ahead_, dst.size());
+        Advise();
+      }
     }
     std::byte* p = dst.data();
     size_t left = dst.size();
@@ -136,31 +139,32 @@ class PosixReadableFile final : public ReadableFile {
   const std::string& path() const override { return path_; }
 
  private:
-  // Advises the announced bytes up to kAheadBytes past `pos` once the reads come within half a
-  // window of what was advised. Advice is a hint: its failure changes nothing.
-  void AdviseFrom(uint64_t pos) {
-    if (pos + kAheadBytes / 2 <= advised_) return;
-    const uint64_t from = std::max(pos, advised_), until = pos + kAheadBytes;
-    for (; next_ < announced_.size(); ++next_) {
-      const ByteRange& r = announced_[next_];
-      if (r.offset >= until) break;
-      const uint64_t a = std::max(r.offset, from), b = std::min(r.offset + r.length, until);
-      if (a < b) {
-        (void)::posix_fadvise(fd_, static_cast<off_t>(a), static_cast<off_t>(b - a),
-                              POSIX_FADV_WILLNEED);
+  // Once fewer than half a window of advised bytes are ahead of the reads, advises the next
+  // pending ones up to a window. Advice is a hint: its failure changes nothing.
+  void Advise() {
+    if (ahead_ >= kAheadBytes / 2) return;
+    size_t done = 0;
+    for (; done < pending_.size() && ahead_ < kAheadBytes; ++done) {
+      ByteRange& r = pending_[done];
+      const uint64_t n = std::min(r.length, kAheadBytes - ahead_);
+      (void)::posix_fadvise(fd_, static_cast<off_t>(r.offset), static_cast<off_t>(n),
+                            POSIX_FADV_WILLNEED);
+      ahead_ += n;
+      if (n < r.length) {  // its rest with the next window
+        r.offset += n;
+        r.length -= n;
+        break;
       }
-      if (r.offset + r.length > until) break;  // its rest with the next window
     }
-    advised_ = until;
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(done));
   }
 
   int fd_;
   uint64_t size_;
   std::string path_;
-  std::mutex mu_;                     // guards what follows: reads may come from other threads
-  std::vector<ByteRange> announced_;  // sorted, merged; those before next_ were advised
-  size_t next_ = 0;
-  uint64_t advised_ = 0;  // announced bytes below this were advised
+  std::mutex mu_;                   // guards what follows: reads may come from other threads
+  std::vector<ByteRange> pending_;  // announced, not advised yet: sorted, merged
+  uint64_t ahead_ = 0;              // advised bytes not yet matched by bytes read
 };
 
 class Posix final : public FileSystem {

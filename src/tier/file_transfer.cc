@@ -40,7 +40,8 @@ Status CopyFile(storage::FileSystem& from_fs, const std::string& from, storage::
   DCP_ASSIGN_OR_RETURN(auto in, from_fs.OpenReadable(from));
   DCP_ASSIGN_OR_RETURN(auto out, to_fs.NewWritableFile(to));
   std::vector<std::byte> buf(std::min<uint64_t>(piece_bytes, std::max<uint64_t>(in->size(), 1)));
-  in->WillRead(std::vector<storage::ByteRange>{{0, in->size()}});
+  // An object store fetches ahead; a file system's read-ahead follows these sequential reads.
+  if (from_fs.IsObjectStore()) in->WillRead(std::vector<storage::ByteRange>{{0, in->size()}});
   for (uint64_t at = 0; at < in->size();) {
     const uint64_t n = std::min<uint64_t>(buf.size(), in->size() - at);
     DCP_RETURN_IF_ERROR(in->ReadAt(at, std::span(buf.data(), n)));
@@ -152,7 +153,7 @@ Status CopySpans(storage::FileSystem& from_fs, const std::string& from, const st
   const std::vector<Span> spans = t.spans.empty() ? std::vector<Span>{{0, t.size}} : t.spans;
   std::vector<storage::ByteRange> hint;
   for (const Span& s : spans) hint.push_back({s.offset, s.length});
-  in->WillRead(hint);
+  if (from_fs.IsObjectStore()) in->WillRead(hint);
   LocalWriter out;
   DCP_RETURN_IF_ERROR(out.Open(to, t.size));
   std::vector<std::byte> buf;
