@@ -243,22 +243,6 @@ class RecordingFs : public testfs::ForwardingFileSystem {
   std::vector<std::unique_ptr<Log>> logs_;
 };
 
-// The bytes the ranges cover, as sorted disjoint ranges.
-std::vector<std::pair<uint64_t, uint64_t>> Union(std::vector<storage::ByteRange> ranges) {
-  std::sort(ranges.begin(), ranges.end(),
-            [](const auto& a, const auto& b) { return a.offset < b.offset; });
-  std::vector<std::pair<uint64_t, uint64_t>> out;
-  for (const storage::ByteRange& r : ranges) {
-    if (r.length == 0) continue;
-    if (!out.empty() && r.offset <= out.back().second) {
-      out.back().second = std::max(out.back().second, r.offset + r.length);
-    } else {
-      out.emplace_back(r.offset, r.offset + r.length);
-    }
-  }
-  return out;
-}
-
 TEST_F(PartialReads, ASharedShardsSlabsAreAnnouncedAsTheBlocksTheirReaderReads) {
   // Two ranks each load every tensor whole (dp2), exchanging slabs of about 1 MiB: each reads
   // some rows of each tensor, the next rows the other's. What a rank announces of the data file
@@ -282,8 +266,8 @@ TEST_F(PartialReads, ASharedShardsSlabsAreAnnouncedAsTheBlocksTheirReaderReads) 
   uint64_t read = 0;
   for (const RecordingFs::Log* log : logs) {
     EXPECT_FALSE(log->read.empty());
-    EXPECT_EQ(Union(log->announced), Union(log->read));
-    for (const auto& [begin, end] : Union(log->read)) read += end - begin;
+    EXPECT_EQ(storage::MergeRanges(log->announced), storage::MergeRanges(log->read));
+    for (const storage::ByteRange& r : storage::MergeRanges(log->read)) read += r.length;
   }
   EXPECT_EQ(read, TotalBytes());  // each byte read once, by one of the two
   for (int k = 0; k < 2; ++k) {

@@ -30,7 +30,12 @@ class WritableFile {
 struct ByteRange {
   uint64_t offset = 0;
   uint64_t length = 0;
+  friend bool operator==(const ByteRange&, const ByteRange&) = default;
 };
+
+// `ranges` sorted by offset, empty ones dropped, and those that overlap or lie at most `gap`
+// bytes apart joined into one.
+std::vector<ByteRange> MergeRanges(std::vector<ByteRange> ranges, uint64_t gap = 0);
 
 class ReadableFile {
  public:

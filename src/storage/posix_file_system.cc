@@ -92,20 +92,8 @@ class PosixReadableFile final : public ReadableFile {
   ~PosixReadableFile() override { ::close(fd_); }
   void WillRead(std::span<const ByteRange> ranges) override {
     std::lock_guard lock(mu_);
-    std::vector<ByteRange> all(ranges.begin(), ranges.end());
-    all.insert(all.end(), pending_.begin(), pending_.end());
-    std::sort(all.begin(), all.end(),
-              [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
-    pending_.clear();
-    for (const ByteRange& r : all) {
-      if (!pending_.empty() &&
-          r.offset <= pending_.back().offset + pending_.back().length + kMergeGap) {
-        ByteRange& last = pending_.back();
-        last.length = std::max(last.offset + last.length, r.offset + r.length) - last.offset;
-      } else if (r.length > 0) {
-        pending_.push_back(r);
-      }
-    }
+    pending_.insert(pending_.end(), ranges.begin(), ranges.end());
+    pending_ = MergeRanges(std::move(pending_), kMergeGap);
     Advise();
   }
   Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
@@ -312,6 +300,22 @@ Result<std::unique_ptr<WritableFile>> FileSystem::ReuseFile(const std::string& o
 FileSystem& PosixFileSystem() {
   static Posix fs;
   return fs;
+}
+
+std::vector<ByteRange> MergeRanges(std::vector<ByteRange> ranges, uint64_t gap) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  std::vector<ByteRange> out;
+  for (const ByteRange& r : ranges) {
+    if (r.length == 0) continue;
+    if (!out.empty() && r.offset <= out.back().offset + out.back().length + gap) {
+      ByteRange& last = out.back();
+      last.length = std::max(last.offset + last.length, r.offset + r.length) - last.offset;
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
 }
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
