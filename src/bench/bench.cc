@@ -18,6 +18,7 @@
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/save.h"
+#include "core/log.h"
 #include "core/wire.h"
 #include "dcp/async.h"
 #include "dcp/format.h"
@@ -398,6 +399,10 @@ Status Runner::RunReferenceReads(int rep) {
   DCP_ASSIGN_OR_RETURN(double warm, Timed([&] { return ReadSequential(*fs_, mine, &n); }));
   ref.read_cold_seconds.push_back(cold);
   ref.read_warm_seconds.push_back(warm);
+  if (LogEnabled()) {  // beside the loads' lines, to compare what the disk did in each
+    std::fprintf(stderr, "dcp bench read reference rank %d/%d: cold %.3f s, warm %.3f s, %llu B\n",
+                 rank_, comm_.size(), cold, warm, static_cast<unsigned long long>(n));
+  }
   // One thread, alone on the machine: the other ranks wait at the barrier.
   if (rank_ == 0) ref.memcpy_gibps.push_back(MemcpyGiBps());
   return comm_.Barrier();

@@ -8,6 +8,9 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
 
 #include "checkpoint/broadcast_load.h"
@@ -228,6 +231,26 @@ std::vector<ReadSpan> StorageReadsOf(const metadata::Metadata& md,
   return out;
 }
 
+// The private items the shared phase does not touch: their stored chunks are neither read
+// for a slab this rank sends nor shared whole with this rank as their reader, so they can be
+// read while the shared phase runs (all items of a stored chunk fall on the same side).
+std::vector<uint32_t> IndependentPrivateItems(const planner::LocalLoadPlan& plan,
+                                              const std::vector<bool>& not_from_storage,
+                                              const planner::LocalLoadPlan& shared_reads,
+                                              const planner::BroadcastPlan& bplan, int me) {
+  std::set<std::pair<uint32_t, uint32_t>> touched;  // (tensor, stored chunk)
+  for (const auto& item : shared_reads.reads) touched.emplace(item.tensor, item.stored);
+  for (const auto& c : bplan.chunks) {
+    if (c.reader == me) touched.emplace(c.tensor, c.stored);
+  }
+  std::vector<uint32_t> out;
+  for (uint32_t r = 0; r < plan.reads.size(); ++r) {
+    if (!not_from_storage.empty() && not_from_storage[r]) continue;
+    if (!touched.count({plan.reads[r].tensor, plan.reads[r].stored})) out.push_back(r);
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
@@ -300,12 +323,39 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   }
   const auto t3 = Clock::now();
 
-  // 4. Shared shards first (others wait for them), then private ones grouped by file.
-  ChunkReads reads(sd, *md, dir, opts, fs, &result);
-  if (broadcast) {
-    // The private items this rank reads: a stored chunk that also feeds a slab it sends is
-    // read once, in the shared phase, for both.
-    reads.set_private(&*plan, not_from_storage);
+  // 4. Shared shards first (others wait for them), then private ones grouped by file. The
+  //    shared phase waits on other ranks' reads and transfers; the disk need not wait with it:
+  //    where the file system takes reads from two threads, the private stored chunks the
+  //    shared phase does not touch are read meanwhile by a second reader (each reader keeps
+  //    half of the open-file limit).
+  std::vector<uint32_t> ahead_items;
+  if (broadcast && fs.ConcurrentReads() && opts.max_open_files >= 2) {
+    ahead_items = IndependentPrivateItems(*plan, not_from_storage, shared_reads, bplan, me);
+  }
+  LoadOptions half = opts;
+  if (!ahead_items.empty()) half.max_open_files = opts.max_open_files / 2;
+  ChunkReads reads(sd, *md, dir, half, fs, &result);
+  // The private items this rank reads: a stored chunk that also feeds a slab it sends is
+  // read once, in the shared phase, for both. Those read ahead are not this reader's.
+  std::vector<bool> main_skips = not_from_storage;
+  if (!ahead_items.empty()) {
+    main_skips.resize(plan->reads.size(), false);
+    for (uint32_t r : ahead_items) main_skips[r] = true;
+  }
+  if (broadcast) reads.set_private(&*plan, main_skips);
+  LoadResult ahead_stats;
+  ChunkReads ahead(sd, *md, dir, half, fs, &ahead_stats);
+  ahead.set_private(&*plan, not_from_storage);
+  Status ahead_failure;
+  auto read_ahead = [&] {
+    ahead_failure = Guarded("", [&] { return ahead.Read(*plan, ahead_items); });
+  };
+  std::jthread ahead_thread;  // declared after what it uses: joined before they go
+  if (!ahead_items.empty()) {
+    try {
+      ahead_thread = std::jthread(read_ahead);
+    } catch (const std::system_error&) {  // no thread: read them after the shared phase
+    }
   }
   Status read_failure;
   if (broadcast) {
@@ -313,16 +363,32 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
                                        reads, opts, smallest_budget, &result, &read_failure));
   }
   const auto t4 = Clock::now();
+  if (ahead_thread.joinable()) {
+    ahead_thread.join();
+  } else if (!ahead_items.empty()) {
+    read_ahead();
+  }
+  result.bytes_read += ahead_stats.bytes_read;
+  result.files_opened += ahead_stats.files_opened;
+  result.chunks_read += ahead_stats.chunks_read;
+  ChunkReads* failed_reader = read_failure.ok() ? nullptr : &reads;
+  if (read_failure.ok() && !ahead_failure.ok()) {
+    read_failure = ahead_failure;
+    failed_reader = &ahead;
+  }
   if (read_failure.ok()) {
     std::vector<uint32_t> private_items;
     for (uint32_t r = 0; r < plan->reads.size(); ++r) {
-      if (not_from_storage.empty() || !not_from_storage[r]) private_items.push_back(r);
+      if (main_skips.empty() || !main_skips[r]) private_items.push_back(r);
     }
     read_failure = Guarded("", [&] { return reads.Read(*plan, private_items); });
+    if (read_failure.ok()) {
+      read_failure = Guarded("", [&] { return reads.ReadBytesEntries(*plan); });
+    }
+    if (!read_failure.ok()) failed_reader = &reads;
   }
-  if (read_failure.ok()) read_failure = Guarded("", [&] { return reads.ReadBytesEntries(*plan); });
-  if (!read_failure.ok() && hooks && hooks->damaged && reads.damaged_file()) {
-    hooks->damaged(*reads.damaged_file(), read_failure);
+  if (failed_reader && hooks && hooks->damaged && failed_reader->damaged_file()) {
+    hooks->damaged(*failed_reader->damaged_file(), read_failure);
   }
   // A read failure anywhere is a load failure everywhere.
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, read_failure));

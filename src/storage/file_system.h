@@ -96,6 +96,9 @@ class FileSystem {
   // Objects, not files: Rename copies every byte (so the manager does not recycle files) and
   // each read is a request (so loads announce their ranges, ReadableFile::WillRead).
   virtual bool IsObjectStore() const { return false; }
+  // Whether two threads may open and read files at the same time (a load reads its own chunks
+  // on a second thread while the shared ones are exchanged). False unless a file system says so.
+  virtual bool ConcurrentReads() const { return false; }
   // Drops what writes interrupted under `dir` left invisible (an object store's incomplete
   // multipart uploads, which cost storage until aborted). Called by a save holding the
   // directory's lock, and by prune. Nothing to do on a file system.

@@ -157,6 +157,7 @@ class PosixReadableFile final : public ReadableFile {
 
 class Posix final : public FileSystem {
  public:
+  bool ConcurrentReads() const override { return true; }  // descriptors are per file object
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     // Always a new inode: whatever sat at `path` (a planted symlink, a file hard-linked into a
     // snapshot) loses only its name, never its content.

@@ -75,6 +75,8 @@ class ThrottledFileSystem final : public storage::FileSystem {
   Status CreateDirs(const std::string& dir) override { return base_.CreateDirs(dir); }
   Result<std::vector<std::string>> List(const std::string& dir) override { return base_.List(dir); }
   Result<uint64_t> FileSize(const std::string& path) override { return base_.FileSize(path); }
+  // The limiter is one atomic in shared memory.
+  bool ConcurrentReads() const override { return base_.ConcurrentReads(); }
 
  private:
   storage::FileSystem& base_;
