@@ -172,7 +172,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     hooks.before_reads = [&](const std::vector<checkpoint::ReadSpan>& reads) -> Status {
       NeededSpans needed;
       for (const auto& r : reads) needed[r.file].push_back({r.offset, r.length});
-      for (auto& [f, spans] : needed) spans = MergeSpans(std::move(spans));
+      for (auto& [f, spans] : needed) spans = storage::MergeRanges(std::move(spans));
       DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(EncodeSpans(needed)));
       std::vector<NeededSpans> needed_by_host(hosts_.size());
       for (int r = 0; r < comm.size(); ++r) {

@@ -28,22 +28,6 @@ const StepCopy* FindStep(const Inventory& inv, int64_t step) {
 
 }  // namespace
 
-std::vector<Span> MergeSpans(std::vector<Span> spans) {
-  std::sort(spans.begin(), spans.end(),
-            [](const Span& a, const Span& b) { return a.offset < b.offset; });
-  std::vector<Span> out;
-  for (const Span& s : spans) {
-    if (s.length == 0) continue;
-    if (!out.empty() && s.offset <= out.back().offset + out.back().length) {
-      const uint64_t end = std::max(out.back().offset + out.back().length, s.offset + s.length);
-      out.back().length = end - out.back().offset;
-    } else {
-      out.push_back(s);
-    }
-  }
-  return out;
-}
-
 uint64_t Transfer::bytes() const {
   if (spans.empty()) return size;
   uint64_t n = 0;
@@ -218,7 +202,8 @@ RestorePlan PlanRestore(const Hosts& hosts, const MemoryStep& step,
       if (std::find(holders.begin(), holders.end(), h) != holders.end()) continue;
       const auto& to_ranks = hosts.ranks[h];
       const int to = to_ranks[receive_turn[h]++ % to_ranks.size()];
-      Transfer t{kFromStorage, to, step.files[f].name, step.files[f].size, MergeSpans(needed)};
+      Transfer t{kFromStorage, to, step.files[f].name, step.files[f].size,
+                 storage::MergeRanges(needed)};
       if (static_cast<double>(t.bytes()) >= whole_fraction * static_cast<double>(t.size)) {
         t.spans.clear();
       }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dcp/status.h"
+#include "storage/file_system.h"
 
 namespace dcp::tier {
 
@@ -39,14 +40,8 @@ struct FileRef {
   bool operator==(const FileRef&) const = default;
 };
 
-// Bytes [offset, offset + length) of a file.
-struct Span {
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  bool operator==(const Span&) const = default;
-};
-// Sorted, overlapping and touching spans joined.
-std::vector<Span> MergeSpans(std::vector<Span> spans);
+// Bytes [offset, offset + length) of a file (joined by storage::MergeRanges).
+using Span = storage::ByteRange;
 
 // A file moving to rank `to`: from rank `from`'s host directory, or from durable storage
 // (from == kFromStorage, copied by `to` itself). With `spans`, only those bytes move: the

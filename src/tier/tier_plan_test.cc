@@ -162,7 +162,7 @@ TEST(TierPlanTest, OnlyTheNeededSpansMoveUnlessTheyAreMostOfTheFile) {
   EXPECT_EQ(p.fetches[0].bytes(), 210u);
   EXPECT_TRUE(p.fetches[1].spans.empty());
   EXPECT_EQ(p.fetches[1].bytes(), 1000u);
-  EXPECT_EQ(MergeSpans({{10, 5}, {15, 5}, {0, 0}}), (std::vector<Span>{{10, 10}}));
+  EXPECT_EQ(storage::MergeRanges({{10, 5}, {15, 5}, {0, 0}}), (std::vector<Span>{{10, 10}}));
 }
 
 }  // namespace
