@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "checkpoint/load.h"
 #include "dcp/checkpoint.h"
+#include "dcp/metadata.h"
 #include "storage/file_system.h"
 #include "test_util.h"
 #include "testfs/forwarding_file_system.h"
@@ -44,7 +46,8 @@ class GatedFs : public testfs::ForwardingFileSystem {
         : base_(std::move(base)), fs_(fs) {}
     void WillRead(std::span<const storage::ByteRange> r) override { base_->WillRead(r); }
     Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
-      if (path().find("/data-") != std::string::npos) fs_.Gate();  // not the metadata
+      const std::string name = path().substr(path().rfind('/') + 1);
+      if (name.rfind("data-", 0) == 0) fs_.Gate();  // not the metadata
       return base_->ReadAt(offset, dst);
     }
     uint64_t size() const override { return base_->size(); }
@@ -141,6 +144,42 @@ TEST(ReadOverlap, PrivateChunksAreReadWhileSharedShardsAreExchanged) {
     read += results[k].bytes_read;  // the second reader's bytes counted with the rank's
   }
   EXPECT_EQ(read, uint64_t{2} * kRows * kCols * 2);  // every stored byte once
+}
+
+TEST(ReadOverlap, ADamagedPrivateChunkFailsEveryRank) {
+  // Rank 1's half of "own", read by its second reader, has a flipped byte: both ranks return
+  // the checksum error naming the file and tensor, and neither waits forever.
+  TempDir tmp;
+  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    RankState saved(c->rank(), true);
+    save(saved.sd, tmp.path(), {.comm = c});
+  });
+  const Metadata md = read_metadata(tmp.path());
+  const TensorMeta* own = md.FindTensor("own");
+  ASSERT_NE(own, nullptr);
+  const StoredChunk* half = nullptr;
+  for (const StoredChunk& c : own->chunks) {
+    if (c.box.offsets[0] == kRows / 2) half = &c;
+  }
+  ASSERT_NE(half, nullptr);
+  const std::string file = tmp.Sub(md.files[half->file].name);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(half->byte_offset + 4097));
+    f.put('\x5a');
+  }
+  std::vector<std::string> errors(2);
+  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    RankState d(c->rank(), false);
+    auto r = checkpoint::Load(d.sd, tmp.path(), {.comm = c, .broadcast_within_host = true},
+                              storage::PosixFileSystem());
+    errors[c->rank()] = r.ok() ? "" : r.status().ToString();
+  });
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NE(errors[k].find("checksum mismatch"), std::string::npos) << k << ": " << errors[k];
+    EXPECT_NE(errors[k].find(file), std::string::npos) << k << ": " << errors[k];
+    EXPECT_NE(errors[k].find("'own'"), std::string::npos) << k << ": " << errors[k];
+  }
 }
 
 }  // namespace

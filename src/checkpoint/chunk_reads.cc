@@ -45,7 +45,7 @@ Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
                     ((*f)->size() < info.size ? " (truncated)" : ""));
   }
   ++stats_->files_opened;
-  if (open_.size() == max_open_) open_.pop_back();
+  while (open_.size() >= max_open_) open_.pop_back();
   open_.emplace_front(file, std::move(f).value());
   if (auto it = announced_.find(file); it != announced_.end()) {
     open_.front().second->WillRead(it->second);
@@ -129,6 +129,7 @@ Status ChunkReads::Read(const planner::LocalLoadPlan& plan, std::span<const uint
   std::vector<std::pair<std::vector<bool>*, size_t>> filled;
   for (const uint32_t item : items) {
     if (done[item]) continue;
+    if (stop_.stop_requested()) return Unavailable("checkpoint " + ckpt_ + ": reads stopped");
     const planner::ReadItem& first = plan.reads[item];
     const metadata::TensorMeta& t = md_.tensors[first.tensor];
     const metadata::StoredChunk& sc = t.chunks[first.stored];

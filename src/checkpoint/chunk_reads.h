@@ -2,6 +2,7 @@
 // each stored chunk read once for all the destinations that need it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +57,14 @@ class ChunkReads {
 
   // Called between stored chunks, e.g. to let in-flight broadcasts progress.
   void set_between_chunks(std::function<void()> f) { between_chunks_ = std::move(f); }
+  // Read stops before its next stored chunk once `stop` is requested (a second reader whose
+  // load failed elsewhere), with an error nobody reports: the load's own failure comes first.
+  void set_stop(std::stop_token stop) { stop_ = std::move(stop); }
+  // Files kept open from now on (closing the least recently used beyond it); 0 closes all.
+  void set_max_open_files(size_t n) {
+    max_open_ = std::max<size_t>(n, 1);
+    while (open_.size() > n) open_.pop_back();
+  }
 
  private:
   Result<storage::ReadableFile*> Open(uint32_t file);
@@ -79,10 +89,11 @@ class ChunkReads {
   const std::string ckpt_;
   const std::string data_dir_;
   const bool verify_;
-  const size_t max_open_;
+  size_t max_open_;
   storage::FileSystem& fs_;
   LoadResult* stats_;
   std::function<void()> between_chunks_;
+  std::stop_token stop_;
   std::list<std::pair<uint32_t, std::unique_ptr<storage::ReadableFile>>> open_;  // MRU first
   // File system: per file, every range announced to it (given again when it is reopened).
   std::map<uint32_t, std::vector<storage::ByteRange>> announced_;

@@ -5,11 +5,13 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
-#include <system_error>
+#include <stop_token>
 #include <thread>
 #include <unordered_map>
 
@@ -231,10 +233,44 @@ std::vector<ReadSpan> StorageReadsOf(const metadata::Metadata& md,
   return out;
 }
 
+// Destination chunks whose memory another destination chunk shares (tied weights: two entries,
+// one buffer), as (entry, chunk).
+std::set<ChunkRef> AliasedChunks(const StateDict& sd) {
+  struct Memory {
+    const std::byte* begin;
+    const std::byte* end;
+    ChunkRef ref;
+  };
+  std::vector<Memory> mem;
+  const auto& entries = sd.entries();
+  for (uint32_t e = 0; e < entries.size(); ++e) {
+    if (entries[e].kind != StateEntry::Kind::kTensor) continue;
+    for (uint32_t c = 0; c < entries[e].chunks.size(); ++c) {
+      const TensorView& v = entries[e].chunks[c].view;
+      const uint64_t n = v.data ? v.NumBytes() : 0;  // validated by the plan
+      if (n > 0) mem.push_back({v.bytes(), v.bytes() + n, {e, c}});
+    }
+  }
+  std::sort(mem.begin(), mem.end(),
+            [](const Memory& a, const Memory& b) { return std::less<>()(a.begin, b.begin); });
+  std::set<ChunkRef> out;
+  const Memory* reach = nullptr;  // of those so far, the one ending last
+  for (const Memory& m : mem) {
+    if (reach && std::less<>()(m.begin, reach->end)) {
+      out.insert(m.ref);
+      out.insert(reach->ref);
+    }
+    if (!reach || std::less<>()(reach->end, m.end)) reach = &m;
+  }
+  return out;
+}
+
 // The private items the shared phase does not touch: their stored chunks are neither read
-// for a slab this rank sends nor shared whole with this rank as their reader, so they can be
-// read while the shared phase runs (all items of a stored chunk fall on the same side).
-std::vector<uint32_t> IndependentPrivateItems(const planner::LocalLoadPlan& plan,
+// for a slab this rank sends nor shared whole with this rank as their reader, and their
+// destination memory is no other destination's, so they can be read while the shared phase
+// runs (all items of a stored chunk fall on the same side).
+std::vector<uint32_t> IndependentPrivateItems(const StateDict& sd,
+                                              const planner::LocalLoadPlan& plan,
                                               const std::vector<bool>& not_from_storage,
                                               const planner::LocalLoadPlan& shared_reads,
                                               const planner::BroadcastPlan& bplan, int me) {
@@ -242,6 +278,10 @@ std::vector<uint32_t> IndependentPrivateItems(const planner::LocalLoadPlan& plan
   for (const auto& item : shared_reads.reads) touched.emplace(item.tensor, item.stored);
   for (const auto& c : bplan.chunks) {
     if (c.reader == me) touched.emplace(c.tensor, c.stored);
+  }
+  const std::set<ChunkRef> aliased = AliasedChunks(sd);
+  for (const auto& r : plan.reads) {
+    if (aliased.count({r.entry, r.dst_chunk})) touched.emplace(r.tensor, r.stored);
   }
   std::vector<uint32_t> out;
   for (uint32_t r = 0; r < plan.reads.size(); ++r) {
@@ -330,7 +370,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   //    half of the open-file limit).
   std::vector<uint32_t> ahead_items;
   if (broadcast && fs.ConcurrentReads() && opts.max_open_files >= 2) {
-    ahead_items = IndependentPrivateItems(*plan, not_from_storage, shared_reads, bplan, me);
+    ahead_items = IndependentPrivateItems(sd, *plan, not_from_storage, shared_reads, bplan, me);
   }
   LoadOptions half = opts;
   if (!ahead_items.empty()) half.max_open_files = opts.max_open_files / 2;
@@ -350,11 +390,16 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   auto read_ahead = [&] {
     ahead_failure = Guarded("", [&] { return ahead.Read(*plan, ahead_items); });
   };
-  std::jthread ahead_thread;  // declared after what it uses: joined before they go
+  // Declared after what it uses: an early return stops it (between stored chunks) and joins it
+  // before they go.
+  std::jthread ahead_thread;
   if (!ahead_items.empty()) {
     try {
-      ahead_thread = std::jthread(read_ahead);
-    } catch (const std::system_error&) {  // no thread: read them after the shared phase
+      ahead_thread = std::jthread([&](std::stop_token stop) {
+        ahead.set_stop(std::move(stop));
+        read_ahead();
+      });
+    } catch (...) {  // no thread: read them after the shared phase
     }
   }
   Status read_failure;
@@ -364,18 +409,22 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   }
   const auto t4 = Clock::now();
   if (ahead_thread.joinable()) {
+    if (!read_failure.ok()) ahead_thread.request_stop();  // the load fails anyway
     ahead_thread.join();
-  } else if (!ahead_items.empty()) {
+  } else if (!ahead_items.empty() && read_failure.ok()) {
     read_ahead();
   }
   result.bytes_read += ahead_stats.bytes_read;
   result.files_opened += ahead_stats.files_opened;
   result.chunks_read += ahead_stats.chunks_read;
+  ahead.set_max_open_files(0);
+  reads.set_max_open_files(static_cast<size_t>(opts.max_open_files));
   ChunkReads* failed_reader = read_failure.ok() ? nullptr : &reads;
   if (read_failure.ok() && !ahead_failure.ok()) {
     read_failure = ahead_failure;
     failed_reader = &ahead;
   }
+  if (failed_reader == &reads && !reads.damaged_file()) failed_reader = &ahead;
   if (read_failure.ok()) {
     std::vector<uint32_t> private_items;
     for (uint32_t r = 0; r < plan->reads.size(); ++r) {
