@@ -54,7 +54,7 @@ TEST(MultiRankThreads, SimulatePredictsTheExchangeOfARealSave) {
 TEST(MultiRankThreads, AValueThatDiffersBetweenRanksFailsEveryRank) {
   TempDir tmp;
   std::vector<std::string> errors(3);
-  std::vector<bool> second_failed(3), cached(3);
+  std::vector<int> second_failed(3), cached(3);  // not vector<bool>: ranks write at once
   std::vector<uint64_t> exchanged(3);
   RunRanks(3, [&](const auto& c) {
     const int r = c->rank();

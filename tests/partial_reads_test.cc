@@ -167,7 +167,7 @@ TEST_F(PartialReads, Tp4OnFourRanksEachReceivesOnlyItsPartOfASharedChunk) {
   // four, which sends each other rank its quarter, straight into its destination (a quarter
   // of the bytes a broadcast of the chunk would bring it).
   std::vector<LoadResult> results(4);
-  std::vector<bool> checked(4, false);
+  std::vector<int> checked(4, 0);  // not vector<bool>: ranks write at once
   testing::RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
     const int k = c->rank();
     Mem d;
@@ -207,7 +207,7 @@ TEST_F(PartialReads, ASharedShardsSlabsAreAnnouncedAsTheBlocksTheirReaderReads) 
   // the blocks of its slabs, not the whole stored chunks.
   RecordingFs fs;
   std::vector<LoadResult> results(2);
-  std::vector<bool> checked(2, false);
+  std::vector<int> checked(2, 0);  // not vector<bool>: ranks write at once
   testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
     Mem d;
     for (const Tensor& t : Tensors()) d.Add(t, Box::Whole(t.shape), false);
@@ -249,7 +249,7 @@ TEST(PartialReadsTied, TiedWeightsLoadIntoOneBufferOnFourRanks) {
     for (const char* name : {"tied.in", "tied.out"}) src.Add({name, tied}, Box::Whole(tied), true);
     save(src.sd, tmp.path());
   }
-  std::vector<bool> checked(4, false);
+  std::vector<int> checked(4, 0);  // not vector<bool>: ranks write at once
   testing::RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
     const int k = c->rank();
     Mem d;
