@@ -40,21 +40,17 @@ class GatedFs : public testfs::ForwardingFileSystem {
   bool other_thread_read() const { return other_thread_read_; }
 
  private:
-  class File : public storage::ReadableFile {
+  class File : public testfs::ForwardingReadableFile {
    public:
     File(std::unique_ptr<storage::ReadableFile> base, GatedFs& fs)
-        : base_(std::move(base)), fs_(fs) {}
-    void WillRead(std::span<const storage::ByteRange> r) override { base_->WillRead(r); }
+        : ForwardingReadableFile(std::move(base)), fs_(fs) {}
     Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
       const std::string name = path().substr(path().rfind('/') + 1);
       if (name.rfind("data-", 0) == 0) fs_.Gate();  // not the metadata
-      return base_->ReadAt(offset, dst);
+      return ForwardingReadableFile::ReadAt(offset, dst);
     }
-    uint64_t size() const override { return base_->size(); }
-    const std::string& path() const override { return base_->path(); }
 
    private:
-    std::unique_ptr<storage::ReadableFile> base_;
     GatedFs& fs_;
   };
 

@@ -35,23 +35,20 @@ class RecordingFs : public testfs::ForwardingFileSystem {
   }
 
  private:
-  class Recorder final : public storage::ReadableFile {
+  class Recorder final : public testfs::ForwardingReadableFile {
    public:
     Recorder(std::unique_ptr<storage::ReadableFile> base, Log& log)
-        : base_(std::move(base)), log_(log) {}
+        : ForwardingReadableFile(std::move(base)), log_(log) {}
     void WillRead(std::span<const storage::ByteRange> ranges) override {
       log_.announced.insert(log_.announced.end(), ranges.begin(), ranges.end());
-      base_->WillRead(ranges);
+      ForwardingReadableFile::WillRead(ranges);
     }
     Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
       log_.read.push_back({offset, dst.size()});
-      return base_->ReadAt(offset, dst);
+      return ForwardingReadableFile::ReadAt(offset, dst);
     }
-    uint64_t size() const override { return base_->size(); }
-    const std::string& path() const override { return base_->path(); }
 
    private:
-    std::unique_ptr<storage::ReadableFile> base_;
     Log& log_;
   };
   std::mutex mu_;  // guards logs_ (thread ranks open files at once)

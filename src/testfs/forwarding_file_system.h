@@ -4,13 +4,33 @@
 // object's calls, so an override applies to them too.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "storage/file_system.h"
 
 namespace dcp::testfs {
+
+// A file that passes calls to another, for a ForwardingFileSystem's OpenReadable to wrap: tests
+// override the calls they watch or change and call the base's.
+class ForwardingReadableFile : public storage::ReadableFile {
+ public:
+  explicit ForwardingReadableFile(std::unique_ptr<storage::ReadableFile> base)
+      : base_(std::move(base)) {}
+  void WillRead(std::span<const storage::ByteRange> ranges) override { base_->WillRead(ranges); }
+  Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
+    return base_->ReadAt(offset, dst);
+  }
+  uint64_t size() const override { return base_->size(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  std::unique_ptr<storage::ReadableFile> base_;
+};
 
 class ForwardingFileSystem : public storage::FileSystem {
  public:

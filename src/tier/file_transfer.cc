@@ -151,9 +151,7 @@ Status CopySpans(storage::FileSystem& from_fs, const std::string& from, const st
                     std::to_string(t.size));
   }
   const std::vector<Span> spans = t.spans.empty() ? std::vector<Span>{{0, t.size}} : t.spans;
-  std::vector<storage::ByteRange> hint;
-  for (const Span& s : spans) hint.push_back({s.offset, s.length});
-  if (from_fs.IsObjectStore()) in->WillRead(hint);
+  if (from_fs.IsObjectStore()) in->WillRead(spans);
   LocalWriter out;
   DCP_RETURN_IF_ERROR(out.Open(to, t.size));
   std::vector<std::byte> buf;
