@@ -63,6 +63,17 @@ TEST(BenchCliTest, TinyBenchWritesTheDocumentedKeys) {
   EXPECT_GT(j["phases"]["save"]["peak_rss_extra_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(j["load_max_broadcast_buffer_bytes"], uint64_t{256} << 20);
   EXPECT_EQ(j["phases"]["load.no_broadcast"]["bytes_read_storage"], j["unique_bytes"]);
+  // The reshard's read pattern: every stored chunk once (the unique bytes but for the few
+  // bytes of the non-tensor entries), measured every repetition, the reshards timed against it.
+  ExpectKeys(j["reference"],
+             {"pattern_seconds", "pattern_gib_per_s", "pattern_bytes", "pattern_runs"},
+             "reference");
+  const uint64_t unique = j["unique_bytes"].get<uint64_t>();
+  EXPECT_LE(j["reference"]["pattern_bytes"].get<uint64_t>(), unique);
+  EXPECT_GT(j["reference"]["pattern_bytes"].get<uint64_t>(), unique - unique / 100);
+  EXPECT_EQ(j["reference"]["pattern_seconds"].size(), 2u);
+  EXPECT_GT(j["phases"]["reshard.broadcast"]["ratio_to_pattern"].get<double>(), 0);
+  EXPECT_EQ(j["phases"]["load.broadcast"]["ratio_to_pattern"], 0);
   // Cold means cold: the kernel held none of the checkpoint right before the load -- unless
   // the scratch directory is in memory (tmpfs), which the report must then say.
   struct statfs fs_info;
@@ -94,6 +105,7 @@ TEST(BenchCliTest, ThrottledWarmLoadOnly) {
   EXPECT_FALSE(j["phases"].contains("save"));
   EXPECT_FALSE(j["phases"].contains("reshard.broadcast"));
   EXPECT_EQ(j["phases"]["load.broadcast"]["reference"], "read_warm");
+  EXPECT_TRUE(j["reference"]["pattern_seconds"].empty());  // measured for reshards only
 }
 
 // The manager phase: two sequences of saves with retention; only the recycling one overwrites

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "async/staging_pool.h"
@@ -21,7 +20,6 @@
 #include "core/log.h"
 #include "core/wire.h"
 #include "dcp/async.h"
-#include "dcp/format.h"
 #include "manager/manager.h"
 #include "storage/s3/s3_client.h"
 #include "testfs/throttled_file_system.h"
@@ -421,6 +419,7 @@ void Runner::Finish() {
   ref.read_cold_gibps = GiBps(ref.bytes, Median(ref.read_cold_seconds));
   ref.read_warm_gibps = GiBps(ref.bytes, Median(ref.read_warm_seconds));
   ref.memcpy_gibps_median = Median(ref.memcpy_gibps);
+  ref.pattern_gibps = GiBps(ref.pattern_bytes, Median(ref.pattern_seconds));
   for (PhaseReport& p : report_.phases) {
     p.median_seconds = Median(p.seconds);
     p.median_blocked_seconds = Median(p.blocked_seconds);
@@ -442,6 +441,8 @@ void Runner::Finish() {
     }
     p.reference_seconds = Median(*ref_s);
     p.ratio_to_reference = p.reference_seconds > 0 ? p.median_seconds / p.reference_seconds : 0;
+    const double pattern = Median(ref.pattern_seconds);
+    if (p.kind == "reshard" && pattern > 0) p.ratio_to_pattern = p.median_seconds / pattern;
     if (p.kind == "tier_save") {  // what a tier save costs the caller: its blocking vs memcpy
       p.reference = "memcpy";
       p.reference_seconds = p.median_memcpy_seconds;
@@ -484,6 +485,7 @@ Result<BenchReport> Runner::Run() {
       DCP_RETURN_IF_ERROR(RunLoad(rep, &p, p.kind == "load" ? save_layout_ : load_layout_));
     }
     DCP_RETURN_IF_ERROR(RunReferenceReads(rep));
+    if (Wants("reshard")) DCP_RETURN_IF_ERROR(RunReferencePattern());
   }
   // Sequences of `repeat` timed saves each, after the loop: the write reference is measured.
   if (Wants("manager")) DCP_RETURN_IF_ERROR(RunManagerSequences(&recycled, &plain));
@@ -526,245 +528,11 @@ std::string Fixed(double v, int digits) {
 
 }  // namespace internal
 
-using internal::Fixed;
-using internal::GiBps;
 using internal::Runner;
 
 Result<BenchReport> RunBench(std::shared_ptr<Comm> comm, const BenchOptions& opts) {
   Runner runner(std::move(comm), opts);
   return runner.Run();
-}
-
-namespace {
-
-// The memory tier's lines: blocking against memcpy, the copies in memory, restore speed-up.
-std::string TierSummary(const BenchReport& r) {
-  const PhaseReport *save = nullptr, *memory = nullptr, *root = nullptr;
-  for (const PhaseReport& p : r.phases) {
-    if (p.name == "tier.save") save = &p;
-    if (p.name == "tier.restore_memory") memory = &p;
-    if (p.name == "tier.restore_root") root = &p;
-  }
-  if (!save || !memory || !root) return "";
-  char line[640];
-  std::string out;
-  std::snprintf(
-      line, sizeof(line),
-      "tier: %d host(s), replicas %d; a save blocked the caller %.3f s = %.2fx a memcpy "
-      "of the staged bytes (%.3f s), then replication took it to %.3f s; the last step "
-      "occupies %s in the hosts' memory = %.2f copies of the checkpoint\n",
-      r.tier_hosts, r.tier_replicas, save->median_blocked_seconds, save->blocked_ratio_to_memcpy,
-      save->median_memcpy_seconds, save->median_seconds, HumanBytes(r.tier_bytes_in_memory).c_str(),
-      r.unique_bytes ? static_cast<double>(r.tier_bytes_in_memory) / r.unique_bytes : 0.0);
-  out += line;
-  std::snprintf(line, sizeof(line),
-                "tier: restore %s (new manager + load, %s layout): from memory %.3f s (%llu "
-                "file(s) fetched), from the root %.3f s: %.2fx faster from memory\n",
-                r.tier_host_lost ? "after losing the last host's memory" : "on one host",
-                memory->layout.c_str(), memory->median_seconds,
-                static_cast<unsigned long long>(memory->files_opened), root->median_seconds,
-                memory->median_seconds > 0 ? root->median_seconds / memory->median_seconds : 0.0);
-  out += line;
-  return out;
-}
-
-}  // namespace
-
-std::string FormatTable(const BenchReport& r) {
-  const BenchOptions& o = r.options;
-  std::string out;
-  char line[512];
-  std::snprintf(line, sizeof(line),
-                "dcp bench: %s, %d layers, width x%.2f%s: %llu tensors, %llu chunks, %s unique; "
-                "%d rank(s) (%s); save %s, reshard to %s; cache %s; median of %d\n",
-                o.workload.model.c_str(), o.workload.layers, o.workload.width_scale,
-                o.workload.optimizer ? " + optimizer" : "",
-                static_cast<unsigned long long>(r.tensors),
-                static_cast<unsigned long long>(r.chunks), HumanBytes(r.unique_bytes).c_str(),
-                r.ranks, r.backend.c_str(), r.save_layout.c_str(), r.load_layout.c_str(),
-                o.cold ? "cold" : "warm", o.repeat);
-  out += line;
-  if (!r.throttle.empty()) out += "THROTTLED: " + r.throttle + "\n";
-  const auto& ref = r.reference;
-  std::snprintf(line, sizeof(line),
-                "reference (same run, same directory, %d writer(s)/reader(s), %s): write %.2f "
-                "GiB/s (%.2f-%.2f over %zu, before and after the saves), read cold %.2f GiB/s "
-                "(resident before: %.3f), read warm %.2f GiB/s, memcpy %.2f GiB/s (1 thread)\n\n",
-                r.ranks, HumanBytes(ref.bytes).c_str(), ref.write_gibps, ref.write_gibps_min,
-                ref.write_gibps_max, ref.write_seconds.size(), ref.read_cold_gibps,
-                ref.resident_fraction_before_cold_read, ref.read_warm_gibps,
-                ref.memcpy_gibps_median);
-  out += line;
-  std::snprintf(line, sizeof(line), "%-22s %-8s %8s %7s %-9s %8s %6s %10s %10s %6s %6s %7s %8s\n",
-                "phase", "layout", "seconds", "GiB/s", "reference", "ref s", "ratio", "written",
-                "read", "files", "bcasts", "batches", "resident");
-  out += line;
-  for (const PhaseReport& p : r.phases) {
-    const bool load = p.kind == "load" || p.kind == "reshard";
-    std::snprintf(line, sizeof(line),
-                  "%-22s %-8s %8.3f %7.3f %-9s %8.3f %6.2f %10s %10s %6llu %6s %7s %8s\n",
-                  p.name.c_str(), p.layout.c_str(), p.median_seconds,
-                  GiBps(r.unique_bytes, p.median_seconds), p.reference.c_str(), p.reference_seconds,
-                  p.ratio_to_reference, load ? "-" : HumanBytes(p.bytes_written).c_str(),
-                  load ? HumanBytes(p.bytes_read_storage).c_str() : "-",
-                  static_cast<unsigned long long>(p.files_opened),
-                  load ? std::to_string(p.broadcasts).c_str() : "-",
-                  load ? std::to_string(p.batches).c_str() : "-",
-                  load ? Fixed(p.resident_fraction_before, 3).c_str() : "-");
-    out += line;
-  }
-  if (r.object_store) {
-    // Requests per GiB of the checkpoint, per repetition: what the store is asked to do.
-    const double gib = static_cast<double>(r.unique_bytes) / (1ull << 30) * o.repeat;
-    std::snprintf(line, sizeof(line), "object storage requests per GiB: raw PUT %.0f, raw GET %.0f",
-                  ref.write_requests / gib, ref.read_requests / gib);
-    out += line;
-    for (const PhaseReport& p : r.phases) {
-      if (p.requests == 0) continue;
-      std::snprintf(line, sizeof(line), ", %s %.0f", p.name.c_str(),
-                    p.requests / (static_cast<double>(r.unique_bytes) / (1ull << 30) *
-                                  static_cast<double>(p.seconds.size())));
-      out += line;
-    }
-    out += "\n";
-  }
-  std::string memory;
-  for (const PhaseReport& p : r.phases) {
-    if (p.held_bytes == 0) continue;
-    memory += (memory.empty() ? "" : ", ") + p.name + " +" + HumanBytes(p.peak_rss_extra_bytes) +
-              " (" + Fixed(100.0 * p.peak_rss_extra_bytes / p.held_bytes, 1) + "%)";
-  }
-  if (!memory.empty()) {
-    out +=
-        "host memory, max over ranks: peak resident memory above the phase's start, and its "
-        "share of the tensors a rank holds: " +
-        memory + "\n";
-  }
-  for (const PhaseReport& p : r.phases) {
-    if (p.kind != "async") continue;
-    std::snprintf(line, sizeof(line),
-                  "async: the caller was blocked %.3f s (staging %s, %.2f GiB/s), %.1f%% of the "
-                  "%.3f s until the checkpoint was persisted\n",
-                  p.median_blocked_seconds, HumanBytes(p.bytes_staged).c_str(),
-                  GiBps(p.bytes_staged, p.median_blocked_seconds),
-                  p.median_seconds > 0 ? 100 * p.median_blocked_seconds / p.median_seconds : 0.0,
-                  p.median_seconds);
-    out += line;
-    std::snprintf(line, sizeof(line),
-                  "async: blocked %.2fx a memcpy of the same bytes (%.3f s: each rank its "
-                  "chunks, 1 thread, all at once); the first save %.3f s = %.2fx (%s)\n",
-                  p.blocked_ratio_to_memcpy, p.median_memcpy_seconds,
-                  p.blocked_seconds.empty() ? 0.0 : p.blocked_seconds[0],
-                  p.first_blocked_ratio_to_memcpy,
-                  o.async_prepare ? ("pool prepared ahead by AsyncSaver::Prepare in " +
-                                     Fixed(p.prepare_seconds, 3) + " s")
-                                        .c_str()
-                                  : "no Prepare: the first save allocates the pool");
-    out += line;
-  }
-  for (const PhaseReport& p : r.phases) {
-    if (p.kind != "manager") continue;
-    std::snprintf(line, sizeof(line),
-                  "%s: a sequence of saves through the checkpoint manager (keep_last 2), median "
-                  "of %zu after the first 3; %llu rank-file(s) overwrote a retired step's file\n",
-                  p.name.c_str(), p.seconds.size(),
-                  static_cast<unsigned long long>(p.files_recycled));
-    out += line;
-  }
-  out += TierSummary(r);
-  out +=
-      "\nGiB/s = unique bytes / seconds; ratio = seconds / reference seconds (1.00 = at the "
-      "physical limit)\n";
-  for (const std::string& n : r.notes) out += "note: " + n + "\n";
-  return out;
-}
-
-std::string ReportJson(const BenchReport& r) {
-  using nlohmann::json;
-  const BenchOptions& o = r.options;
-  json j;
-  j["workload"] = o.workload.model;
-  j["layers"] = o.workload.layers;
-  j["width_scale"] = o.workload.width_scale;
-  j["optimizer"] = o.workload.optimizer;
-  j["ranks"] = r.ranks;
-  j["backend"] = r.backend;
-  j["save_layout"] = r.save_layout;
-  j["load_layout"] = r.load_layout;
-  j["cache"] = o.cold ? "cold" : "warm";
-  j["repeat"] = o.repeat;
-  j["load_max_broadcast_buffer_bytes"] = o.load_max_broadcast_buffer_mib << 20;
-  j["unique_bytes"] = r.unique_bytes;
-  j["tensors"] = r.tensors;
-  j["chunks"] = r.chunks;
-  j["bytes_entries"] = r.bytes_entries;
-  j["storage_throttle"] = r.throttle.empty()
-                              ? json(nullptr)
-                              : json{{"gib_per_s", o.storage_gibps}, {"scope", r.throttle}};
-  const auto& ref = r.reference;
-  j["reference"] = {{"bytes", ref.bytes},
-                    {"write_gib_per_s", ref.write_gibps},
-                    {"write_gib_per_s_min", ref.write_gibps_min},
-                    {"write_gib_per_s_max", ref.write_gibps_max},
-                    {"read_cold_gib_per_s", ref.read_cold_gibps},
-                    {"read_warm_gib_per_s", ref.read_warm_gibps},
-                    {"memcpy_gib_per_s", ref.memcpy_gibps_median},
-                    {"write_seconds", ref.write_seconds},
-                    {"read_cold_seconds", ref.read_cold_seconds},
-                    {"read_warm_seconds", ref.read_warm_seconds},
-                    {"resident_fraction_before_cold_read", ref.resident_fraction_before_cold_read},
-                    {"write_requests", ref.write_requests},
-                    {"read_cold_requests", ref.read_requests}};
-  json phases = json::object();
-  for (const PhaseReport& p : r.phases) {
-    const double first_blocked = p.blocked_seconds.empty() ? 0.0 : p.blocked_seconds[0];
-    phases[p.name] = {{"kind", p.kind},
-                      {"layout", p.layout},
-                      {"broadcast", p.broadcast},
-                      {"seconds", p.median_seconds},
-                      {"seconds_each", p.seconds},
-                      {"gib_per_s", GiBps(r.unique_bytes, p.median_seconds)},
-                      {"bytes_written", p.bytes_written},
-                      {"bytes_read_storage", p.bytes_read_storage},
-                      {"files_opened", p.files_opened},
-                      {"broadcasts", p.broadcasts},
-                      {"batches", p.batches},
-                      {"shards_read_for_others", p.shards_read_for_others},
-                      {"bytes_sent", p.bytes_sent},
-                      {"plan_cache_hits", p.plan_cache_hits},
-                      {"files_recycled", p.files_recycled},
-                      {"blocked_seconds", p.median_blocked_seconds},
-                      {"blocked_seconds_each", p.blocked_seconds},
-                      {"bytes_staged", p.bytes_staged},
-                      {"memcpy_seconds", p.median_memcpy_seconds},
-                      {"memcpy_seconds_each", p.memcpy_seconds},
-                      {"prepared", p.kind == "async" && o.async_prepare},
-                      {"prepare_seconds", p.prepare_seconds},
-                      {"first_blocked_seconds", first_blocked},
-                      {"first_blocked_ratio_to_memcpy", p.first_blocked_ratio_to_memcpy},
-                      {"blocked_ratio_to_memcpy", p.blocked_ratio_to_memcpy},
-                      {"resident_fraction_before", p.resident_fraction_before},
-                      {"reference", p.reference},
-                      {"reference_seconds", p.reference_seconds},
-                      {"ratio_to_reference", p.ratio_to_reference},
-                      {"requests", p.requests},
-                      {"peak_rss_extra_bytes", p.peak_rss_extra_bytes},
-                      {"held_bytes", p.held_bytes}};
-  }
-  j["phases"] = phases;
-  j["notes"] = r.notes;
-  if (r.tier_hosts > 0) {
-    j["tier"] = {{"hosts", r.tier_hosts},
-                 {"replicas", r.tier_replicas},
-                 {"bytes_in_memory", r.tier_bytes_in_memory},
-                 {"copies", r.unique_bytes ? static_cast<double>(r.tier_bytes_in_memory) /
-                                                 static_cast<double>(r.unique_bytes)
-                                           : 0.0},
-                 {"host_lost", r.tier_host_lost}};
-  }
-  j["scratch_in_memory"] = r.scratch_in_memory;
-  j["object_store"] = r.object_store;
-  return j.dump(2) + "\n";
 }
 
 }  // namespace dcp::bench

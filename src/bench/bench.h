@@ -72,6 +72,7 @@ struct PhaseReport {
   std::string reference;                     // "write", "read_cold" or "read_warm"
   double reference_seconds = 0;              // median
   double ratio_to_reference = 0;             // median_seconds / reference_seconds
+  double ratio_to_pattern = 0;               // reshard: median_seconds / the read pattern's median
   uint64_t requests = 0;  // object storage: requests of all ranks, summed over repetitions
   // Host memory, max over ranks and repetitions: how far the process's resident memory rose
   // during the phase above what it held at its start (the caller's tensors, a load's
@@ -89,6 +90,12 @@ struct ReferenceReport {
   // every save repetition, and right before every one but the first).
   double write_gibps_min = 0, write_gibps_max = 0;
   double resident_fraction_before_cold_read = 0;  // max over repetitions
+  // The reshard's read pattern read raw (bench/read_pattern.h), with the loads' cache state,
+  // every repetition of a run with reshard phases: seconds, and the bytes and runs of all
+  // ranks (one repetition's).
+  std::vector<double> pattern_seconds;
+  double pattern_gibps = 0;
+  uint64_t pattern_bytes = 0, pattern_runs = 0;
   // Object storage: requests of all ranks, summed over repetitions (writes; cold reads).
   uint64_t write_requests = 0, read_requests = 0;
 };

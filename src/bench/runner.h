@@ -1,5 +1,6 @@
 // The runner of `dcp bench` (bench.cc): its phases share the timing, cache and clean-up
-// helpers below; phases with a file of their own (tier_phase.cc) are methods too.
+// helpers below; phases with a file of their own (tier_phase.cc, read_pattern.cc) are
+// methods too.
 #pragma once
 
 #include <chrono>
@@ -162,6 +163,7 @@ class Runner {
   Status RunReferenceWrite();
   Status RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layout);
   Status RunReferenceReads(int rep);
+  Status RunReferencePattern();  // read_pattern.cc
   void Finish();
 
   std::shared_ptr<Comm> comm_ptr_;
