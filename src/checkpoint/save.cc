@@ -8,14 +8,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <list>
-#include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
+#include "checkpoint/plan_cache.h"
+#include "checkpoint/save_cleanup.h"
 #include "checkpoint/save_lock.h"
 #include "checkpoint/value_agreement.h"
 #include "checkpoint/write_results.h"
@@ -37,50 +36,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// Global plans of recent saves, keyed by this rank's local plan hash. A hit is used only
-// when every rank reports a cached plan for the same gathered hashes (`digest`).
-struct CachedPlan {
-  uint64_t digest;
-  std::shared_ptr<const planner::GlobalSavePlan> plan;
-  std::shared_ptr<const std::vector<std::string>> shared_values;  // SharedValueNames
-};
-class PlanCache {
- public:
-  static constexpr size_t kCapacity = 16;
-  std::optional<CachedPlan> Find(uint64_t local_hash) {
-    std::lock_guard lock(mu_);
-    auto it = map_.find(local_hash);
-    if (it == map_.end()) return std::nullopt;
-    return it->second;
-  }
-  void Put(uint64_t local_hash, CachedPlan p) {
-    std::lock_guard lock(mu_);
-    if (!map_.count(local_hash)) {
-      order_.push_back(local_hash);
-      if (order_.size() > kCapacity) {
-        map_.erase(order_.front());
-        order_.pop_front();
-      }
-    }
-    map_[local_hash] = std::move(p);
-  }
-  void Clear() {
-    std::lock_guard lock(mu_);
-    map_.clear();
-    order_.clear();
-  }
-
- private:
-  std::mutex mu_;  // guards map_ and order_ (thread-rank tests share the process)
-  std::unordered_map<uint64_t, CachedPlan> map_;
-  std::list<uint64_t> order_;
-};
-PlanCache& Cache() {
-  // Never destroyed: an async saver destroyed at exit may still be saving.
-  static PlanCache* cache = new PlanCache;
-  return *cache;
 }
 
 // What this rank writes, in global plan order, with its own memory.
@@ -119,79 +74,6 @@ Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSaveP
     w.bytes.push_back(e->bytes);
   }
   return w;
-}
-
-// Files only saves create, none a committed checkpoint needs unless its metadata names them:
-// data files, temporary metadata, stale locks.
-bool IsGarbageName(const std::string& n) {
-  return IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n);
-}
-
-// After a commit: data files of earlier saves are no longer referenced; remove them, tmp
-// metadata of crashed saves, and (global commits) per-rank metadata that the global file
-// now hides. With `only_rank` >= 0, only that rank's data files. Best effort: leftovers
-// waste space, nothing more.
-void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
-                    const std::unordered_set<std::string>& keep, int only_rank) {
-  auto names = fs.List(dir);
-  if (!names.ok()) return;
-  char suffix[16];
-  std::snprintf(suffix, sizeof(suffix), "-r%05d.", only_rank);
-  // Rank metadata first: a complete rank set wins over the global metadata at load, so it
-  // must not outlive the data files it names; if one cannot be removed, no data file goes.
-  if (only_rank < 0) {
-    for (const std::string& n : *names) {
-      if (ParseRankMetadataName(n) >= 0 && !fs.Remove(storage::JoinPath(dir, n)).ok()) return;
-    }
-  }
-  for (const std::string& n : *names) {
-    if (keep.count(n)) continue;
-    if (only_rank < 0 ? IsGarbageName(n)
-                      : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos) {
-      (void)fs.Remove(storage::JoinPath(dir, n));
-    }
-  }
-}
-
-std::unordered_set<std::string> FileNames(const metadata::Metadata& md) {
-  std::unordered_set<std::string> names;
-  for (const auto& f : md.files) names.insert(f.name);
-  return names;
-}
-
-// Before writing, with the directory's lock held: data files that no committed metadata
-// names belong to saves that are dead (a live one would hold the lock), e.g. a save that
-// failed on a full disk and could not remove its files. Removing them first means such
-// leftovers never make the next save fail too; on an object store, their incomplete
-// multipart uploads are aborted. Nothing is removed when the committed
-// metadata cannot be read.
-void RemoveFilesOfDeadSaves(storage::FileSystem& fs, const std::string& dir) {
-  // An object store's uploads that dead saves left incomplete (invisible, but billed).
-  (void)fs.DropUnfinishedWrites(dir);
-  auto names = fs.List(dir);
-  if (!names.ok()) return;
-  std::unordered_set<std::string> keep;
-  for (const std::string& n : *names) {
-    if (n != kMetadataName && ParseRankMetadataName(n) < 0) continue;
-    auto data = storage::ReadWholeFile(fs, storage::JoinPath(dir, n));
-    if (!data.ok()) return;
-    auto md = metadata::Decode(*data);
-    if (!md.ok()) return;
-    keep.merge(FileNames(*md));
-  }
-  for (const std::string& n : *names) {
-    if (keep.count(n)) continue;
-    if (IsGarbageName(n)) (void)fs.Remove(storage::JoinPath(dir, n));
-  }
-}
-
-// Whether the data files of a save whose commit failed may be removed: yes unless the
-// directory's metadata names this save after all (a commit that renamed, then failed).
-bool FilesDisposable(storage::FileSystem& fs, const std::string& dir, uint64_t save_id) {
-  auto data = storage::ReadWholeFile(fs, storage::JoinPath(dir, std::string(kMetadataName)));
-  if (!data.ok()) return data.status().code() == StatusCode::kNotFound;
-  auto md = metadata::Decode(*data);
-  return md.ok() && md->save_id != save_id;
 }
 
 // Writes this rank's items of `plan` to new files named by `save_id` (the tensor file over
@@ -487,7 +369,7 @@ Status CopyMetadataToHosts(Comm& comm, storage::FileSystem& fs, const std::strin
 
 }  // namespace
 
-void ClearSavePlanCache() { Cache().Clear(); }
+void ClearSavePlanCache() { ProcessPlanCache().Clear(); }
 
 Status JoinSaveAsFailed(const std::string& dir, const SaveOptions& opts, const Status& why) {
   DCP_CHECK(!why.ok());
@@ -528,7 +410,8 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   }
   std::string encoded = st.ok() ? planner::EncodeLocalPlan(*local) : std::string();
   const uint64_t local_hash = planner::PlanHash(encoded);
-  std::optional<CachedPlan> cached = opts.plan_cache ? Cache().Find(local_hash) : std::nullopt;
+  std::optional<CachedPlan> cached =
+      opts.plan_cache ? ProcessPlanCache().Find(local_hash) : std::nullopt;
   DCP_ASSIGN_OR_RETURN(Hello hello,
                        ExchangeHello(*comm, st, local_hash, cached ? cached->digest : 0,
                                      ValuesHash(sd, cached ? cached->shared_values.get() : nullptr),
@@ -554,7 +437,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     auto shared = std::make_shared<std::vector<std::string>>();
     DCP_ASSIGN_OR_RETURN(plan,
                          PlanGlobally(*comm, hello.hashes, encoded, opts, dir, &result, &*shared));
-    if (opts.plan_cache) Cache().Put(local_hash, {digest, plan, std::move(shared)});
+    if (opts.plan_cache) ProcessPlanCache().Put(local_hash, {digest, plan, std::move(shared)});
   }
   result.unique_bytes = plan->unique_bytes;
   const auto t1 = Clock::now();
