@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 
+#include "checkpoint/in_flight.h"
 #include "core/guarded.h"
 #include "core/wire.h"
 
@@ -54,145 +54,6 @@ class GroupCache {
 bool IsMember(const std::vector<int>& ranks, int rank) {
   return std::binary_search(ranks.begin(), ranks.end(), rank);
 }
-
-// Outstanding collectives (broadcasts, all-gathers), oldest first, at most `limit`, holding at
-// most `max_held` bytes of buffers (one larger operation may go alone).
-class InFlight {
- public:
-  InFlight(size_t limit, uint64_t max_held, LoadResult* stats)
-      : limit_(std::max<size_t>(limit, 1)), max_held_(max_held), stats_(stats) {}
-  // Requests remain only after a communication failure. The backend may still write into
-  // their buffers (MPI cannot cancel a collective), so they are left allocated, as in
-  // WaitOldest, rather than freed under it.
-  ~InFlight() {
-    for (Op& op : ops_) {
-      (void)op.staging.data.release();
-      (void)op.request.release();
-    }
-  }
-
-  // A staging buffer: `size` bytes in use of `capacity`.
-  struct Buffer {
-    std::unique_ptr<std::byte[]> data;
-    uint64_t capacity = 0;
-    uint64_t size = 0;
-    std::span<std::byte> span() const { return {data.get(), size}; }
-  };
-
-  struct Op {
-    std::unique_ptr<CommRequest> request;
-    uint64_t held = 0;                                     // buffer bytes it holds
-    Buffer staging;                                        // whole stored chunks
-    std::function<void(std::span<const std::byte>)> done;  // run on staging once complete
-  };
-
-  // A buffer of `bytes` (reserved just before, `staged`): a kept one when one fits
-  // (Reusable), for a new one would be faulted in page by page (each a zeroed page) for every
-  // broadcast; its bytes are whatever it held. Its whole capacity is held from now on (the
-  // operation's `held`); the kept buffers already counted it.
-  Buffer Take(uint64_t bytes) {
-    Buffer b;
-    if (auto kept = Reusable(bytes); kept != free_.end()) {
-      b = std::move(*kept);
-      free_.erase(kept);
-      free_bytes_ -= b.capacity;
-      held_ += b.capacity - bytes;
-    } else {
-      b.data = std::make_unique_for_overwrite<std::byte[]>(std::max<uint64_t>(bytes, 1));
-      b.capacity = bytes;
-    }
-    b.size = bytes;
-    return b;
-  }
-
-  // Waits for older operations until one more holding `bytes` fits, by count and by memory
-  // (one oversized operation may go alone), and counts those bytes as held from now on: called
-  // before its buffer is allocated, so the peak recorded is what is really held (kept buffers
-  // included). `staged`: a staging buffer is taken right after (Take); a kept one that fits
-  // moves from kept to held and needs no more room, else the kept ones are freed first when
-  // the budget runs short.
-  Status Reserve(uint64_t bytes, bool staged = false) {
-    while (true) {
-      const bool reuse = staged && Reusable(bytes) != free_.end();
-      const uint64_t more = reuse ? 0 : bytes;
-      if (held_ + free_bytes_ + more > max_held_ && !reuse && !free_.empty()) {
-        ReleaseKept();
-      } else if (!ops_.empty() &&
-                 (held_ + free_bytes_ + more > max_held_ || ops_.size() >= limit_)) {
-        DCP_RETURN_IF_ERROR(WaitOldest());
-      } else {
-        break;
-      }
-    }
-    held_ += bytes;
-    stats_->peak_broadcast_buffer_bytes =
-        std::max(stats_->peak_broadcast_buffer_bytes, held_ + free_bytes_);
-    return OkStatus();
-  }
-  // Frees the kept buffers.
-  void ReleaseKept() {
-    free_.clear();
-    free_bytes_ = 0;
-  }
-  // Keeps the started operation `request`, whose `op.held` bytes were reserved just before.
-  Status Post(Result<std::unique_ptr<CommRequest>> request, Op op) {
-    DCP_ASSIGN_OR_RETURN(op.request, std::move(request));
-    ++stats_->broadcasts;
-    ops_.push_back(std::move(op));
-    return OkStatus();
-  }
-  Status WaitOldest() {
-    Op op = std::move(ops_.front());
-    ops_.pop_front();
-    held_ -= op.held;
-    if (Status s = op.request->Wait(); !s.ok()) {
-      // The backend may still write into the staging buffer after a failed wait (MPI
-      // cannot cancel a collective): leave it allocated rather than risk a use after free.
-      (void)op.staging.data.release();
-      return s;
-    }
-    if (op.done) op.done(op.staging.span());
-    Give(std::move(op.staging));
-    return OkStatus();
-  }
-  Status Drain() {
-    while (!ops_.empty()) DCP_RETURN_IF_ERROR(WaitOldest());
-    return OkStatus();
-  }
-  // Lets the backend move data while this rank is busy reading.
-  void Progress() {
-    for (auto& op : ops_) (void)op.request->Test();
-  }
-
- private:
-  size_t limit_;
-  uint64_t max_held_;
-  LoadResult* stats_;
-  uint64_t held_ = 0;
-  std::deque<Op> ops_;
-  // Finished operations' buffers, kept while they and the held ones stay within max_held.
-  std::vector<Buffer> free_;
-  uint64_t free_bytes_ = 0;
-
-  // The kept buffer an operation of `bytes` takes: the smallest of at least that and at most
-  // twice that; free_.end() if none.
-  std::vector<Buffer>::iterator Reusable(uint64_t bytes) {
-    auto best = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->capacity >= bytes && it->capacity <= 2 * bytes &&
-          (best == free_.end() || it->capacity < best->capacity)) {
-        best = it;
-      }
-    }
-    return best;
-  }
-
-  void Give(Buffer b) {
-    if (!b.data || held_ + free_bytes_ + b.capacity > max_held_) return;
-    free_bytes_ += b.capacity;
-    free_.push_back(std::move(b));
-  }
-};
 
 // Copies this rank's regions of `op`'s chunks out of their staging buffer, which holds them
 // one after the other (at least the parts this rank needs). The callback refers to the

@@ -23,6 +23,9 @@ class ThrottledReadableFile final : public storage::ReadableFile {
                         uint64_t slice)
       : base_(std::move(base)), limiter_(limiter), slice_(slice) {}
 
+  // WillRead is not passed on (the default ignores it): the kernel would fetch the announced
+  // bytes ahead, past the token bucket, and the cap would no longer hold.
+
   Status ReadAt(uint64_t offset, std::span<std::byte> dst) override {
     while (!dst.empty()) {
       const size_t n = std::min<uint64_t>(dst.size(), slice_);
