@@ -63,17 +63,21 @@ TEST(BenchCliTest, TinyBenchWritesTheDocumentedKeys) {
   EXPECT_GT(j["phases"]["save"]["peak_rss_extra_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(j["load_max_broadcast_buffer_bytes"], uint64_t{256} << 20);
   EXPECT_EQ(j["phases"]["load.no_broadcast"]["bytes_read_storage"], j["unique_bytes"]);
-  // The reshard's read pattern: every stored chunk once (the unique bytes but for the few
-  // bytes of the non-tensor entries), measured every repetition, the reshards timed against it.
-  ExpectKeys(j["reference"],
-             {"pattern_seconds", "pattern_gib_per_s", "pattern_bytes", "pattern_runs"},
-             "reference");
+  // The load layouts' read patterns: every stored chunk once (the unique bytes but for the
+  // few bytes of the non-tensor entries), measured every repetition, the loads timed against
+  // them.
   const uint64_t unique = j["unique_bytes"].get<uint64_t>();
-  EXPECT_LE(j["reference"]["pattern_bytes"].get<uint64_t>(), unique);
-  EXPECT_GT(j["reference"]["pattern_bytes"].get<uint64_t>(), unique - unique / 100);
-  EXPECT_EQ(j["reference"]["pattern_seconds"].size(), 2u);
-  EXPECT_GT(j["phases"]["reshard.broadcast"]["ratio_to_pattern"].get<double>(), 0);
-  EXPECT_EQ(j["phases"]["load.broadcast"]["ratio_to_pattern"], 0);
+  for (const char* kind : {"load", "reshard"}) {
+    ASSERT_TRUE(j["reference"]["read_patterns"].contains(kind)) << kind;
+    const json& pattern = j["reference"]["read_patterns"][kind];
+    ExpectKeys(pattern, {"layout", "seconds", "seconds_each", "gib_per_s", "bytes", "runs"}, kind);
+    EXPECT_LE(pattern["bytes"].get<uint64_t>(), unique) << kind;
+    EXPECT_GT(pattern["bytes"].get<uint64_t>(), unique - unique / 100) << kind;
+    EXPECT_EQ(pattern["seconds_each"].size(), 2u) << kind;
+    EXPECT_GT(j["phases"][std::string(kind) + ".broadcast"]["ratio_to_pattern"].get<double>(), 0);
+  }
+  EXPECT_EQ(j["reference"]["read_patterns"]["reshard"]["layout"], j["load_layout"]);
+  EXPECT_EQ(j["phases"]["save"]["ratio_to_pattern"], 0);
   // Cold means cold: the kernel held none of the checkpoint right before the load -- unless
   // the scratch directory is in memory (tmpfs), which the report must then say.
   struct statfs fs_info;
@@ -105,7 +109,9 @@ TEST(BenchCliTest, ThrottledWarmLoadOnly) {
   EXPECT_FALSE(j["phases"].contains("save"));
   EXPECT_FALSE(j["phases"].contains("reshard.broadcast"));
   EXPECT_EQ(j["phases"]["load.broadcast"]["reference"], "read_warm");
-  EXPECT_TRUE(j["reference"]["pattern_seconds"].empty());  // measured for reshards only
+  // Only the load phases run have a pattern.
+  EXPECT_TRUE(j["reference"]["read_patterns"].contains("load"));
+  EXPECT_FALSE(j["reference"]["read_patterns"].contains("reshard"));
 }
 
 // The manager phase: two sequences of saves with retention; only the recycling one overwrites

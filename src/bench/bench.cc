@@ -419,7 +419,7 @@ void Runner::Finish() {
   ref.read_cold_gibps = GiBps(ref.bytes, Median(ref.read_cold_seconds));
   ref.read_warm_gibps = GiBps(ref.bytes, Median(ref.read_warm_seconds));
   ref.memcpy_gibps_median = Median(ref.memcpy_gibps);
-  ref.pattern_gibps = GiBps(ref.pattern_bytes, Median(ref.pattern_seconds));
+  for (auto& pattern : ref.patterns) pattern.gibps = GiBps(pattern.bytes, Median(pattern.seconds));
   for (PhaseReport& p : report_.phases) {
     p.median_seconds = Median(p.seconds);
     p.median_blocked_seconds = Median(p.blocked_seconds);
@@ -441,8 +441,10 @@ void Runner::Finish() {
     }
     p.reference_seconds = Median(*ref_s);
     p.ratio_to_reference = p.reference_seconds > 0 ? p.median_seconds / p.reference_seconds : 0;
-    const double pattern = Median(ref.pattern_seconds);
-    if (p.kind == "reshard" && pattern > 0) p.ratio_to_pattern = p.median_seconds / pattern;
+    for (const auto& pattern : ref.patterns) {
+      const double s = Median(pattern.seconds);
+      if (pattern.kind == p.kind && s > 0) p.ratio_to_pattern = p.median_seconds / s;
+    }
     if (p.kind == "tier_save") {  // what a tier save costs the caller: its blocking vs memcpy
       p.reference = "memcpy";
       p.reference_seconds = p.median_memcpy_seconds;
@@ -485,7 +487,8 @@ Result<BenchReport> Runner::Run() {
       DCP_RETURN_IF_ERROR(RunLoad(rep, &p, p.kind == "load" ? save_layout_ : load_layout_));
     }
     DCP_RETURN_IF_ERROR(RunReferenceReads(rep));
-    if (Wants("reshard")) DCP_RETURN_IF_ERROR(RunReferencePattern());
+    if (Wants("load")) DCP_RETURN_IF_ERROR(RunReferencePattern("load", save_layout_));
+    if (Wants("reshard")) DCP_RETURN_IF_ERROR(RunReferencePattern("reshard", load_layout_));
   }
   // Sequences of `repeat` timed saves each, after the loop: the write reference is measured.
   if (Wants("manager")) DCP_RETURN_IF_ERROR(RunManagerSequences(&recycled, &plain));

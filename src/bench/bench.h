@@ -72,8 +72,8 @@ struct PhaseReport {
   std::string reference;                     // "write", "read_cold" or "read_warm"
   double reference_seconds = 0;              // median
   double ratio_to_reference = 0;             // median_seconds / reference_seconds
-  double ratio_to_pattern = 0;               // reshard: median_seconds / the read pattern's median
-  uint64_t requests = 0;  // object storage: requests of all ranks, summed over repetitions
+  double ratio_to_pattern = 0;  // loads: median_seconds / their layout's read pattern's median
+  uint64_t requests = 0;        // object storage: requests of all ranks, summed over repetitions
   // Host memory, max over ranks and repetitions: how far the process's resident memory rose
   // during the phase above what it held at its start (the caller's tensors, a load's
   // destination, a prepared staging pool are already resident then), and the tensor bytes
@@ -90,12 +90,17 @@ struct ReferenceReport {
   // every save repetition, and right before every one but the first).
   double write_gibps_min = 0, write_gibps_max = 0;
   double resident_fraction_before_cold_read = 0;  // max over repetitions
-  // The reshard's read pattern read raw (bench/read_pattern.h), with the loads' cache state,
-  // every repetition of a run with reshard phases: seconds, and the bytes and runs of all
-  // ranks (one repetition's).
-  std::vector<double> pattern_seconds;
-  double pattern_gibps = 0;
-  uint64_t pattern_bytes = 0, pattern_runs = 0;
+  // The read patterns of the load layouts (bench/read_pattern.h), read raw with the loads'
+  // cache state every repetition: "load" (the save layout) and "reshard" (--load-layout), for
+  // the load phases run.
+  struct Pattern {
+    std::string kind;  // "load" or "reshard"
+    std::string layout;
+    std::vector<double> seconds;
+    double gibps = 0;
+    uint64_t bytes = 0, runs = 0;  // of all ranks, one repetition's
+  };
+  std::vector<Pattern> patterns;
   // Object storage: requests of all ranks, summed over repetitions (writes; cold reads).
   uint64_t write_requests = 0, read_requests = 0;
 };
@@ -125,6 +130,6 @@ struct BenchReport {
 Result<BenchReport> RunBench(std::shared_ptr<Comm> comm, const BenchOptions& opts);
 
 std::string FormatTable(const BenchReport& r);
-std::string ReportJson(const BenchReport& r);  // the schema in README.md, "Benchmark"
+std::string ReportJson(const BenchReport& r);  // the schema in README.md, "`dcp bench`"
 
 }  // namespace dcp::bench

@@ -82,8 +82,8 @@ Status ReadRuns(storage::FileSystem& fs, const std::vector<std::string>& paths,
 
 }  // namespace
 
-Status Runner::RunReferencePattern() {
-  // What this rank's reshard needs (its load plan's stored chunks, numbered over all tensors'
+Status Runner::RunReferencePattern(const std::string& kind, const workload::LayoutSpec& layout) {
+  // What this rank's load needs (its load plan's stored chunks, numbered over all tensors'
   // chunks in metadata order), then who reads what, the same on every rank.
   std::vector<PatternChunk> chunks;
   std::vector<std::string> paths;
@@ -98,7 +98,7 @@ Status Runner::RunReferencePattern() {
         chunks.push_back({c.file, c.byte_offset, c.byte_length});
       }
     }
-    DCP_ASSIGN_OR_RETURN(auto dst, workload::MakeEmptyLike(model_, load_layout_, rank_));
+    DCP_ASSIGN_OR_RETURN(auto dst, workload::MakeEmptyLike(model_, layout, rank_));
     DCP_ASSIGN_OR_RETURN(auto plan, planner::PlanLoad(dst.sd, md, /*allow_partial=*/false, ckpt_));
     std::vector<uint32_t> ids;
     for (const planner::ReadItem& item : plan.reads)
@@ -123,12 +123,16 @@ Status Runner::RunReferencePattern() {
   DCP_RETURN_IF_ERROR(PrepareCache(ckpt_, o_.cold).status());
   uint64_t bytes = 0;
   DCP_ASSIGN_OR_RETURN(double s, Timed([&] { return ReadRuns(*fs_, paths, runs, &bytes); }));
-  auto& ref = report_.reference;
-  ref.pattern_seconds.push_back(s);
+  auto& patterns = report_.reference.patterns;
+  auto it = std::find_if(patterns.begin(), patterns.end(),
+                         [&](const ReferenceReport::Pattern& p) { return p.kind == kind; });
+  if (it == patterns.end()) it = patterns.insert(patterns.end(), {.kind = kind});
+  it->layout = layout.ToString();
+  it->seconds.push_back(s);
   DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {bytes, runs.size()}));
   if (rank_ == 0) {
-    ref.pattern_bytes = sums[0];
-    ref.pattern_runs = sums[1];
+    it->bytes = sums[0];
+    it->runs = sums[1];
   }
   return OkStatus();
 }

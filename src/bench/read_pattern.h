@@ -1,8 +1,8 @@
-// The reshard's own read pattern, as a reference of `dcp bench` (README.md, "Benchmark"):
-// every stored chunk the load layout needs, read raw once by one rank that needs it, in file
+// A load layout's own read pattern, as a reference of `dcp bench` (README.md, "`dcp bench`"):
+// every stored chunk the layout needs, read raw once by one rank that needs it, in file
 // order, a rank's adjacent chunks as one run. It is what any reader that reads only what its
-// ranks need asks of the disk, so the reshard's distance to it is dcp's own (planning,
-// exchanges, copies), and its distance to the sequential read is the pattern's.
+// ranks need asks of the disk, so a load's distance to it is dcp's own (planning, exchanges,
+// copies, checksums), and its distance to the sequential read is the layout's.
 #pragma once
 
 #include <cstdint>

@@ -46,27 +46,30 @@ std::string TierSummary(const BenchReport& r) {
   return out;
 }
 
-// The reshard's read pattern read raw, and the reshard phases against it.
+// The load layouts' read patterns read raw, and the load phases against them.
 std::string PatternSummary(const BenchReport& r) {
   const ReferenceReport& ref = r.reference;
-  if (ref.pattern_seconds.empty()) return "";
-  const double s = internal::Median(ref.pattern_seconds);
   const double sequential = r.options.cold ? ref.read_cold_gibps : ref.read_warm_gibps;
+  std::string out;
   char line[640];
-  std::snprintf(line, sizeof(line),
-                "read pattern of the reshard (%s: each stored chunk it needs read once, raw, by "
-                "one rank that needs it, in file order, a rank's adjacent chunks as one run): %s "
-                "in %llu runs, %s %.3f s, %.2f GiB/s = %.2fx the sequential read's rate",
-                r.load_layout.c_str(), HumanBytes(ref.pattern_bytes).c_str(),
-                static_cast<unsigned long long>(ref.pattern_runs), r.options.cold ? "cold" : "warm",
-                s, ref.pattern_gibps, sequential > 0 ? ref.pattern_gibps / sequential : 0.0);
-  std::string out = line;
-  for (const PhaseReport& p : r.phases) {
-    if (p.kind != "reshard") continue;
-    std::snprintf(line, sizeof(line), "; %s %.2fx its time", p.name.c_str(), p.ratio_to_pattern);
+  for (const ReferenceReport::Pattern& pattern : ref.patterns) {
+    std::snprintf(line, sizeof(line),
+                  "read pattern of the %s (%s: each stored chunk it needs read once, raw, by one "
+                  "rank that needs it, in file order, a rank's adjacent chunks as one run): %s in "
+                  "%llu runs, %s %.3f s, %.2f GiB/s = %.2fx the sequential read's rate",
+                  pattern.kind.c_str(), pattern.layout.c_str(), HumanBytes(pattern.bytes).c_str(),
+                  static_cast<unsigned long long>(pattern.runs), r.options.cold ? "cold" : "warm",
+                  internal::Median(pattern.seconds), pattern.gibps,
+                  sequential > 0 ? pattern.gibps / sequential : 0.0);
     out += line;
+    for (const PhaseReport& p : r.phases) {
+      if (p.kind != pattern.kind) continue;
+      std::snprintf(line, sizeof(line), "; %s %.2fx its time", p.name.c_str(), p.ratio_to_pattern);
+      out += line;
+    }
+    out += "\n";
   }
-  return out + "\n";
+  return out;
 }
 
 }  // namespace
@@ -215,12 +218,15 @@ std::string ReportJson(const BenchReport& r) {
                     {"read_cold_seconds", ref.read_cold_seconds},
                     {"read_warm_seconds", ref.read_warm_seconds},
                     {"resident_fraction_before_cold_read", ref.resident_fraction_before_cold_read},
-                    {"pattern_seconds", ref.pattern_seconds},
-                    {"pattern_gib_per_s", ref.pattern_gibps},
-                    {"pattern_bytes", ref.pattern_bytes},
-                    {"pattern_runs", ref.pattern_runs},
                     {"write_requests", ref.write_requests},
                     {"read_cold_requests", ref.read_requests}};
+  json patterns = json::object();
+  for (const ReferenceReport::Pattern& p : ref.patterns) {
+    patterns[p.kind] = {{"layout", p.layout},        {"seconds", internal::Median(p.seconds)},
+                        {"seconds_each", p.seconds}, {"gib_per_s", p.gibps},
+                        {"bytes", p.bytes},          {"runs", p.runs}};
+  }
+  j["reference"]["read_patterns"] = patterns;
   json phases = json::object();
   for (const PhaseReport& p : r.phases) {
     const double first_blocked = p.blocked_seconds.empty() ? 0.0 : p.blocked_seconds[0];

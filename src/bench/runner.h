@@ -163,7 +163,8 @@ class Runner {
   Status RunReferenceWrite();
   Status RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layout);
   Status RunReferenceReads(int rep);
-  Status RunReferencePattern();  // read_pattern.cc
+  // The read pattern of loads into `layout`, recorded under `kind` (read_pattern.cc).
+  Status RunReferencePattern(const std::string& kind, const workload::LayoutSpec& layout);
   void Finish();
 
   std::shared_ptr<Comm> comm_ptr_;
