@@ -115,11 +115,11 @@ struct LoadOptions {
 };
 
 struct LoadResult {
-  uint64_t bytes_read = 0;    // from storage, by this rank
+  uint64_t bytes_read = 0;  // from storage, by this rank
   // Opens of data files by this rank: a file reopened after max_open_files closed it, or
   // opened by both readers of a broadcast load, counts each time.
   uint64_t files_opened = 0;
-  uint64_t chunks_read = 0;   // stored chunks this rank read from
+  uint64_t chunks_read = 0;  // stored chunks this rank read from
   uint64_t entries_loaded = 0;
   uint64_t entries_skipped = 0;  // partial load
   // Read-once broadcast (this rank).

@@ -43,11 +43,17 @@ Status ReadSequential(storage::FileSystem& fs, const std::string& path, uint64_t
   // system's own read-ahead of 16 MiB reads is the reference: no advice there.)
   const storage::ByteRange whole{0, file->size()};
   if (fs.IsObjectStore()) file->WillRead({&whole, 1});
-  std::vector<std::byte> block(std::min(file->size(), kIoBlockBytes));
-  for (uint64_t off = 0; off < file->size();) {
-    const size_t n = std::min<uint64_t>(file->size() - off, block.size());
-    DCP_RETURN_IF_ERROR(file->ReadAt(off, std::span<std::byte>(block.data(), n)));
-    off += n;
+  std::vector<std::byte> block;
+  return ReadInPieces(*file, 0, file->size(), block, bytes_read);
+}
+
+Status ReadInPieces(storage::ReadableFile& file, uint64_t offset, uint64_t length,
+                    std::vector<std::byte>& block, uint64_t* bytes_read) {
+  if (block.size() < std::min(length, kIoBlockBytes)) block.resize(std::min(length, kIoBlockBytes));
+  for (uint64_t done = 0; done < length;) {
+    const uint64_t n = std::min(length - done, kIoBlockBytes);
+    DCP_RETURN_IF_ERROR(file.ReadAt(offset + done, std::span(block.data(), n)));
+    done += n;
     *bytes_read += n;
   }
   return OkStatus();

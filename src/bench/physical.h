@@ -22,6 +22,11 @@ Status WriteSequential(storage::FileSystem& fs, const std::string& path, uint64_
 // ahead in parallel); adds the bytes read to *bytes_read.
 Status ReadSequential(storage::FileSystem& fs, const std::string& path, uint64_t* bytes_read);
 
+// Reads bytes [offset, offset + length) of `file` with kIoBlockBytes reads into `block`
+// (grown as needed, reused across calls); adds the bytes read to *bytes_read.
+Status ReadInPieces(storage::ReadableFile& file, uint64_t offset, uint64_t length,
+                    std::vector<std::byte>& block, uint64_t* bytes_read);
+
 // Writes back dirty pages of `path` (fsync), then asks the kernel to drop its cached pages
 // (posix_fadvise DONTNEED). Clean pages of an unmapped file go at once.
 Status DropFromPageCache(const std::string& path);

@@ -69,13 +69,7 @@ Status ReadRuns(storage::FileSystem& fs, const std::vector<std::string>& paths,
         file->WillRead(ranges);
       }
     }
-    for (uint64_t done = 0; done < run.length;) {
-      const uint64_t n = std::min(run.length - done, kIoBlockBytes);
-      if (block.size() < n) block.resize(n);
-      DCP_RETURN_IF_ERROR(file->ReadAt(run.offset + done, std::span(block.data(), n)));
-      done += n;
-      *bytes_read += n;
-    }
+    DCP_RETURN_IF_ERROR(ReadInPieces(*file, run.offset, run.length, block, bytes_read));
   }
   return OkStatus();
 }
