@@ -13,6 +13,7 @@
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "checkpoint/save.h"
+#include "checkpoint/torch_probe.h"
 #include "checkpoint/verify.h"
 #include "dcp/checkpoint.h"
 #include "hf/safetensors_header.h"
@@ -580,6 +581,45 @@ TEST(SaveLoad, OverwriteReplacesAndCollectsOldFiles) {
   AddChunks(d, md, "w", DType::kF32, {16}, {Box::Whole({16})}, false, 0);
   load(d, tmp.path());
   EXPECT_TRUE(FillOrCheck(false, 2, DType::kF32, {16}, Box::Whole({16}), md.bufs[0].data()));
+}
+
+// Frameworks find torch DCP checkpoints by their `.metadata`: a commit publishes the probe,
+// replacing a torch checkpoint's own (the directory holds a dcp checkpoint now), and the probe
+// never appears before the commit.
+TEST(SaveLoad, CommitPublishesTheTorchProbe) {
+  TempDir tmp;
+  StateDict a;
+  Chunks m;
+  AddChunks(a, m, "w", DType::kF32, {16}, {Box::Whole({16})}, true, 1);
+  auto& posix = storage::PosixFileSystem();
+  const std::string name(checkpoint::kTorchProbeName);
+  for (int64_t n = 0;; ++n) {  // a save failing at every operation in turn
+    const std::string dir = tmp.Sub("torch" + std::to_string(n));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/" + name) << "torch's own pickle";
+    testfs::FaultFileSystem fs(posix);
+    fs.FailAt(n);
+    const bool ok = checkpoint::Save(a, dir, {}, fs).ok();
+    auto probe = storage::ReadWholeFile(posix, storage::JoinPath(dir, name));
+    ASSERT_TRUE(probe.ok());
+    if (*probe != "torch's own pickle") {  // replaced: only ever by the probe, after the commit
+      EXPECT_EQ(*probe, checkpoint::TorchProbeBytes()) << "op " << n;
+      EXPECT_TRUE(std::filesystem::exists(dir + "/dcp.metadata")) << "op " << n;
+    }
+    if (ok) {
+      EXPECT_EQ(*probe, checkpoint::TorchProbeBytes());
+      break;
+    }
+  }
+  const std::string_view bytes = checkpoint::TorchProbeBytes();
+  EXPECT_EQ(bytes.substr(0, 3), std::string_view("\x80\x02"
+                                                 "c"));
+  EXPECT_EQ(bytes.find('.'), bytes.size() - 1) << "a dot in the module name would split it";
+  const std::string dir = tmp.Sub("again");
+  save(a, dir);
+  save(a, dir);  // the probe stays; no tmp file is left
+  EXPECT_EQ(*storage::ReadWholeFile(posix, storage::JoinPath(dir, name)), bytes);
+  EXPECT_TRUE(testing::ListFiles(dir, name + ".tmp").empty());
 }
 
 TEST(SaveLoad, PlanCacheHitOnSecondSaveOfSameStructure) {

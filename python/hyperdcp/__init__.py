@@ -10,6 +10,10 @@ Under torchrun every rank calls save/load with the job's process group (the defa
 `process_group` is given); without an initialised process group, a world of one. Errors are
 DcpError, on every rank. torch DCP's other names (FileSystemWriter, DefaultLoadPlanner,
 state_dict, stateful, ...) are torch's own, reached through this module.
+
+For frameworks whose code imports torch DCP itself (torchtitan, accelerate, Lightning,
+torchtune): one `hyperdcp.install()` (or `python -m hyperdcp.run train.py ...`) makes torch's
+own save, load and async_save run on hyperdcp for every caller in the process.
 """
 
 from ._api import (AsyncSaveHandle, SaveFuture, async_save, load, prepare_async_save, save,
@@ -18,6 +22,7 @@ from ._chunks import TensorChunk
 from ._comm import set_timeout
 from ._dcp import DcpError, LoadResult, SaveResult, StagingStats
 from ._dcp import __version__
+from ._install import install, uninstall
 from ._metadata import Metadata, TensorInfo, read_metadata
 from ._open import load_all
 from .manager import CheckpointManager, MemoryTier, unlock
@@ -45,28 +50,33 @@ _FROM_TORCH = {
     "FileSystemWriter", "FileSystemReader", "DefaultSavePlanner", "DefaultLoadPlanner",
     "CheckpointException", "Metadata", "TensorStorageMetadata", "BytesStorageMetadata",
     "state_dict", "stateful", "staging", "format_utils", "AsyncCheckpointerType",
+    "AsyncSaveResponse",
 }
 
 
 def __getattr__(name: str):
+    if name == "HyperdcpReader":  # imports torch
+        from ._torch_reader import HyperdcpReader
+
+        return HyperdcpReader
     if name in _FROM_TORCH:
         import importlib
 
         torch_dcp = importlib.import_module("torch.distributed.checkpoint")
         if name in ("state_dict", "stateful", "staging", "format_utils"):
             return importlib.import_module(f"torch.distributed.checkpoint.{name}")
-        if name == "AsyncCheckpointerType":
-            return importlib.import_module(
-                "torch.distributed.checkpoint.state_dict_saver").AsyncCheckpointerType
+        if name in ("AsyncCheckpointerType", "AsyncSaveResponse"):
+            return getattr(importlib.import_module(
+                "torch.distributed.checkpoint.state_dict_saver"), name)
         return getattr(torch_dcp, name)
     raise AttributeError(f"module 'hyperdcp' has no attribute {name!r}")
 
 
 __all__ = [
     "AsyncSaveHandle", "CheckpointManager", "DcpError", "LoadResult", "MemoryTier", "Metadata",
-    "SaveFuture",
+    "HyperdcpReader", "SaveFuture",
     "SaveResult", "StagingStats", "TensorChunk", "TensorInfo", "__version__", "async_save",
-    "from_torch_dcp", "load", "load_all", "prepare_async_save", "read_metadata", "save",
+    "from_torch_dcp", "install", "load", "load_all", "prepare_async_save", "read_metadata", "save",
     "set_async_options", "set_timeout",
-    "to_torch_dcp", "unlock",
+    "to_torch_dcp", "uninstall", "unlock",
 ]

@@ -9,13 +9,15 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from . import _boundary, _dcp
+from . import _boundary, _dcp, _delegate
 from ._comm import comm_for
 from ._errors import DcpError, error
 from ._prepare import Prepared, failure_text, finish_load, prepare_on_every_rank, release
-from ._torch_args import load_source, save_target
+from ._torch_args import Delegate, load_source, save_target, staging
 
-_COMMITTED = "dcp.metadata"  # a directory holding it holds a committed checkpoint
+# A directory holding either holds a committed checkpoint: hyperdcp's, or torch's (whose
+# `.metadata` a hyperdcp commit replaces with its probe).
+_COMMITTED = ("dcp.metadata", ".metadata")
 
 
 def _committed(directory: str) -> bool:
@@ -25,7 +27,7 @@ def _committed(directory: str) -> bool:
             return True
         except DcpError:
             return False
-    return os.path.exists(os.path.join(directory, _COMMITTED))
+    return any(os.path.exists(os.path.join(directory, name)) for name in _COMMITTED)
 
 
 def _refuse_overwrite(directory: str, overwrite: bool) -> None:
@@ -70,7 +72,11 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     Python side's share).
     """
     started = time.perf_counter()
-    directory, writer_overwrite = save_target(checkpoint_id, storage_writer, planner)
+    target = save_target(checkpoint_id, storage_writer, planner)
+    if isinstance(target, Delegate):
+        return _delegate.save(target, state_dict, checkpoint_id, storage_writer, planner,
+                              process_group, no_dist, use_collectives)
+    directory, writer_overwrite = target
     overwrite = writer_overwrite if overwrite is None else overwrite
     comm = comm_for(process_group, no_dist)
     p = _prepare_save(state_dict, comm, directory, overwrite, use_collectives, allow_pickle)
@@ -105,7 +111,14 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     `model.load_state_dict(state_dict, assign=True)`.
     """
     started = time.perf_counter()
-    directory, allow_partial = load_source(checkpoint_id, storage_reader, planner, allow_partial)
+    source = load_source(checkpoint_id, storage_reader, planner, allow_partial)
+    if not isinstance(source, Delegate) and _torch_format(source[0]):
+        source = Delegate(f"{source[0]} holds a checkpoint in torch DCP's format")
+    if isinstance(source, Delegate):
+        return _delegate.load(source, state_dict, checkpoint_id, storage_reader, planner,
+                              process_group, no_dist, allow_partial)
+    directory, allow_partial = source
+    _fill_empty_optimizers(state_dict, directory)
     comm = comm_for(process_group, no_dist)
     if max_broadcast_buffer_bytes is not None and not max_broadcast_buffer_bytes > 0:
         raise ValueError("max_broadcast_buffer_bytes must be positive, not "
@@ -133,6 +146,36 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     finally:
         release(p)
     return _timed(result, p, started)
+
+
+def _fill_empty_optimizers(state_dict: Any, directory: str) -> None:
+    """A freshly built optimizer (no state yet) handed as a Stateful template would load
+    nothing of the checkpoint's state: its state is created first (torch's get_state_dict
+    does the same), when the checkpoint holds state for it, so the load fills it or fails
+    naming what it cannot place. Never an empty success."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(state_dict, dict):
+        return
+    empty = [k for k, v in state_dict.items()
+             if isinstance(v, torch.optim.Optimizer) and not v.state]
+    if not empty:
+        return
+    from ._metadata import read_metadata
+
+    stored = read_metadata(directory).tensors
+    for key in empty:
+        if any(name.startswith(f"{key}.state.") for name in stored):
+            from torch.distributed.checkpoint.state_dict import _init_optim_state
+
+            _init_optim_state(state_dict[key])
+
+
+def _torch_format(directory: str) -> bool:
+    if "torch" not in sys.modules:  # a checkpoint in torch's format needs torch to load
+        return False
+    from ._torch_reader import holds_torch_format
+
+    return holds_torch_format(directory)
 
 
 def _stored_dtypes_differing(e: DcpError, directory: str, p: Prepared, strip_prefix: str,
@@ -275,15 +318,23 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
 
     The tensors may be changed as soon as it returns. Planning, writing and the commit run
     on a background thread with a communicator of its own (never the caller's group). Saves
-    persist one at a time, in call order. `async_checkpointer_type` is accepted for torch's
-    signature (hyperdcp always persists on a thread of its own, outside the GIL);
-    `async_stager` must be None (hyperdcp stages into its own reused, pre-faulted pool).
+    persist one at a time, in call order. `async_checkpointer_type` (THREAD or PROCESS) is
+    served the same way: hyperdcp persists on a thread of its own, outside the GIL.
+    `async_stager`: a torch DefaultStager is served by hyperdcp's own reused, pre-faulted
+    staging pool (whatever its options; the caller keeps closing it), and with
+    use_async_staging the answer is torch's AsyncSaveResponse (staging_completion done, as
+    staging ends before this returns; upload_completion this save's SaveFuture); any other
+    stager goes to torch's own async_save.
     """
     started = time.perf_counter()
-    if async_stager is not None:
-        raise error("INVALID_ARGUMENT", "async_stager is not supported: hyperdcp stages into a "
-                    "reused host pool of its own (see prepare_async_save); drop the argument")
-    directory, writer_overwrite = save_target(checkpoint_id, storage_writer, planner)
+    response = staging(async_stager)
+    target = response if isinstance(response, Delegate) else \
+        save_target(checkpoint_id, storage_writer, planner)
+    if isinstance(target, Delegate):
+        return _delegate.async_save(target, state_dict, checkpoint_id, storage_writer, planner,
+                                    process_group, async_checkpointer_type, async_stager,
+                                    no_dist, use_collectives)
+    directory, writer_overwrite = target
     overwrite = writer_overwrite if overwrite is None else overwrite
     comm = comm_for(process_group, no_dist)
     # No collective in the caller's way (a slower rank's preparation would block every rank):
@@ -305,7 +356,17 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
                                 use_collectives, step)
     finally:
         release(p)
-    return SaveFuture(handle, time.perf_counter() - started)
+    future = SaveFuture(handle, time.perf_counter() - started)
+    return _async_save_response(future) if response else future
+
+
+def _async_save_response(future: SaveFuture) -> Any:
+    """torch's answer to an async save with asynchronous staging, around this save."""
+    from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
+
+    staged: concurrent.futures.Future = concurrent.futures.Future()
+    staged.set_result(None)
+    return AsyncSaveResponse(staging_completion=staged, upload_completion=future)
 
 
 def prepare_async_save(state_dict: Dict[str, Any], *, process_group: Any = None,

@@ -54,6 +54,8 @@ class Prepared:
         self.owners: List[Any] = []  # the memory the engine reads or fills: kept alive
         self.write_backs: List[Callable[[], None]] = []  # load: staged copies -> tensors
         self.replacements: Dict[str, Any] = {}  # load: meta tensors -> the allocated ones
+        # Tensor leaves this rank holds no chunk of (a DTensor on a mesh without this rank).
+        self.absent: List[str] = []
         self.layout: Optional[list] = None  # save: the paths and container kinds (Flat.layout)
         self.cache_key: Optional[tuple] = None
         self.signatures: Optional["Signatures"] = None  # of the tensor leaves, when cacheable
@@ -253,6 +255,8 @@ def _build(p: Prepared, for_load: bool, load_as: Optional[Dict[str, Any]] = None
                 leaf = p.replacements[fqn] = materialize(leaf)
                 sigs = None
         chunks = host_chunks(fqn, leaf, for_load, load_as.get(fqn) if load_as else None)
+        if not chunks:
+            p.absent.append(fqn)
         for chunk in chunks:
             p.sd.add_tensor(fqn, chunk.data_ptr, chunk.dtype, chunk.shape,
                             chunk.global_shape, chunk.offsets)
@@ -306,7 +310,12 @@ def _prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool,
     p.cache_key = (for_load, names, id(p.sd))
     _add_values(p, for_load, allow_pickle)
     if not reused and not for_load:
-        p.sd.set_paths(*_paths.encode_all(p.flat))
+        fqns, paths = _paths.encode_all(p.flat)
+        if p.absent:  # the ranks that hold chunks of them record their paths
+            absent = set(p.absent)
+            kept = [(f, x) for f, x in zip(fqns, paths) if f not in absent]
+            fqns, paths = [f for f, _ in kept], [x for _, x in kept]
+        p.sd.set_paths(fqns, paths)
     return p
 
 

@@ -1,10 +1,23 @@
-"""torch.distributed.checkpoint's keywords, translated: storage writers and readers give a
-directory, the default planners give their options; anything else is refused by name."""
+"""torch.distributed.checkpoint's keywords, translated: what hyperdcp serves (a directory or
+an s3:// prefix, with the options that apply), and what it hands to torch's own implementation
+(a Delegate naming why): writers, readers, planners and stagers whose behaviour it cannot
+honour. Nothing torch accepts is refused."""
 
 import os
-from typing import Any, Optional, Tuple
+import re
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple, Union
 
 from ._errors import invalid_argument
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+@dataclass(frozen=True)
+class Delegate:
+    """The call goes to torch's own implementation, for this reason (logged once per reason)."""
+
+    reason: str
 
 
 def _class_name(obj: Any) -> str:
@@ -19,42 +32,100 @@ def _is_torch(obj: Any, names: Tuple[str, ...]) -> bool:
     return t.__module__.startswith("torch.distributed.checkpoint") and t.__name__ in names
 
 
-def _directory(storage: Any, checkpoint_id: Any, role: str, classes: Tuple[str, ...]) -> str:
-    if storage is not None and not _is_torch(storage, classes):
-        raise invalid_argument(
-            f"{role}={_class_name(storage)} is not supported: hyperdcp writes and reads its "
-            f"own format on a file system; pass checkpoint_id=PATH (or a {classes[0]})")
+def _is_s3_connector(obj: Any, names: Tuple[str, ...]) -> bool:
+    """s3torchconnector's DCP writer or reader (its own classes, not subclasses)."""
+    t = type(obj)
+    return t.__module__.startswith("s3torchconnector") and t.__name__ in names
+
+
+def _fsspec_serves(scheme: str) -> bool:
+    """Whether torch's fsspec storage can reach `scheme` here (gcsfs, adlfs, ... installed)."""
+    try:
+        import fsspec
+
+        fsspec.get_filesystem_class(scheme)
+        return True
+    except Exception:
+        return False
+
+
+def location(checkpoint_id: Any) -> Union[str, Delegate]:
+    """A checkpoint id as hyperdcp addresses it: a local path, file:// URL or s3:// prefix;
+    another URL scheme goes to torch (its fsspec storage) when fsspec serves it here, and is
+    one clear error otherwise (never a local directory named "gs:")."""
+    path = os.fspath(checkpoint_id)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    m = _URL.match(path)
+    if m is None:
+        return path
+    scheme = m.group(1).lower()
+    if scheme == "s3":
+        return path
+    if scheme == "file":
+        return path[len("file://"):]
+    if _fsspec_serves(scheme):
+        return Delegate(f"checkpoint_id {path!r}: hyperdcp serves local paths and s3://; "
+                        f"{scheme}:// goes to torch's fsspec storage")
+    raise invalid_argument(
+        f"checkpoint_id {path!r}: the URL scheme {scheme}:// is not supported (hyperdcp "
+        "serves local paths, file:// and s3://; torch's fsspec storage has no "
+        f"implementation of {scheme}:// installed here)")
+
+
+def _storage(storage: Any, checkpoint_id: Any, role: str,
+             classes: Tuple[str, ...], s3_classes: Tuple[str, ...]) -> Union[str, Delegate]:
+    served = storage is None or _is_torch(storage, classes) or \
+        _is_s3_connector(storage, s3_classes)
+    if not served:
+        return Delegate(f"{role}={_class_name(storage)} is not one hyperdcp serves")
     if checkpoint_id is not None:  # torch: checkpoint_id resets the storage's path
-        return os.fspath(checkpoint_id)
+        return location(checkpoint_id)
     if storage is not None:
-        return os.fspath(storage.path)
-    raise invalid_argument("no checkpoint directory: pass checkpoint_id (a path) or "
-                           f"{role}=FileSystem{'Writer' if 'writer' in role else 'Reader'}(path)")
+        return location(storage.path)
+    kind = "Writer" if "writer" in role else "Reader"
+    raise invalid_argument(
+        f"no checkpoint directory: pass checkpoint_id (a path) or {role}=FileSystem{kind}(path)")
 
 
-def save_target(checkpoint_id: Any, storage_writer: Any, planner: Any) -> Tuple[str, bool]:
-    """(directory, overwrite) of a save called with torch's keywords."""
-    directory = _directory(storage_writer, checkpoint_id, "storage_writer",
-                           ("FileSystemWriter", "_FileSystemWriter"))
+def save_target(checkpoint_id: Any, storage_writer: Any,
+                planner: Any) -> Union[Tuple[str, bool], Delegate]:
+    """(directory, overwrite) of a save called with torch's keywords, or a Delegate."""
+    where = _storage(storage_writer, checkpoint_id, "storage_writer",
+                     ("FileSystemWriter", "_FileSystemWriter"), ("S3StorageWriter",))
+    if isinstance(where, Delegate):
+        return where
+    transforms = getattr(storage_writer, "transforms", None)
+    if getattr(transforms, "extensions", ()):  # compression hyperdcp would silently skip
+        return Delegate("FileSystemWriter(_extensions=...) transforms torch's stream format")
     if planner is not None and not _is_torch(planner, ("DefaultSavePlanner",)):
-        raise invalid_argument(
-            f"planner={_class_name(planner)} is not supported: hyperdcp plans saves itself "
-            "(replicas written once, byte-balanced writers); drop the planner argument")
-    overwrite = bool(getattr(storage_writer, "overwrite", True))
-    return directory, overwrite
+        return Delegate(f"planner={_class_name(planner)} may plan differently from hyperdcp")
+    return where, bool(getattr(storage_writer, "overwrite", True))
 
 
 def load_source(checkpoint_id: Any, storage_reader: Any, planner: Any,
-                allow_partial: Optional[bool]) -> Tuple[str, bool]:
-    """(directory, allow_partial) of a load called with torch's keywords."""
-    directory = _directory(storage_reader, checkpoint_id, "storage_reader",
-                           ("FileSystemReader",))
+                allow_partial: Optional[bool]) -> Union[Tuple[str, bool], Delegate]:
+    """(directory, allow_partial) of a load called with torch's keywords, or a Delegate."""
+    where = _storage(storage_reader, checkpoint_id, "storage_reader",
+                     ("FileSystemReader",), ("S3StorageReader",))
+    if isinstance(where, Delegate):
+        return where
     partial = bool(allow_partial)
     if planner is not None:
         if not _is_torch(planner, ("DefaultLoadPlanner",)):
-            raise invalid_argument(
-                f"planner={_class_name(planner)} is not supported: hyperdcp plans loads itself "
-                "(any layout, read once and broadcast); drop the planner argument, or pass "
-                "DefaultLoadPlanner(allow_partial_load=True) / allow_partial=True")
+            return Delegate(f"planner={_class_name(planner)} may plan differently from hyperdcp")
         partial = partial or bool(getattr(planner, "allow_partial_load", False))
-    return directory, partial
+    return where, partial
+
+
+def staging(async_stager: Any) -> Union[bool, Delegate]:
+    """Whether torch would answer an async save with an AsyncSaveResponse (a DefaultStager
+    with use_async_staging), or a Delegate for a stager hyperdcp does not serve. hyperdcp
+    stages into its own reused pool whatever the options (pinned memory, shared memory,
+    non-blocking copies); the caller keeps owning (and closes) the stager it passed."""
+    if async_stager is None:
+        return False
+    if not _is_torch(async_stager, ("DefaultStager",)):
+        return Delegate(f"async_stager={_class_name(async_stager)} is not one hyperdcp serves")
+    options = getattr(async_stager, "_config", None)
+    return bool(getattr(options, "use_async_staging", True))

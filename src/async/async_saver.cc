@@ -223,10 +223,12 @@ struct AsyncSaver::Impl {
     for (const StateEntry& e : sd.entries()) {
       if (e.kind == StateEntry::Kind::kBytes) {
         staged.add_bytes(e.fqn, e.bytes);  // small: owned by the staged state dict
+        if (!e.path.empty()) staged.set_path(e.fqn, e.path);
         st->bytes_staged += e.bytes.size();
         continue;
       }
       staged.add_empty(e.fqn, e.dtype, e.global_shape);
+      if (!e.path.empty()) staged.set_path(e.fqn, e.path);  // the nesting load_all rebuilds
       for (const TensorChunk& tc : e.chunks) {
         const uint64_t n = tc.view.NumBytes();
         std::byte* dst = lease.block.data() + offset;

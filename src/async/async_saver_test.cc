@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -149,6 +150,24 @@ TEST(AsyncSaver, ValuesChangedAfterSaveReturnsDoNotLeak) {
   EXPECT_EQ(r.bytes_written, original.Bytes() + original.sd.find("optim")->bytes.size());
   ExpectCheckpointEquals(tmp.Sub("ck"), original);
   EXPECT_EQ(h.staging().bytes_staged, r.bytes_written);
+}
+
+// Each entry's nesting path (what load_all rebuilds the state dict from) is saved as a
+// synchronous save records it.
+TEST(AsyncSaver, EntriesKeepTheirPaths) {
+  TempDir tmp;
+  Model m;
+  m.sd.set_path("a", "[\"model\",\"a\"]");
+  m.sd.set_path("optim", "[\"optim\"]");
+  AsyncSaver saver;
+  saver.Save(m.sd, tmp.Sub("ck")).Get();
+  const Metadata md = read_metadata(tmp.Sub("ck"));
+  std::map<std::string, std::string> paths;
+  for (const auto& t : md.tensors) paths[t.fqn] = t.path;
+  for (const auto& b : md.bytes) paths[b.fqn] = b.path;
+  EXPECT_EQ(paths["a"], "[\"model\",\"a\"]");
+  EXPECT_EQ(paths["optim"], "[\"optim\"]");
+  EXPECT_EQ(paths["b"], "");
 }
 
 TEST(AsyncSaver, CallbackRunsAfterTheResultAndMayUseTheHandle) {

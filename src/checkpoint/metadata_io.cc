@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "checkpoint/names.h"
+#include "checkpoint/torch_probe.h"
 #include "hf/hf_checkpoint.h"
 #include "metadata/codec.h"
 #include "metadata/merge.h"
@@ -135,8 +136,10 @@ Result<metadata::Metadata> ReadMetadata(storage::FileSystem& fs, const std::stri
 Status CommitMetadata(storage::FileSystem& fs, const std::string& dir, const metadata::Metadata& md,
                       int rank, uint64_t step) {
   const std::string name = rank < 0 ? std::string(kMetadataName) : RankMetadataName(step, rank);
-  return fs.WriteAtomic(storage::JoinPath(dir, name), metadata::Encode(md),
-                        std::string(kTmpSuffixPrefix) + SaveIdHex(md.save_id));
+  const std::string tmp = std::string(kTmpSuffixPrefix) + SaveIdHex(md.save_id);
+  DCP_RETURN_IF_ERROR(fs.WriteAtomic(storage::JoinPath(dir, name), metadata::Encode(md), tmp));
+  // After the commit: a probe never announces a checkpoint that is not there.
+  return WriteTorchProbe(fs, dir, tmp);
 }
 
 }  // namespace dcp::checkpoint

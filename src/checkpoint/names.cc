@@ -74,7 +74,10 @@ std::string RecycledFileName(int rank) {
 }
 
 bool IsMetadataTmpName(std::string_view name) {
-  return name.starts_with(std::string(kMetadataName) + std::string(kTmpSuffixPrefix));
+  for (std::string_view base : {kMetadataName, kTorchProbeName}) {
+    if (name.starts_with(std::string(base) + std::string(kTmpSuffixPrefix))) return true;
+  }
+  return false;
 }
 
 bool IsStaleLockName(std::string_view name) { return name.starts_with("dcp.lock.stale-"); }

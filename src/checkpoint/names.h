@@ -10,6 +10,9 @@ namespace dcp::checkpoint {
 
 inline constexpr std::string_view kMetadataName = "dcp.metadata";
 inline constexpr std::string_view kTmpSuffixPrefix = ".tmp-";
+// What frameworks probe to find a torch DCP checkpoint; written after each commit
+// (checkpoint/torch_probe.h).
+inline constexpr std::string_view kTorchProbeName = ".metadata";
 
 std::string SaveIdHex(uint64_t save_id);
 std::string DataFileName(uint64_t save_id, int rank);   // data-<id>-r<rank>.safetensors
@@ -17,7 +20,7 @@ std::string BytesFileName(uint64_t save_id, int rank);  // data-<id>-r<rank>.byt
 // True for names a dcp save writes (data files, metadata tmp files): the only files a
 // save may garbage-collect.
 bool IsDcpDataFileName(std::string_view name);
-bool IsMetadataTmpName(std::string_view name);
+bool IsMetadataTmpName(std::string_view name);  // dcp.metadata's or the probe's
 // The writer rank of a data file (tensor or bytes); -1 for other names.
 int DataFileRank(std::string_view name);
 // The writer rank of a tensor data file (data-<id>-r<rank>.safetensors); -1 for other names.

@@ -99,19 +99,20 @@ Status RemoveStepDir(FileSystem& fs, const std::string& dir, const std::string& 
     if (names.status().code() == StatusCode::kNotFound) return OkStatus();
     return names.status();
   }
-  const std::string meta(checkpoint::kMetadataName);
-  std::vector<std::string> order;
-  for (const auto& n : *names) {
-    if (n == meta) order.insert(order.begin(), n);
-  }
-  for (const auto& n : *names) {
-    if (n.rfind(meta, 0) == 0 && n != meta) order.push_back(n);  // per-rank and tmp metadata
-  }
-  for (const auto& n : *names) {
-    if (n.rfind(meta, 0) != 0) order.push_back(n);
-  }
+  // The probe frameworks look for first (they stop taking the step for one), then the
+  // global metadata, then per-rank and tmp metadata, then the rest.
+  const std::string meta(checkpoint::kMetadataName), probe(checkpoint::kTorchProbeName);
+  auto rank_of = [&](const std::string& n) {
+    if (n == probe) return 0;
+    if (n == meta) return 1;
+    return n.rfind(meta, 0) == 0 ? 2 : 3;
+  };
+  std::vector<std::string> order(names->begin(), names->end());
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    return rank_of(a) < rank_of(b);
+  });
   const size_t metadata_files = static_cast<size_t>(std::count_if(
-      order.begin(), order.end(), [&](const std::string& n) { return n.rfind(meta, 0) == 0; }));
+      order.begin(), order.end(), [&](const std::string& n) { return rank_of(n) < 3; }));
   bool pool_ready = false;
   for (size_t i = 0; i < order.size(); ++i) {
     const std::string path = JoinPath(dir, order[i]);

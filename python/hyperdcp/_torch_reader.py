@@ -1,0 +1,189 @@
+"""hyperdcp checkpoints through torch's StorageReader interface, so torch's own tools read them
+(merge_fsdp_weights, dcp_to_torch_save, _load_state_dict_from_keys, FSDP1's
+load_sharded_optimizer_state_dict): read_metadata answers torch's Metadata, read_data fills
+the requests of torch's planner, each tensor's requested box read once by the engine.
+
+Also which format a directory holds: a hyperdcp checkpoint (dcp.metadata, and the `.metadata`
+probe its commit writes) or torch's (`.metadata` written by torch)."""
+
+import io
+import os
+import uuid
+from typing import Any, Dict, List, Tuple
+
+import torch
+from torch.distributed.checkpoint import metadata as tm
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
+from torch.distributed.checkpoint.storage import StorageReader
+
+from ._errors import invalid_argument
+
+COMMITTED = "dcp.metadata"
+PROBE = ".metadata"
+# The start of the probe a commit writes (src/checkpoint/torch_probe.cc): a pickle naming a
+# module whose name tells how to read the checkpoint.
+PROBE_PREFIX = b"\x80\x02chyperdcp checkpoint:"
+
+
+def _local(directory: str) -> bool:
+    return "://" not in directory
+
+
+def holds_torch_format(directory: "str | os.PathLike") -> bool:
+    """Whether a local directory holds a checkpoint in torch's format that is newer than any
+    hyperdcp checkpoint there (torch's save replaces `.metadata` with its own)."""
+    directory = os.fspath(directory)
+    if not _local(directory):
+        return False
+    probe = os.path.join(directory, PROBE)
+    try:
+        with open(probe, "rb") as f:
+            if f.read(len(PROBE_PREFIX)) == PROBE_PREFIX:
+                return False
+        torch_time = os.stat(probe).st_mtime_ns
+    except OSError:
+        return False
+    try:
+        return torch_time >= os.stat(os.path.join(directory, COMMITTED)).st_mtime_ns
+    except OSError:
+        return True  # no hyperdcp checkpoint beside it
+
+
+def holds_hyperdcp_format(directory: "str | os.PathLike") -> bool:
+    directory = os.fspath(directory)
+    if not _local(directory):
+        return True  # an object store: the engine tells
+    return os.path.exists(os.path.join(directory, COMMITTED)) and \
+        not holds_torch_format(directory)
+
+
+def torch_metadata(directory: str) -> tm.Metadata:
+    """The checkpoint's metadata as torch's planners read it: every tensor with its stored
+    chunks, every value as bytes, and (planner_data) each entry's path in the saved state dict."""
+    from ._metadata import read_metadata
+    from .torch import FROM_DCP
+
+    md = read_metadata(directory)
+    entries: Dict[str, Any] = {}
+    for fqn, info in md.tensors.items():
+        dtype = FROM_DCP.get(info.dtype)
+        if dtype is None:
+            raise invalid_argument(f"{directory}: '{fqn}' is stored as {info.dtype}, which has "
+                                   "no torch dtype here")
+        entries[fqn] = tm.TensorStorageMetadata(
+            properties=tm.TensorProperties(dtype=dtype), size=torch.Size(info.shape),
+            chunks=[tm.ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(n))
+                    for o, n in info.chunks])
+    for fqn in md.bytes:
+        entries[fqn] = tm.BytesStorageMetadata()
+    return tm.Metadata(state_dict_metadata=entries, planner_data=_torch_paths(md.raw_paths),
+                       storage_data={},
+                       storage_meta=tm.StorageMeta(checkpoint_id=directory,
+                                                   load_id=uuid.uuid4().hex))
+
+
+def _torch_paths(raw_paths: Dict[str, bytes]) -> Dict[str, Tuple[Any, ...]]:
+    """Each entry's path as torch's flattening spells it: dict keys as strings, list and
+    tuple positions as ints (torch rebuilds lists for those)."""
+    from ._paths import decode
+
+    return {fqn: tuple(key if kind in ("l", "t") else str(key)
+                       for kind, key in decode(fqn, raw))
+            for fqn, raw in raw_paths.items()}
+
+
+Box = Tuple[List[int], List[int]]  # low corner, high corner (exclusive)
+
+
+def _request_box(req: Any) -> Box:
+    low = [o + s for o, s in zip(req.storage_index.offset, req.storage_offsets)]
+    return low, [lo + n for lo, n in zip(low, req.lengths)]
+
+
+def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
+    """Fills torch planner's requests from a hyperdcp checkpoint, on this rank alone: the
+    smallest box holding each tensor's requests is read once (checksums verified), values are
+    handed to the planner as torch.save bytes, as torch's reader hands them."""
+    from ._api import load
+    from ._chunks import TensorChunk
+
+    md = torch_metadata(directory).state_dict_metadata
+    boxes: Dict[str, Box] = {}
+    for req in plan.items:
+        if req.type == LoadItemType.BYTE_IO:
+            continue
+        low, high = _request_box(req)
+        fqn = req.storage_index.fqn
+        if fqn in boxes:
+            old_low, old_high = boxes[fqn]
+            low = [min(a, b) for a, b in zip(low, old_low)]
+            high = [max(a, b) for a, b in zip(high, old_high)]
+        boxes[fqn] = (low, high)
+    flat: Dict[str, Any] = {req.storage_index.fqn: None for req in plan.items
+                            if req.type == LoadItemType.BYTE_IO}
+    for fqn, (low, high) in boxes.items():
+        info = md[fqn]
+        data = torch.empty([h - lo for lo, h in zip(low, high)], dtype=info.properties.dtype)
+        flat[fqn] = TensorChunk(data, list(info.size), low)
+    if flat:
+        load(flat, directory, no_dist=True)
+    for req in plan.items:
+        fqn = req.storage_index.fqn
+        if req.type == LoadItemType.BYTE_IO:
+            stream = io.BytesIO()
+            torch.save(flat[fqn], stream)
+            stream.seek(0)
+            planner.load_bytes(req, stream)
+            continue
+        chunk = flat[fqn]
+        low, _ = _request_box(req)
+        src = chunk.data
+        for dim, (lo, start, n) in enumerate(zip(low, chunk.offsets, req.lengths)):
+            src = src.narrow(dim, lo - start, n)
+        target = planner.resolve_tensor(req).detach()
+        if target.size() != src.size():
+            raise invalid_argument(f"'{fqn}': torch's planner asks for {list(target.size())} "
+                                   f"where the request reads {list(src.size())}")
+        target.copy_(src)
+        planner.commit_tensor(req, target)
+
+
+def _done() -> Any:
+    """A completed torch.futures.Future, what torch's readers return (it waits on it)."""
+    fut: Any = torch.futures.Future()
+    fut.set_result(None)
+    return fut
+
+
+class HyperdcpReader(StorageReader):
+    """A torch StorageReader over a hyperdcp checkpoint (local or s3://): hand it to torch's
+    load or to tools that take a reader. Each rank reads what its planner asks, alone."""
+
+    def __init__(self, path: "str | os.PathLike") -> None:
+        super().__init__()
+        self.path = os.fspath(path)
+
+    def reset(self, checkpoint_id: "str | os.PathLike | None" = None) -> None:
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: "str | os.PathLike") -> bool:
+        return holds_hyperdcp_format(os.fspath(checkpoint_id))
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> tm.Metadata:
+        return torch_metadata(self.path)
+
+    def set_up_storage_reader(self, metadata: tm.Metadata, is_coordinator: bool,
+                              *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
+        return plans
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Any:
+        read_requests(self.path, plan, planner)
+        return _done()
