@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dcp/comm.h"
 #include "dcp/metadata.h"
@@ -137,6 +138,9 @@ struct LoadResult {
   uint64_t groups_created = 0;  // group communicators created (cached across loads)
   // Broadcast buffers held at once (LoadOptions::max_broadcast_buffer_bytes).
   uint64_t peak_broadcast_buffer_bytes = 0;
+  // What the caller should hear of: values saved per rank of which this rank got another
+  // rank's (the job's world differs from the saving job's), one line each.
+  std::vector<std::string> warnings;
   // Phases (seconds).
   double metadata_seconds = 0;
   double plan_seconds = 0;      // local plan

@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import concurrent.futures.thread  # now: it cannot be imported once the interpreter exits
+import logging
 import math
 import os
 import sys
@@ -145,6 +146,8 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
         finish_load(p, allow_pickle, device)
     finally:
         release(p)
+    for line in result.warnings:  # values saved per rank, of which this rank got another's
+        logging.getLogger("hyperdcp").warning("hyperdcp: load from %s: %s", directory, line)
     return _timed(result, p, started)
 
 

@@ -1,8 +1,9 @@
 """read_metadata: what a checkpoint holds, without loading it."""
 
 import os
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from . import _dcp
 
@@ -40,6 +41,16 @@ class Metadata:
 
         return {fqn: tuple(key for _, key in _paths.decode(fqn, data))
                 for fqn, data in self.raw_paths.items()}
+
+
+_PER_RANK = re.compile(r"^(.+)\.__dcp_rank_(0|[1-9][0-9]*)$")
+
+
+def per_rank_value(name: str) -> Optional[Tuple[str, int]]:
+    """(name, rank) of a value saved per rank (it differed between the saving ranks; a load
+    gives each rank its own back, src/checkpoint/rank_values.h); None for other names."""
+    m = _PER_RANK.match(name)
+    return None if m is None else (m.group(1), int(m.group(2)))
 
 
 def read_metadata(checkpoint_id: "os.PathLike | str") -> Metadata:

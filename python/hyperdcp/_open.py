@@ -5,7 +5,7 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ._errors import invalid_argument
-from ._metadata import read_metadata
+from ._metadata import per_rank_value, read_metadata
 
 
 def _selected(fqn: str, path: Tuple[Any, ...], keys: Optional[set]) -> bool:
@@ -37,8 +37,13 @@ def load_all(checkpoint_id: "os.PathLike | str", *, keys: Optional[Iterable[Any]
     wanted = None if keys is None else set(keys)
     flat: Dict[str, Any] = {}  # fqn -> a whole tensor to fill, or None for a value
     where: List[Tuple[str, Any]] = []  # fqn, decoded path
-    for fqn in list(md.tensors) + list(md.bytes):
-        path = decode(fqn, md.raw_paths[fqn]) if fqn in md.raw_paths else [("d", fqn)]
+    for stored in list(md.tensors) + list(md.bytes):
+        # A value saved per rank loads under its name (each rank its own, see load).
+        variant = per_rank_value(stored) if stored in md.bytes else None
+        fqn = stored if variant is None else variant[0]
+        if fqn in flat:
+            continue
+        path = decode(stored, md.raw_paths[stored]) if stored in md.raw_paths else [("d", fqn)]
         if not _selected(fqn, tuple(k for _, k in path), wanted):
             continue
         info = md.tensors.get(fqn)

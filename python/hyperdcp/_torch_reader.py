@@ -74,8 +74,8 @@ def torch_metadata(directory: str) -> tm.Metadata:
             properties=tm.TensorProperties(dtype=dtype), size=torch.Size(info.shape),
             chunks=[tm.ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(n))
                     for o, n in info.chunks])
-    for fqn in md.bytes:
-        entries[fqn] = tm.BytesStorageMetadata()
+    for fqn in md.bytes:  # a value saved per rank under its name: each rank reads its own
+        entries[_base_name(fqn)] = tm.BytesStorageMetadata()
     return tm.Metadata(state_dict_metadata=entries, planner_data=_torch_paths(md.raw_paths),
                        storage_data={},
                        storage_meta=tm.StorageMeta(checkpoint_id=directory,
@@ -87,9 +87,16 @@ def _torch_paths(raw_paths: Dict[str, bytes]) -> Dict[str, Tuple[Any, ...]]:
     tuple positions as ints (torch rebuilds lists for those)."""
     from ._paths import decode
 
-    return {fqn: tuple(key if kind in ("l", "t") else str(key)
-                       for kind, key in decode(fqn, raw))
+    return {_base_name(fqn): tuple(key if kind in ("l", "t") else str(key)
+                                   for kind, key in decode(fqn, raw))
             for fqn, raw in raw_paths.items()}
+
+
+def _base_name(fqn: str) -> str:
+    from ._metadata import per_rank_value
+
+    variant = per_rank_value(fqn)
+    return fqn if variant is None else variant[0]
 
 
 Box = Tuple[List[int], List[int]]  # low corner, high corner (exclusive)

@@ -155,6 +155,7 @@ void BindCheckpoint(py::module_& m) {
   py::class_<LoadResult>(m, "LoadResult", py::dynamic_attr(), "What a load did on this rank.")
       .def_readonly("bytes_read", &LoadResult::bytes_read)
       .def_readonly("files_opened", &LoadResult::files_opened)
+      .def_readonly("warnings", &LoadResult::warnings)
       .def_readonly("chunks_read", &LoadResult::chunks_read)
       .def_readonly("entries_loaded", &LoadResult::entries_loaded)
       .def_readonly("entries_skipped", &LoadResult::entries_skipped)

@@ -23,6 +23,19 @@ if ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core, pybi
   "$venv/bin/pip" install -q "${deps[@]}"
 fi
 
+# The training frameworks whose checkpoint code test_frameworks.py runs on hyperdcp (installed
+# once; none of these commands changes torch). accelerate and lightning with their deps.
+# torchtitan and torchtune pin packages this torch does not need (wandb, tensorboard, torchdata,
+# datasets<4.8, ...): installed --no-deps, after what their checkpoint modules import. torchtune
+# 0.6.1 imports torchao.dtypes.nf4tensor and torchao.quantization.int4_weight_only, which
+# torchao 0.16+ removed: torchao 0.15.0 (its pure-Python part runs on any torch).
+if ! "$venv/bin/python" -c "import accelerate, lightning.fabric, torchtitan.components.checkpoint, torchtune.training.checkpointing" 2>/dev/null; then
+  "$venv/bin/pip" install -q accelerate lightning tyro einops spmd_types==0.2.3 datasets omegaconf \
+    sentencepiece tiktoken tokenizers
+  # last: pip says nothing of the requirements it was told to skip
+  "$venv/bin/pip" install -q --no-deps torchtitan==0.3.0 torchtune==0.6.1 torchao==0.15.0
+fi
+
 # mpi4py (for the mpi4py communicator test) compiles against the system's Open MPI: installed
 # once where mpicc exists (scripts/setup.sh installs it), and a failed install fails the test;
 # without mpicc that test is skipped, saying why.

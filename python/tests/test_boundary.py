@@ -33,6 +33,20 @@ def test_failures_name_the_rank(torchrun, tmp_path, case):
     assert out.count(": ok") == 2, out
 
 
+def test_values_saved_per_rank_load_rank_0s_into_another_world(torchrun, tmp_path, caplog):
+    """A value 2 ranks saved per rank, loaded by one process: rank 0's, with a warning."""
+    import logging
+
+    import hyperdcp as dcp
+
+    torchrun(2, "boundary.py", "values-differ", tmp_path, timeout=200)
+    back = {"seed": 0, "same": ""}
+    with caplog.at_level(logging.WARNING, logger="hyperdcp"):
+        dcp.load(back, tmp_path / "differ", allow_partial=True)
+    assert back == {"seed": 1234, "same": "x"}
+    assert "'seed' was saved per rank" in caplog.text and "loads rank 0's value" in caplog.text
+
+
 def run_job(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),

@@ -46,6 +46,19 @@ def test_fsdp2_adamw_to_one_process(torchrun, tmp_path, nproc, worker, steps):
     m.train(net, optim, steps=1)  # training goes on
 
 
+def test_dtensor_on_a_submesh(torchrun, tmp_path):
+    """Saved and loaded by the ranks of its mesh only; opened whole in one process."""
+    import torch
+
+    import hyperdcp as dcp
+
+    out = torchrun(2, "submesh.py", tmp_path)
+    assert out.count(": ok") == 2, out
+    got = dcp.load_all(tmp_path / "ck")
+    assert torch.equal(got["submesh_sdt"], torch.arange(24.0).reshape(6, 4))
+    assert torch.equal(got["sdt"], 2 * torch.arange(24.0).reshape(6, 4)) and got["step"] == 5
+
+
 def test_read_once_broadcast_and_subgroups(torchrun, tmp_path):
     out = torchrun(4, "broadcast.py", tmp_path)
     assert out.count(": ok") == 4, out

@@ -18,6 +18,7 @@
 #include "checkpoint/broadcast_load.h"
 #include "checkpoint/chunk_reads.h"
 #include "checkpoint/metadata_io.h"
+#include "checkpoint/rank_values.h"
 #include "comm/exchange.h"
 #include "comm/host_id.h"
 #include "core/check.h"
@@ -323,6 +324,9 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   if (comm->size() > 1) DCP_RETURN_IF_ERROR(comm->Broadcast(raw, 0));
   auto md = built ? Result<metadata::Metadata>(std::move(*built)) : DecodeMetadata(raw, dir);
   if (md.ok()) md = WithRenamedTensors(std::move(md).value(), opts, dir);  // strip/add prefix
+  // Values saved per rank: this rank's own under their names (only bytes entries differ
+  // between ranks' views, and each rank reads those itself).
+  if (md.ok()) PickRankValues(*md, me, comm->size(), &result.warnings);
   const auto t1 = Clock::now();
 
   // 2. Local plan.

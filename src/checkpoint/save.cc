@@ -14,6 +14,7 @@
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "checkpoint/plan_cache.h"
+#include "checkpoint/rank_values.h"
 #include "checkpoint/save_cleanup.h"
 #include "checkpoint/save_lock.h"
 #include "checkpoint/value_agreement.h"
@@ -422,8 +423,15 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
       planner::DigestOfPlanHashes(hello.hashes) ^ (opts.dedup_replicas ? 0x9e3779b97f4a7c15ULL : 0);
   bool hit = true;
   for (uint64_t d : hello.cached_digests) hit = hit && d == digest;
-  DCP_RETURN_IF_ERROR(
-      CheckValuesAgree(*comm, sd, hello.values_hashes, hit, dir, &result.plan_exchange_bytes));
+  std::vector<std::string> differing;
+  DCP_RETURN_IF_ERROR(CheckValuesAgree(*comm, sd, hello.values_hashes, hit, dir,
+                                       &result.plan_exchange_bytes, &differing));
+  if (!differing.empty()) {
+    // Every rank's value of those names is kept under a name of its own: the save starts
+    // over with them (their holders' plans change), rank 0 giving the directory's lock back.
+    lock.Release();
+    return Save(WithPerRankValues(sd, differing, rank), dir, opts, fs, hooks);
+  }
   if (!opts.per_host_directory) {
     DCP_RETURN_IF_ERROR(CheckEveryRankSeesDirectory(*comm, fs, dir, save_id));
   }

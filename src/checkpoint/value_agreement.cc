@@ -66,7 +66,8 @@ std::vector<std::string> SharedValueNames(const std::vector<planner::LocalSavePl
 }
 
 Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_t> hashes,
-                        bool cache_hit, const std::string& dir, uint64_t* exchange_bytes) {
+                        bool cache_hit, const std::string& dir, uint64_t* exchange_bytes,
+                        std::vector<std::string>* differing) {
   // Equal hashes prove agreement when they cover the same names: all values everywhere, or on
   // a cache hit the shared ones of the one plan every rank has cached. A rank that hashed a
   // cached plan's names while others planned anew proves nothing: the lists then decide.
@@ -106,6 +107,10 @@ Status CheckValuesAgree(Comm& comm, const StateDict& sd, std::span<const uint64_
   }
   for (const auto& [name, by_digest] : holders) {
     if (by_digest.size() < 2) continue;
+    if (differing) {  // ascending, as holders is
+      differing->push_back(name);
+      continue;
+    }
     std::vector<std::vector<int>> sides;
     for (const auto& [digest, ranks] : by_digest) sides.push_back(ranks);
     std::sort(sides.begin(), sides.end());

@@ -1,0 +1,121 @@
+"""torchtitan's own checkpoint timings, on torch DCP or on hyperdcp (hyperdcp.install()).
+
+torchtitan's CheckpointManager saves an FSDP2 model with its AdamW state, learning-rate
+scheduler, data loader and train state (sync mode: `dcp.save` per step), then a restarted job
+finds the newest step by itself and loads it (`dcp.load`). This times those calls, as
+torchtitan's trainer makes them, barrier to barrier (max over ranks), on the same job with
+either library. Run each library in its own job, alternating, e.g.:
+
+  for i in 1 2 3; do for lib in torch hyperdcp; do
+    OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 bench/titan_checkpoint.py $lib /tmp/titan \\
+      --size-mb 512 --saves 3
+  done; done
+
+Prints one line per job: the library, the bytes saved, and the median save and load seconds.
+The page cache is not dropped: loads read what the saves just wrote (warm), for both.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("library", choices=["torch", "hyperdcp"])
+parser.add_argument("dir")
+parser.add_argument("--size-mb", type=int, default=512, help="model + optimizer state, about")
+parser.add_argument("--saves", type=int, default=3)
+args = parser.parse_args()
+
+if args.library == "hyperdcp":
+    import hyperdcp
+
+    hyperdcp.install()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
+from torchtitan.components.checkpoint import CheckpointManager  # noqa: E402
+from torchtitan.components.optimizer import (LRSchedulersContainer,  # noqa: E402
+                                             OptimizersContainer, ParamGroupConfig)
+
+dist.init_process_group("gloo")
+RANK = dist.get_rank()
+WIDTH = 1024
+# fp32 parameters and AdamW's two moments: 12 bytes a parameter.
+LAYERS = max(1, args.size_mb * 2**20 // (12 * WIDTH * WIDTH))
+
+
+class TrainState:
+    def __init__(self):
+        self.step = 0
+
+    def state_dict(self):
+        return {"step": self.step}
+
+    def load_state_dict(self, sd):
+        self.step = sd["step"]
+
+
+def job(folder: str):
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    optims = OptimizersContainer.Config(
+        param_groups=[ParamGroupConfig(pattern=r".*", optimizer_name="AdamW",
+                                       optimizer_kwargs={"lr": 1e-3})],
+        implementation="for-loop").build(model_parts=[model])
+    scheds = LRSchedulersContainer.Config(warmup_steps=1).build(optimizers=optims,
+                                                                 training_steps=100)
+    state = TrainState()
+    manager = CheckpointManager.Config(enable=True, folder=folder, interval=1,
+                                       keep_latest_k=0).build(
+        dataloader=None, model_parts=[model], optimizers=optims, lr_schedulers=scheds,
+        states={"train_state": state}, sd_adapter=None, base_folder=args.dir)
+    return model, optims, scheds, state, manager
+
+
+def timed(fn) -> float:
+    dist.barrier()
+    t0 = time.perf_counter()
+    fn()
+    dist.barrier()
+    elapsed = torch.tensor([time.perf_counter() - t0])
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return elapsed.item()
+
+
+def main() -> None:
+    folder = f"titan-{args.library}"
+    if RANK == 0:
+        shutil.rmtree(os.path.join(args.dir, folder), ignore_errors=True)
+    dist.barrier()
+    model, optims, scheds, state, manager = job(folder)
+    x = torch.randn(8, WIDTH)
+    model(x).square().mean().backward()
+    optims.step()  # AdamW state exists
+    saves = []
+    for _ in range(args.saves):
+        state.step += 1
+        saves.append(timed(lambda: manager.save(state.step)))
+    manager.close()
+    model, optims, scheds, state, manager = job(folder)  # a restarted job
+    loads = [timed(lambda: manager.load())]
+    assert state.step == args.saves, state.step
+    manager.close()
+    size = sum(p.numel() * 12 for p in model.parameters())  # parameters + 2 moments, fp32
+    if RANK == 0:
+        print(f"titan_checkpoint {args.library}: {size / 2**20:.0f} MiB, save "
+              f"{statistics.median(saves):.3f} s (median of {len(saves)}), load "
+              f"{statistics.median(loads):.3f} s", flush=True)
+        shutil.rmtree(os.path.join(args.dir, folder), ignore_errors=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
