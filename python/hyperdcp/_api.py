@@ -159,8 +159,12 @@ def _fill_empty_optimizers(state_dict: Any, directory: str) -> None:
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(state_dict, dict):
         return
-    empty = [k for k, v in state_dict.items()
-             if isinstance(v, torch.optim.Optimizer) and not v.state]
+    # Only optimizers whose state_dict() is torch's own: a container that overrides it
+    # (torchtitan's OptimizersContainer: torch's get_optimizer_state_dict) creates the state
+    # itself, and its own `state` stays empty.
+    optimizer = torch.optim.Optimizer
+    empty = [k for k, v in state_dict.items() if isinstance(v, optimizer) and not v.state
+             and type(v).state_dict is optimizer.state_dict]
     if not empty:
         return
     from ._metadata import read_metadata
