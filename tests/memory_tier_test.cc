@@ -4,7 +4,9 @@
 #include "dcp/memory_tier.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <csignal>
 #include <filesystem>
 
 #include "dcp/manager.h"
@@ -102,6 +104,42 @@ TEST(MemoryTier, RecentStepsInMemoryEveryNthInTheRootRestoreFromMemory) {
   }
 }
 
+// A save that failed (a full tmpfs, stood in for by a file-size limit) leaves a step
+// directory without metadata: retention neither counts it nor keeps it, so the last good step
+// before it stays restorable.
+TEST(MemoryTier, RetentionCountsCompleteStepsOnly) {
+  TempDir d;
+  const std::string root = d.Sub("ckpt"), tier_dir = d.Sub("shm");
+  StepState st;
+  {
+    CheckpointManager mgr(root, WithTier(tier_dir, 0));
+    st.Fill(1);
+    mgr.Save(1, st.sd);
+    struct rlimit before {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+    auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = before;
+    small.rlim_cur = 1024;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    st.Fill(2);
+    EXPECT_THROW(mgr.Save(2, st.sd), Error);
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+    std::signal(SIGXFSZ, old_handler);
+    st.Fill(3);
+    mgr.Save(3, st.sd);
+    EXPECT_EQ(mgr.memory_steps(), (std::vector<int64_t>{1, 3}));
+  }
+  EXPECT_EQ(TierSteps(tier_dir, root),
+            (std::vector<std::string>{"step_000000001", "step_000000003"}));
+  fs::remove_all(tier::HostTierDir(tier_dir, root) + "/step_000000003");  // 3 is lost
+  CheckpointManager mgr(root, WithTier(tier_dir, 0));
+  st.Fill(0);
+  LoadResult r = mgr.Load(st.sd);
+  EXPECT_EQ(r.step, 1);
+  EXPECT_TRUE(r.from_memory);
+  EXPECT_TRUE(st.Holds(1));
+}
+
 TEST(MemoryTier, ANewerStepInTheRootWinsAndADamagedCopyFallsBack) {
   TempDir d;
   const std::string root = d.Sub("ckpt"), tier_dir = d.Sub("shm");
@@ -141,6 +179,21 @@ TEST(MemoryTier, ANewerStepInTheRootWinsAndADamagedCopyFallsBack) {
     EXPECT_NE(r.fell_back.find("step 2 in memory: no intact copy of every file left"),
               std::string::npos)
         << r.fell_back;
+    // The account follows the restore: training goes on from step 1, and step 2 may be
+    // saved again.
+    EXPECT_EQ(mgr.latest_step(), 1);
+    EXPECT_EQ(mgr.memory_steps(), (std::vector<int64_t>{1}));
+    st.Fill(2);
+    EXPECT_NO_THROW(mgr.Save(2, st.sd));
+  }
+  {  // The damaged copy was marked and replaced: a restart restores the new step 2.
+    CheckpointManager mgr(root, WithTier(tier_dir, 0));
+    EXPECT_EQ(mgr.latest_step(), 2);
+    st.Fill(0);
+    LoadResult r = mgr.Load(st.sd);
+    EXPECT_EQ(r.step, 2);
+    EXPECT_TRUE(r.fell_back.empty()) << r.fell_back;
+    EXPECT_TRUE(st.Holds(2));
   }
 }
 

@@ -49,8 +49,9 @@ def decode(fqn: str, data: bytes) -> Decoded:
         if not out:
             raise ValueError("an empty path")
         return out
-    except (ValueError, TypeError, KeyError) as e:
-        raise invalid_argument(f"'{fqn}': stored path is malformed ({e})") from None
+    except (ValueError, TypeError, KeyError, RecursionError) as e:
+        raise invalid_argument(f"'{fqn}': stored path is malformed "
+                               f"({type(e).__name__}: {e})") from None
 
 
 class _Node:
@@ -66,9 +67,16 @@ def nest(entries: List[Tuple[Decoded, Any]]) -> dict:
     """The nested state dict holding each value at its path (lists and tuples in index order;
     an index no entry fills holds None)."""
     root = _Node("d")
+    # A saved list or tuple has an entry at every index, so no index reaches the number of
+    # entries: a larger one is a damaged or hostile path, never a list that large to build.
+    bound = len(entries)
     for path, value in entries:
         node = root
         for level, (kind, key) in enumerate(path):
+            if kind in ("l", "t") and not 0 <= key < bound:
+                raise invalid_argument(f"a stored path holds position {key} of a "
+                                       f"{'list' if kind == 'l' else 'tuple'} in a checkpoint "
+                                       f"of {bound} entries: the path is malformed")
             if level == len(path) - 1:
                 node.items[key] = value
                 break

@@ -217,8 +217,13 @@ def decode(fqn: str, data: bytes, allow_pickle: bool = False) -> Any:
             return json.loads(data)
         except ValueError:  # UnicodeDecodeError included
             return bytes(data)
+        except RecursionError:
+            raise invalid_argument(f"'{fqn}': stored value is nested deeper than Python "
+                                   "can build: damaged or hostile") from None
     try:
         tree = json.loads(data[len(_MAGIC):])
         return _decoder(fqn, allow_pickle)(tree)
-    except (ValueError, TypeError, KeyError, IndexError) as e:
-        raise invalid_argument(f"'{fqn}': stored value is malformed ({e})") from None
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError, MemoryError) as e:
+        # RecursionError: nested deeper than Python can build (a hostile or damaged value).
+        raise invalid_argument(f"'{fqn}': stored value is malformed "
+                               f"({type(e).__name__}: {e})") from None

@@ -163,7 +163,10 @@ def _chunk(fqn: str, local: torch.Tensor, global_shape: List[int], offsets: List
 
 
 def is_meta(value: Any) -> bool:
-    """A tensor without data (built on the meta device), DTensor included."""
+    """A tensor without data (built on the meta device), DTensor included; a ShardedTensor's
+    local shards are its data (its own is_meta takes one shard only)."""
+    if _SHARDED_TENSOR is not None and isinstance(value, _SHARDED_TENSOR):
+        return False
     local = getattr(value, "_local_tensor", None)
     return (local if local is not None else value).is_meta
 

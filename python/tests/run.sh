@@ -29,9 +29,11 @@ fi
 # datasets<4.8, ...): installed --no-deps, after what their checkpoint modules import. torchtune
 # 0.6.1 imports torchao.dtypes.nf4tensor and torchao.quantization.int4_weight_only, which
 # torchao 0.16+ removed: torchao 0.15.0 (its pure-Python part runs on any torch).
-if ! "$venv/bin/python" -c "import accelerate, lightning.fabric, torchtitan.components.checkpoint, torchtune.training.checkpointing" 2>/dev/null; then
+# s3torchconnector: the ecosystem's S3 plugin for DCP (its writer and reader are served);
+# its 1.5.0 imports tenacity without requiring it.
+if ! "$venv/bin/python" -c "import accelerate, lightning.fabric, torchtitan.components.checkpoint, torchtune.training.checkpointing, s3torchconnector.dcp" 2>/dev/null; then
   "$venv/bin/pip" install -q accelerate lightning tyro einops spmd_types==0.2.3 datasets omegaconf \
-    sentencepiece tiktoken tokenizers
+    sentencepiece tiktoken tokenizers s3torchconnector tenacity
   # last: pip says nothing of the requirements it was told to skip
   "$venv/bin/pip" install -q --no-deps torchtitan==0.3.0 torchtune==0.6.1 torchao==0.15.0
 fi

@@ -59,10 +59,13 @@ class MotoServer:
 class FaultProxy:
     """Forwards to `upstream`; of every `every` requests (0: none), one gets 503 SlowDown and
     the next one has its connection closed without a reply (a reset). `gate(method, path)`,
-    when given, runs before each request is forwarded: a test may hold requests there."""
+    when given, runs before each request is forwarded: a test may hold requests there.
+    `lose_reply(method, path)`, when it says so, forwards the request and closes the
+    connection instead of replying (the request took effect; its client does not know)."""
 
     def __init__(self, upstream_port: int, every: int = 4,
-                 gate: Optional[Callable[[str, str], None]] = None) -> None:
+                 gate: Optional[Callable[[str, str], None]] = None,
+                 lose_reply: Optional[Callable[[str, str], bool]] = None) -> None:
         self.count = 0
         self.slowdowns = 0
         self.resets = 0
@@ -104,6 +107,11 @@ class FaultProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                if lose_reply is not None and lose_reply(self.command, self.path):
+                    conn.close()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):

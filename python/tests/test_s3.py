@@ -88,6 +88,30 @@ def test_overwrite_false_sees_an_s3_checkpoint(s3):
         dcp.save({"x": torch.ones(4)}, ck, no_dist=True, overwrite=False)
 
 
+def test_s3torchconnector_writer_and_reader_are_served(s3):
+    """The ecosystem's S3 plugin (s3torchconnector's S3StorageWriter/Reader, as frameworks
+    pass them): its path goes to hyperdcp's own S3 engine, directly and under install()."""
+    s3dcp = pytest.importorskip("s3torchconnector.dcp")
+    _, client = s3
+    path = f"s3://{BUCKET}/s3tc/ck"
+    state = {"w": torch.arange(12.0).reshape(3, 4), "step": 3}
+    dcp.save(state, storage_writer=s3dcp.S3StorageWriter(region="us-east-1", path=path))
+    assert "s3tc/ck/dcp.metadata" in keys(client, "s3tc/ck")
+    back = {"w": torch.zeros(3, 4), "step": 0}
+    dcp.load(back, storage_reader=s3dcp.S3StorageReader(region="us-east-1", path=path))
+    assert torch.equal(back["w"], state["w"]) and back["step"] == 3
+    import torch.distributed.checkpoint as torch_dcp
+
+    dcp.install()
+    try:
+        state["step"] = 4
+        torch_dcp.save(state, storage_writer=s3dcp.S3StorageWriter("us-east-1", path))
+        torch_dcp.load(back, storage_reader=s3dcp.S3StorageReader("us-east-1", path))
+    finally:
+        dcp.uninstall()
+    assert back["step"] == 4 and dcp.read_metadata(path).bytes
+
+
 def test_four_mpi_ranks_save_reshard_and_verify(s3, dcp_cli):
     server, client = s3
     root = f"s3://{BUCKET}/mpi"
@@ -192,6 +216,29 @@ def test_throttling_and_resets_are_retried(s3):
                 env={"AWS_ENDPOINT_URL": proxy.endpoint, "DCP_S3_PART_MB": "5"})
         assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
         assert proxy.slowdowns > 3 and proxy.resets > 3, (proxy.slowdowns, proxy.resets)
+    finally:
+        proxy.stop()
+
+
+def test_a_lock_whose_reply_was_lost_is_still_ours(s3):
+    """The conditional PUT taking a save's lock succeeds but its reply is lost: the retry gets
+    412, and the lock read back carries this save's id, so the save goes on (it used to
+    refuse its own lock, and so every later save of the process)."""
+    server, _ = s3
+    lost = []
+
+    def lose(method, path):
+        if method == "PUT" and path.split("?")[0].endswith("/dcp.lock") and not lost:
+            lost.append(path)
+            return True
+        return False
+
+    proxy = FaultProxy(server.port, every=0, lose_reply=lose)
+    try:
+        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
+                 f"s3://{BUCKET}/lost-reply/ck"], env={"AWS_ENDPOINT_URL": proxy.endpoint})
+        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
+        assert lost, "no lock PUT went through the proxy"
     finally:
         proxy.stop()
 

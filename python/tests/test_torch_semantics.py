@@ -676,3 +676,21 @@ def test_load_all_matches_torch_load_state_dict_from_keys(tmp_path):
     assert ours.keys() == theirs.keys() and ours["step"] == theirs["step"]
     for k in ("w", "b"):
         assert torch.equal(ours["model"]["layer"][k], theirs["model"]["layer"][k])
+
+
+def test_hostile_paths_and_values_are_one_clear_error():
+    """A damaged or hostile checkpoint never makes load_all allocate what it does not hold
+    (a list index of 30,000,000 in a stored path) nor fail with a bare RecursionError."""
+    from hyperdcp import _paths, _values
+
+    entries = [([("d", "a"), ("l", 0)], 1), ([("d", "a"), ("l", 30_000_000)], 2)]
+    with pytest.raises(dcp.DcpError, match="position 30000000 of a list") as e:
+        _paths.nest(entries)
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert _paths.nest(entries[:1]) == {"a": [1]}
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for data in (deep, _values._MAGIC + deep):
+        with pytest.raises(dcp.DcpError, match="'x'"):
+            _values.decode("x", data)
+    with pytest.raises(dcp.DcpError, match="'x': stored path is malformed"):
+        _paths.decode("x", deep)

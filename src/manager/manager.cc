@@ -178,6 +178,7 @@ struct CheckpointManager::Impl {
   // counts.
   bool TierTakes(int64_t step, const StateDict& sd, bool retain_now) {
     if (!tier) return false;
+    tier->DropPassedOver(step);  // a copy a restore passed over is not this save's
     const auto keep = static_cast<size_t>(tier->options().keep_last - 1);
     if (retain_now) {
       tier->Retain(keep, step);
@@ -434,6 +435,19 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
                                [&m](int64_t s) { return m.Dir(s); }, &m.fs};
     auto r =
         ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &fell_back));
+    if (r && !step) {
+      // Newer memory steps were passed over (damaged, or incomplete on every host): marked,
+      // so no restart offers them again, and gone from the account, so latest_step() and
+      // the next save follow the step restored (the same on every rank: memory_steps is).
+      std::vector<int64_t> passed;
+      for (int64_t s : m.memory_steps) {
+        if (s > r->step) passed.push_back(s);
+      }
+      if (!passed.empty()) {
+        m.tier->MarkPassedOver(passed, fell_back.empty() ? "passed over by a restore" : fell_back);
+        std::erase_if(m.memory_steps, [&](int64_t s) { return s > r->step; });
+      }
+    }
     if (r) return *std::move(r);
   }
   if (step) {

@@ -203,7 +203,13 @@ struct LeaseLock::State {
       return "";
     }
     auto text = ReadContent();
-    if (!text.ok()) return "its lock cannot be read (" + text.status().message() + ")";
+    if (!text.ok()) {
+      if (text.status().code() == StatusCode::kNotFound) return "its lock was removed";
+      // An outage, not a loss: the next beat reads again (only another holder's lock is one).
+      std::fprintf(stderr, "dcp: could not read %s to renew it: %s\n", path.c_str(),
+                   text.status().message().c_str());
+      return "";
+    }
     auto h = DecodeLockHolder(*text);
     if (!h.ok() || h->id != me.id) {
       return "its lock was taken by " + (h.ok() ? DescribeLockHolder(*h) : "another holder");
@@ -318,6 +324,12 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
 
     if (!text.empty()) {
       const LockHolder h = HolderOf(text, mtime_ms);
+      // A lock is mine iff its id is: a conditional PUT whose reply was lost is retried and
+      // refused (412), yet what it wrote is there, with this attempt's id.
+      if (fs.IsObjectStore() && h.id == st->me.id) {
+        got = true;
+        break;
+      }
       const std::string why = StaleReason(h, kernel_lock, opts);
       if (why.empty()) {
         if (st->fd >= 0) ::close(st->fd), st->fd = -1;

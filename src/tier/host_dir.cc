@@ -67,6 +67,7 @@ bool IsPartName(std::string_view n) { return n.ends_with(".part"); }
 StepCopy ScanStep(int64_t step, const std::string& dir, bool tidy) {
   StepCopy c;
   c.step = step;
+  if (Local().FileSize(JoinPath(dir, std::string(kPassedOverName))).ok()) return c;  // no copy
   if (auto names = Local().List(dir); names.ok()) {
     const std::set<std::string> all(names->begin(), names->end());
     for (const auto& n : *names) {

@@ -28,6 +28,9 @@ void RemoveTree(const std::string& dir);
 // What a host directory holds; with `tidy`, pieces of interrupted transfers and sparse copies
 // left by a restore are removed. A sparse copy is never counted as a copy of its file.
 Inventory ScanHost(const std::string& host_dir, bool tidy);
+// In a step directory: a restore passed this copy over (MemoryTier::MarkPassedOver); no
+// inventory counts it.
+inline constexpr std::string_view kPassedOverName = "dcp.passed-over";
 // The metadata of a step directory and its bytes.
 Result<std::pair<metadata::Metadata, std::string>> ReadStepMetadata(const std::string& dir);
 // What checks the files of a transfer list of the step `md` describes as they arrive

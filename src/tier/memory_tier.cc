@@ -165,12 +165,36 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs,
   return BroadcastStatus(comm, 0, st);
 }
 
+void MemoryTier::MarkPassedOver(const std::vector<int64_t>& steps, const std::string& why) const {
+  if (!first_of_host()) return;
+  for (int64_t step : steps) {
+    const std::string dir = StepDir(step);
+    if (!Local().List(dir).ok()) continue;  // this host holds none of it
+    Status st = Local().WriteAtomic(JoinPath(dir, std::string(kPassedOverName)), why, ".tmp");
+    if (!st.ok()) {
+      std::fprintf(stderr, "dcp: could not mark step %lld in %s as passed over: %s\n",
+                   static_cast<long long>(step), dir.c_str(), st.message().c_str());
+    }
+  }
+}
+
+void MemoryTier::DropPassedOver(int64_t step) const {
+  if (!first_of_host()) return;
+  const std::string dir = StepDir(step);
+  if (Local().FileSize(JoinPath(dir, std::string(kPassedOverName))).ok()) RemoveTree(dir);
+}
+
 void MemoryTier::Retain(size_t keep, int64_t below) const {
   if (!first_of_host()) return;
   size_t kept = 0;
   for (const auto& [step, dir] : StepDirs(host_dir_)) {
     if (step >= below) continue;  // the step being saved, or newer
-    if (kept++ >= keep) RemoveTree(dir);
+    // A directory without committed metadata is what a failed save left: it is no copy, so
+    // it neither counts against keep (which would push out the last good step) nor stays.
+    const bool committed =
+        Local().FileSize(JoinPath(dir, std::string(checkpoint::kMetadataName))).ok() &&
+        !Local().FileSize(JoinPath(dir, std::string(kPassedOverName))).ok();
+    if (!committed || kept++ >= keep) RemoveTree(dir);
   }
 }
 

@@ -71,6 +71,13 @@ class MemoryTier {
   // This host (its first rank; others return at once): removes the step directories below
   // step `below` but the newest `keep` of them.
   void Retain(size_t keep, int64_t below = INT64_MAX) const;
+  // This host (its first rank; others return at once): marks the copies of `steps` that a
+  // restore passed over (damaged, or incomplete on every host): no survey offers them again,
+  // and the next retention removes them. `why` is written into the mark for people.
+  void MarkPassedOver(const std::vector<int64_t>& steps, const std::string& why) const;
+  // This host (its first rank): removes the copy of `step` if it was passed over, before the
+  // step is saved again (call before the save's first collective).
+  void DropPassedOver(int64_t step) const;
 
   // Collective on groups.world(): loads into `sd` the newest step the tiers (with the durable
   // steps filling files no tier holds) can restore -- or `only_step` -- unless a durable step

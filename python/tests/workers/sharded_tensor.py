@@ -25,6 +25,21 @@ def sharded(rows: bool, fill: bool):
     return init_from_local_shards([Shard(local, md)], 6, 8)
 
 
+FULL8 = torch.arange(32, dtype=torch.float32).reshape(8, 4)
+
+
+def interleaved(fill: bool):
+    """Two local shards of two rows each on every rank, not adjacent."""
+    rank = dist.get_rank()
+    shards = []
+    for first in (2 * rank, 2 * rank + 4):
+        local = FULL8[first:first + 2].clone() if fill else torch.zeros(2, 4)
+        md = ShardMetadata(shard_offsets=[first, 0], shard_sizes=[2, 4],
+                           placement=f"rank:{rank}/cpu")
+        shards.append(Shard(local, md))
+    return init_from_local_shards(shards, 8, 4)
+
+
 def main() -> None:
     root = sys.argv[1]
     dist.init_process_group("gloo")
@@ -34,6 +49,15 @@ def main() -> None:
     shard = back["w"].local_shards()[0]
     o = shard.metadata.shard_offsets
     assert torch.equal(shard.tensor, FULL[:, o[1]:o[1] + 4]) and back["step"] == 4
+    # Several local shards on a rank (FSDP1-style state resharded by torch's tests): rows
+    # 0-1 and 4-5 on rank 0, rows 2-3 and 6-7 on rank 1; loaded back into the same form.
+    dcp.save({"w": interleaved(fill=True)}, os.path.join(root, "two"))
+    back2 = {"w": interleaved(fill=False)}
+    dcp.load(back2, os.path.join(root, "two"))
+    for shard in back2["w"].local_shards():
+        r = shard.metadata.shard_offsets[0]
+        assert torch.equal(shard.tensor, FULL8[r:r + 2]), (r, shard.tensor)
+    assert torch.equal(dcp.load_all(os.path.join(root, "two"))["w"], FULL8)
     # Opened without a template on every rank: each gets the whole tensor and the value.
     opened = dcp.load_all(os.path.join(root, "st"))
     assert torch.equal(opened["w"], FULL) and opened["step"] == 4

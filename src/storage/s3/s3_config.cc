@@ -1,5 +1,6 @@
 #include "storage/s3/s3_config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -78,6 +79,16 @@ Result<S3Config> S3ConfigFromEnvironment() {
   if (c.endpoint.empty()) c.endpoint = Env("AWS_ENDPOINT_URL");
   if (c.endpoint.empty()) c.endpoint = from_files("endpoint_url");
   while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
+  // A scheme's default port: curl leaves it out of the Host header, so the signature must too.
+  for (std::string_view dflt :
+       {std::string_view("http://|:80"), std::string_view("https://|:443")}) {
+    const auto bar = dflt.find('|');
+    const std::string_view scheme = dflt.substr(0, bar), port = dflt.substr(bar + 1);
+    if (c.endpoint.starts_with(scheme) && c.endpoint.ends_with(port) &&
+        c.endpoint.find('/', scheme.size()) == std::string::npos) {
+      c.endpoint.resize(c.endpoint.size() - port.size());
+    }
+  }
   c.region = Env("AWS_REGION");
   if (c.region.empty()) c.region = Env("AWS_DEFAULT_REGION");
   if (c.region.empty()) c.region = from_files("region");
@@ -129,6 +140,18 @@ Result<S3Location> ParseS3Path(const std::string& path) {
   if (slash != std::string::npos) loc.key = rest.substr(slash + 1);
   while (!loc.key.empty() && loc.key.back() == '/') loc.key.pop_back();
   if (loc.bucket.empty()) return InvalidArgument(path + ": no bucket name after s3://");
+  // Keys are literal on S3, but an HTTP client resolves "." and ".." in the URL it sends:
+  // the objects written would not be the ones signed, listed and cleaned up.
+  for (size_t start = 0; start <= loc.key.size();) {
+    const size_t end = std::min(loc.key.find('/', start), loc.key.size());
+    const std::string_view seg = std::string_view(loc.key).substr(start, end - start);
+    if (!loc.key.empty() && (seg == "." || seg == ".." || seg.empty())) {
+      return InvalidArgument(path + ": '" + std::string(seg.empty() ? "//" : seg) +
+                             "' in an s3:// id (keys are taken literally; name the prefix "
+                             "without '.', '..' or empty segments)");
+    }
+    start = end + 1;
+  }
   return loc;
 }
 

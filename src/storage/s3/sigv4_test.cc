@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <utility>
 
 #include "storage/s3/s3_config.h"
 
@@ -63,6 +64,14 @@ TEST(S3Config, ParsesPaths) {
   EXPECT_EQ(ParseS3Path("s3://b")->key, "");
   EXPECT_FALSE(ParseS3Path("s3:///x").ok());
   EXPECT_FALSE(ParseS3Path("/local/dir").ok());
+  // Dot and empty segments: refused (curl would send another key than the one signed).
+  for (const char* p :
+       {"s3://bkt/a/../b", "s3://bkt/./a", "s3://bkt/a/..", "s3://bkt/a//b", "s3://bkt/.."}) {
+    auto bad = ParseS3Path(p);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << p;
+    EXPECT_NE(bad.status().message().find(p), std::string::npos) << bad.status().message();
+  }
+  EXPECT_EQ(ParseS3Path("s3://bkt/a.b/..c/c..")->key, "a.b/..c/c..");
 }
 
 TEST(S3Config, ReadsProfilesOfTheSharedFiles) {
@@ -104,6 +113,16 @@ TEST(S3Config, ResolvesLikeTheAwsCli) {
   EXPECT_EQ(c->endpoint, "http://127.0.0.1:9000");
   EXPECT_EQ(c->region, "us-west-2");
   EXPECT_TRUE(c->path_style);
+  // A scheme's default port is dropped (curl leaves it out of Host; the signature must too).
+  for (auto [given, used] : {std::pair{"http://minio:80", "http://minio"},
+                             std::pair{"https://s3.example:443/", "https://s3.example"},
+                             std::pair{"http://minio:443", "http://minio:443"},
+                             std::pair{"https://minio:8443", "https://minio:8443"}}) {
+    ::setenv("AWS_ENDPOINT_URL", given, 1);
+    c = S3ConfigFromEnvironment();
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->endpoint, used) << given;
+  }
   ::setenv("DCP_S3_PART_MB", "1", 1);
   EXPECT_EQ(S3ConfigFromEnvironment().status().code(), StatusCode::kInvalidArgument);
   ::setenv("AWS_PROFILE", "nobody", 1);
