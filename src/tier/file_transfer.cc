@@ -216,6 +216,7 @@ class Mover {
           if (Status s = ReadPiece(p, buf); !s.ok()) {
             unreadable_.insert(p.t);
             stats_->failed.push_back(*p.t);
+            stats_->damaged.push_back(*p.t);
             Keep(s);
           }
         }
@@ -278,6 +279,8 @@ class Mover {
     if (!s.ok()) {
       (void)dirs_.local_fs->Remove(part);
       stats_->failed.push_back(t);
+      if (damage_) stats_->damaged.push_back(t);
+      damage_ = false;
       return s.Annotate(
           "receiving " + t.file + " from " +
           (t.from == kFromStorage ? std::string("storage") : "rank " + std::to_string(t.from)) +
@@ -328,21 +331,29 @@ class Mover {
         if (v.ok()) w.verify.emplace(std::move(v).value());
       }
     }
+    bool damage = false;  // the bytes, not this rank's disk
     if (s.ok() && w.ok) {
       s = w.file.WriteAt(op.piece.offset, buf);
-      if (s.ok() && w.verify) s = w.verify->Add(op.piece.offset, buf);
+      if (s.ok() && w.verify) {
+        s = w.verify->Add(op.piece.offset, buf);
+        damage = !s.ok();
+      }
     }
     if (!s.ok() && w.ok) {  // the rest of its pieces still come, and are dropped
       w.ok = false;
       (void)dirs_.local_fs->Remove(part);
       stats_->failed.push_back(t);
+      if (damage) stats_->damaged.push_back(t);
       Keep(s.Annotate("receiving " + t.file + " from rank " + std::to_string(t.from) + ": "));
     }
     if (op.piece.last) {
       if (w.ok) {
         Keep(Receive(t, [&](const std::string&) {
           Status done = w.file.Finish();
-          if (done.ok() && w.verify) done = w.verify->Finish();
+          if (done.ok() && w.verify) {
+            done = w.verify->Finish();
+            damage_ = !done.ok();
+          }
           return done;
         }));
       }
@@ -367,6 +378,7 @@ class Mover {
   };
   std::map<const Transfer*, Writing> writing_;
   Status failed_;
+  bool damage_ = false;  // the receive being finished failed its checksums (Receive)
   std::set<const Transfer*> unreadable_;  // sends whose file could not be read
 };
 

@@ -59,6 +59,10 @@ struct TransferStats {
   // receives), and the transfers it could not receive.
   Status local_failure;
   std::vector<Transfer> failed;
+  // Of those, the ones whose sender's copy is bad: bytes that arrived and failed their
+  // checksums, or a file the sender could not read. The others failed on the receiver (its
+  // disk), which condemns no copy.
+  std::vector<Transfer> damaged;
   // Sparse copies received (Transfer::spans), by name: for one load, removed after it.
   std::vector<std::string> sparse_files;
 };

@@ -156,6 +156,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     TransferStats stats;
     std::set<BadCopy> found_bad, arrived_bad;
     bool storage_failed = false;
+    std::string receiver_failed;  // the first receiver that could not store a file
     const metadata::Metadata& meta = *md;
     // Copies in memory are always verified, whatever `verify_checksums` says: the restore's
     // promise is the right bytes or an older step.
@@ -184,23 +185,39 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
                         durable.complete.count(step) ? durable.dir_of(step) : std::string()};
       DCP_RETURN_IF_ERROR(
           TransferFiles(groups, plan.fetches, dirs, {}, ReceiveChecks(meta), &stats));
-      // Copies that arrived damaged are passed over next time; the same verdict everywhere.
+      // Copies that arrived damaged (or that their sender could not read) are passed over
+      // next time; a receiver that could not write a file (its own disk) condemns no copy: the
+      // step cannot be restored onto this topology, named with the host and the cause. The
+      // same verdict everywhere.
       std::string my_failed;
       wire::Writer w(my_failed);
+      w.String(stats.local_failure.ok() ? "" : stats.local_failure.message());
       for (const Transfer& t : stats.failed) {
+        const bool damaged =
+            std::any_of(stats.damaged.begin(), stats.damaged.end(), [&](const Transfer& d) {
+              return d.file == t.file && d.from == t.from && d.to == t.to;
+            });
         w.Varint(static_cast<uint64_t>(t.from + 1));
         w.String(t.file);
+        w.Varint(damaged ? 1 : 0);
       }
       DCP_ASSIGN_OR_RETURN(auto failed_lists, comm.AllGather(my_failed));
-      for (const std::string& f : failed_lists) {
-        wire::Reader rd(f);
+      for (int r = 0; r < comm.size(); ++r) {
+        wire::Reader rd(failed_lists[r]);
+        const std::string cause(rd.String());
         while (!rd.AtEnd() && rd.ok()) {
           const int from = static_cast<int>(rd.Varint()) - 1;
           const std::string file(rd.String());
+          const bool damaged = rd.Varint() != 0;
           if (from == kFromStorage) {
             storage_failed = true;
-          } else {
+          } else if (damaged) {
             arrived_bad.insert({hosts_.host_of_rank[from], step, file});
+          } else if (receiver_failed.empty()) {
+            receiver_failed = "host " + hosts_.names[hosts_.host_of_rank[r]] + " (rank " +
+                              std::to_string(r) + ") could not store " + file +
+                              " received from host " + hosts_.names[hosts_.host_of_rank[from]] +
+                              ": " + cause;
           }
         }
       }
@@ -210,6 +227,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       if (storage_failed || !arrived_bad.empty()) {
         return DataLoss("memory tier: copies of step " + std::to_string(step) + " arrived damaged");
       }
+      if (!receiver_failed.empty()) return Unavailable("memory tier: " + receiver_failed);
       return OkStatus();
     };
     Result<LoadResult> loaded = checkpoint::Load(sd, dir, verified, Local(), &hooks);
@@ -257,6 +275,11 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     }
     if (storage_failed) {
       pass_over(step, DataLoss("a file could not be copied from durable storage"));
+      below = step;
+      continue;
+    }
+    if (!receiver_failed.empty()) {  // no copy is bad: an older step or the root, said why
+      pass_over(step, Unavailable(receiver_failed));
       below = step;
       continue;
     }
