@@ -129,6 +129,12 @@ Result<S3Config> S3ConfigFromEnvironment() {
   return c;
 }
 
+uint64_t PartBytes(uint64_t base, size_t index) {
+  constexpr uint64_t kMaxPart = uint64_t{5} << 30;
+  const size_t doublings = std::min<size_t>(index / 1000, 20);
+  return std::min(base << doublings, std::max(base, kMaxPart));
+}
+
 bool IsS3Path(const std::string& path) { return path.rfind("s3://", 0) == 0; }
 
 Result<S3Location> ParseS3Path(const std::string& path) {

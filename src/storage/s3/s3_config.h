@@ -1,6 +1,7 @@
 // Where an S3-compatible store is and who we are to it, resolved the way the AWS tools do.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -43,5 +44,12 @@ struct S3Location {
 };
 bool IsS3Path(const std::string& path);
 Result<S3Location> ParseS3Path(const std::string& path);
+
+// S3 takes at most 10,000 parts per upload, each 5 MiB to 5 GiB (the last may be smaller).
+inline constexpr int kMaxParts = 10000;
+// The size of part `index` (0-based) of an upload whose first parts are `base` bytes: doubled
+// every 1,000 parts, up to 5 GiB, so that an upload of unknown size stays under kMaxParts up to
+// 1000 * base * 1023 bytes (16 TiB at the default 16 MiB) -- S3's own 5 TiB object limit first.
+uint64_t PartBytes(uint64_t base, size_t index);
 
 }  // namespace dcp::storage::s3

@@ -32,7 +32,9 @@ class S3WritableFile final : public WritableFile {
 
   Status Append(std::span<const std::byte> data) override {
     if (done_) return FailedPrecondition("write to " + path_ + " after it was completed");
-    const size_t part = client_.config().part_bytes;
+    // Parts grow as the upload does (PartBytes): a file of any size S3 takes fits its
+    // 10,000 parts.
+    const size_t part = PartBytes(client_.config().part_bytes, etags_.size());
     while (!data.empty()) {
       if (buffer_.capacity() < part) buffer_.reserve(part);
       size_t k = std::min(part - buffer_.size(), data.size());
@@ -63,6 +65,10 @@ class S3WritableFile final : public WritableFile {
       DCP_ASSIGN_OR_RETURN(upload_id_, client_.CreateMultipartUpload(loc_.bucket, loc_.key));
     }
     const int number = static_cast<int>(etags_.size()) + 1;
+    if (number > kMaxParts) {
+      return FailedPrecondition(path_ + ": larger than an S3 object may be (" +
+                                std::to_string(kMaxParts) + " parts)");
+    }
     etags_.emplace_back();
     auto body = std::make_shared<std::vector<std::byte>>(std::move(buffer_));
     buffer_ = {};

@@ -74,6 +74,23 @@ TEST(S3Config, ParsesPaths) {
   EXPECT_EQ(ParseS3Path("s3://bkt/a.b/..c/c..")->key, "a.b/..c/c..");
 }
 
+// Parts grow with the upload: 10,000 parts hold more than S3's 5 TiB object limit, none over
+// 5 GiB, and the first 1,000 are the configured size.
+TEST(S3Config, PartsGrowToStayUnderTheirLimit) {
+  const uint64_t base = uint64_t{16} << 20;
+  uint64_t total = 0;
+  for (size_t i = 0; i < kMaxParts; ++i) {
+    const uint64_t p = PartBytes(base, i);
+    EXPECT_LE(p, uint64_t{5} << 30) << i;
+    EXPECT_GE(p, base) << i;
+    total += p;
+  }
+  EXPECT_GT(total, uint64_t{5} << 40);
+  EXPECT_EQ(PartBytes(base, 999), base);
+  EXPECT_EQ(PartBytes(base, 1000), 2 * base);
+  EXPECT_EQ(PartBytes(uint64_t{5} << 30, 9999), uint64_t{5} << 30);
+}
+
 TEST(S3Config, ReadsProfilesOfTheSharedFiles) {
   const std::string text =
       "[default]\naws_access_key_id = AK1\n\n[other]\n# comment\naws_access_key_id=AK2 \n"
