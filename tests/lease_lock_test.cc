@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "test_util.h"
@@ -185,6 +186,54 @@ TEST(LeaseLock, WithoutFlockADeadProcessOfThisHostIsSeenAtOnce) {
   Status st = lock.Acquire(fs, path, "the test root", "manager", "b", {.lease_seconds = 300});
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_NE(lock.broke().find("is gone"), std::string::npos) << lock.broke();
+}
+
+// Writes a lock held by `h` at `path`.
+void Plant(const std::string& path, const LockHolder& h) {
+  std::ofstream(path, std::ios::binary) << EncodeLockHolder(h);
+}
+
+// On the holder's host, its process is told by boot id, pid namespace and start time: a live
+// process that reused the pid holds nothing; a holder whose process this one cannot see (other
+// pid namespace or kernel, same host name) is judged by its lease.
+TEST(LeaseLock, AHolderIsItsProcessNotItsPid) {
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
+  NoFlockFileSystem fs;
+  AsHost a("host-a");
+  const std::string mine = ProcessIdentity(::getpid());
+  ASSERT_FALSE(mine.empty());
+  LockHolder h{"save", "old", "host-a", ::getpid(), NowUnixMs(), NowUnixMs(), mine};
+  auto back = DecodeLockHolder(EncodeLockHolder(h));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->process, mine);
+
+  // This very process (alive, same start time): held.
+  Plant(path, h);
+  LeaseLock lock;
+  Status st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+
+  // The same pid, another start time: a process that reused the pid.
+  h.process = mine.substr(0, mine.rfind(' ')) + " 1";
+  Plant(path, h);
+  st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(lock.broke().find("the pid is another process's now"), std::string::npos)
+      << lock.broke();
+  lock.Release();
+
+  // Another pid namespace: its pid means nothing here; a fresh lease holds, an old one not.
+  h.process = mine.substr(0, mine.find(' ')) + " pid:[1] 1";
+  h.pid = 999999;  // no such process here, which must not matter
+  Plant(path, h);
+  st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  h.heartbeat_unix_ms = NowUnixMs() - 600 * 1000;
+  Plant(path, h);
+  st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(lock.broke().find("lease"), std::string::npos) << lock.broke();
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "core/host_name.h"
@@ -39,6 +40,33 @@ bool ProcessAlive(int64_t pid) {
   return line[close + 2] != 'Z' && line[close + 2] != 'X';
 }
 
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The start time of `pid` (clock ticks since boot, /proc/<pid>/stat's 22nd field), "" if gone.
+std::string StartTime(int64_t pid) {
+  const std::string line = FirstLine("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = line.rfind(')');  // "pid (comm) S ...": comm may hold ')'
+  if (close == std::string::npos) return "";
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return field;
+  }
+  return "";
+}
+
+// The pid namespace this process sees pids in ("pid:[4026531836]"), "" where /proc cannot say.
+std::string PidNamespace() {
+  char buf[64];
+  const ssize_t n = ::readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
 // The text of the lock at `path` through `fs`, refused when longer than a lock can be.
 Result<std::string> ReadLockText(FileSystem& fs, const std::string& path) {
   // One open and one read: the size is the opened file's, not a second look at the name.
@@ -62,9 +90,23 @@ LockHolder HolderOf(std::string_view text, int64_t mtime_ms) {
 // Why `h` no longer holds the lock, or "" when it may. `kernel_lock`: this taker holds the
 // file's flock, so no live process of this kernel does.
 std::string StaleReason(const LockHolder& h, bool kernel_lock, const LockOptions& opts) {
-  if (h.host == HostName() && !h.host.empty()) {
+  // Same host name: its process can be judged here -- unless it ran under another kernel
+  // (a restarted container or machine keeping its name) or in a pid namespace this process
+  // cannot see: then its lease decides, as for another host.
+  bool judged_here = h.host == HostName() && !h.host.empty();
+  std::string boot, ns, start;
+  if (judged_here && !h.process.empty()) {
+    std::istringstream parts(h.process);
+    parts >> boot >> ns >> start;
+    const std::string mine = ProcessIdentity(::getpid());
+    judged_here = mine.rfind(boot + " " + ns + " ", 0) == 0;
+  }
+  if (judged_here) {
     if (kernel_lock) return "its process is gone (the kernel released its lock)";
     if (!ProcessAlive(h.pid)) return "process " + std::to_string(h.pid) + " is gone";
+    if (!start.empty() && StartTime(h.pid) != start) {
+      return "process " + std::to_string(h.pid) + " is gone (the pid is another process's now)";
+    }
     return "";
   }
   const int64_t age_ms = NowUnixMs() - h.heartbeat_unix_ms;
@@ -103,6 +145,19 @@ int64_t NowUnixMs() {
       .count();
 }
 
+std::string ProcessIdentity(int64_t pid) {
+  const std::string start = StartTime(pid);
+  std::string boot = FirstLine("/proc/sys/kernel/random/boot_id");
+  std::string ns = PidNamespace();
+  if (start.empty() || boot.empty() || ns.empty()) return "";
+  for (std::string* s : {&boot, &ns}) {
+    for (char& c : *s) {
+      if (c == ' ' || c == '\n') c = '_';
+    }
+  }
+  return boot + " " + ns + " " + start;
+}
+
 std::string EncodeLockHolder(const LockHolder& h) {
   // Fixed-width times: a renewal rewrites the file in place, never shorter or longer.
   char times[64];
@@ -110,7 +165,8 @@ std::string EncodeLockHolder(const LockHolder& h) {
                 static_cast<long long>(h.started_unix_ms),
                 static_cast<long long>(h.heartbeat_unix_ms));
   return "dcp lock\nkind " + h.kind + "\nid " + h.id + "\nhost " + h.host + "\npid " +
-         std::to_string(h.pid) + "\n" + times;
+         std::to_string(h.pid) + "\n" + times +
+         (h.process.empty() ? "" : "process " + h.process + "\n");
 }
 
 Result<LockHolder> DecodeLockHolder(std::string_view text) {
@@ -134,6 +190,7 @@ Result<LockHolder> DecodeLockHolder(std::string_view text) {
     if (key == "pid") h.pid = n, ++fields;
     if (key == "started") h.started_unix_ms = n, ++fields;
     if (key == "renewed") h.heartbeat_unix_ms = n, ++fields;
+    if (key == "process") h.process = value;  // optional: earlier versions wrote none
   }
   if (fields != 6) return DataLoss("incomplete dcp lock");
   return h;
@@ -255,7 +312,13 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
   st->fs = &fs;
   st->path = path;
   st->opts = opts;
-  st->me = {kind, id, HostName(), static_cast<int64_t>(::getpid()), NowUnixMs(), NowUnixMs()};
+  st->me = {kind,
+            id,
+            HostName(),
+            static_cast<int64_t>(::getpid()),
+            NowUnixMs(),
+            NowUnixMs(),
+            ProcessIdentity(::getpid())};
 
   bool got = false;
   for (int attempt = 0; attempt < 5 && !got; ++attempt) {

@@ -37,7 +37,15 @@ struct LockHolder {
   int64_t pid = 0;
   int64_t started_unix_ms = 0;
   int64_t heartbeat_unix_ms = 0;
+  // "<boot id> <pid namespace> <start time>" of the holder's process (ProcessIdentity): on
+  // its host, what tells its process from a later one with the same pid, or one a pid
+  // namespace hides. Empty in locks of earlier versions.
+  std::string process;
 };
+
+// The identity (LockHolder::process) of process `pid` as this process sees it now; "" when it
+// does not exist (or /proc cannot say).
+std::string ProcessIdentity(int64_t pid);
 
 std::string EncodeLockHolder(const LockHolder& holder);
 // kDataLoss when `text` is not a lock.
