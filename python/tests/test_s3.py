@@ -243,6 +243,18 @@ def test_a_lock_whose_reply_was_lost_is_still_ours(s3):
         proxy.stop()
 
 
+def test_an_empty_lock_object_holds_nothing(s3):
+    """A zero-byte dcp.lock (planted, or left by a tool) is no lock: the save replaces it,
+    holds its own, and removes it at the end (it used to go on without a lock of its own)."""
+    _, client = s3
+    client.put_object(Bucket=BUCKET, Key="empty-lock/ck/dcp.lock", Body=b"")
+    dcp.save({"w": torch.ones(8), "step": 1}, f"s3://{BUCKET}/empty-lock/ck", no_dist=True)
+    assert "empty-lock/ck/dcp.lock" not in keys(client, "empty-lock/ck")
+    got = {"w": torch.zeros(8), "step": 0}
+    dcp.load(got, f"s3://{BUCKET}/empty-lock/ck", no_dist=True)
+    assert got["step"] == 1
+
+
 class HoldFirstDataGet:
     """A proxy gate: holds the first GET of a data object until a GET of another data object
     comes (or 60 s pass), and says whether one came while it was held."""

@@ -385,6 +385,12 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
       text = *content;
     }
 
+    if (text.empty() && fs.IsObjectStore()) {
+      // An object is written whole: an empty one is no lock being written, and holds nothing.
+      std::fprintf(stderr, "dcp: warning: removing the empty lock object %s\n", path.c_str());
+      (void)fs.Remove(path);
+      continue;
+    }
     if (!text.empty()) {
       const LockHolder h = HolderOf(text, mtime_ms);
       // A lock is mine iff its id is: a conditional PUT whose reply was lost is retried and
