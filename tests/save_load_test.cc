@@ -606,10 +606,10 @@ TEST(SaveLoad, CommitPublishesTheTorchProbe) {
       EXPECT_EQ(*probe, checkpoint::TorchProbeBytes()) << "op " << n;
       EXPECT_TRUE(std::filesystem::exists(dir + "/dcp.metadata")) << "op " << n;
     }
-    if (ok) {
-      EXPECT_EQ(*probe, checkpoint::TorchProbeBytes());
-      break;
-    }
+    // A failure in the probe's own write leaves the committed save a success (best effort).
+    if (ok) EXPECT_TRUE(std::filesystem::exists(dir + "/dcp.metadata")) << "op " << n;
+    if (ok && *probe == checkpoint::TorchProbeBytes()) break;
+    ASSERT_LT(n, 1000);
   }
   const std::string_view bytes = checkpoint::TorchProbeBytes();
   EXPECT_EQ(bytes.substr(0, 3), std::string_view("\x80\x02"

@@ -97,10 +97,11 @@ def async_save(why: Delegate, state_dict: Any, checkpoint_id: Any, storage_write
 def _reader_for(directory: Optional[str], storage_reader: Any) -> Any:
     """A hyperdcp checkpoint is read through HyperdcpReader when torch would otherwise use
     its FileSystemReader (which cannot read it)."""
-    from ._torch_args import _is_torch
+    from ._torch_args import _is_s3_connector, _is_torch
     from ._torch_reader import HyperdcpReader, holds_hyperdcp_format
 
-    plain = storage_reader is None or _is_torch(storage_reader, ("FileSystemReader",))
+    plain = storage_reader is None or _is_torch(storage_reader, ("FileSystemReader",)) or \
+        _is_s3_connector(storage_reader, ("S3StorageReader",))
     if plain and directory is not None and holds_hyperdcp_format(directory):
         return HyperdcpReader(directory)
     return storage_reader

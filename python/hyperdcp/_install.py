@@ -54,20 +54,26 @@ def _reader_methods() -> Dict[str, Callable[..., Any]]:
     before = {name: FileSystemReader.__dict__[name]
               for name in ("read_metadata", "set_up_storage_reader", "read_data")}
 
+    def serves(reader: Any) -> bool:
+        # torch's FileSystemReader itself on a local directory; its subclasses (fsspec's,
+        # s3torchconnector's, HuggingFace's) read what they read.
+        return type(reader) is FileSystemReader and "://" not in os.fspath(reader.path) and \
+            holds_hyperdcp_format(reader.path)
+
     def read_metadata(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if holds_hyperdcp_format(self.path):
+        if serves(self):
             return torch_metadata(os.fspath(self.path))
         return before["read_metadata"](self, *args, **kwargs)
 
     def set_up_storage_reader(self: Any, metadata: Any, is_coordinator: bool, *args: Any,
                               **kwargs: Any) -> None:
-        if holds_hyperdcp_format(self.path):
+        if serves(self):
             self.storage_data = {}
             return None
         return before["set_up_storage_reader"](self, metadata, is_coordinator, *args, **kwargs)
 
     def read_data(self: Any, plan: Any, planner: Any) -> Any:
-        if holds_hyperdcp_format(self.path):
+        if serves(self):
             read_requests(os.fspath(self.path), plan, planner)
             return _done()
         return before["read_data"](self, plan, planner)
@@ -91,41 +97,51 @@ def install() -> None:
     modules that imported them earlier included, and torch's FileSystemReader read hyperdcp
     checkpoints. Calls hyperdcp does not serve go on to torch's own code. A second call does
     nothing; uninstall() undoes it."""
-    import importlib
-
     with _lock:
         if _replaced:
             return
-        import torch.distributed.checkpoint  # noqa: F401  (its modules, to patch)
+        try:
+            _install()
+        except BaseException:  # never half installed: what was replaced goes back
+            _restore()
+            raise
 
-        for name, (module, attr) in _delegate.ENTRY_POINTS.items():
-            fn = getattr(importlib.import_module(module), attr, None)
-            if fn is not None:
-                _delegate.originals[name] = fn
-        new = _replacements()
-        swaps = {id(fn): (fn, new[name]) for name, fn in _delegate.originals.items()}
-        for module in list(sys.modules.values()):
-            if module is None or getattr(module, "__name__", "").startswith("hyperdcp"):
+
+def _install() -> None:
+    import importlib
+
+    import torch.distributed.checkpoint  # noqa: F401  (its modules, to patch)
+
+    for name, (module, attr) in _delegate.ENTRY_POINTS.items():
+        fn = getattr(importlib.import_module(module), attr, None)
+        if fn is not None:
+            _delegate.originals[name] = fn
+    new = _replacements()
+    swaps = {id(fn): (fn, new[name]) for name, fn in _delegate.originals.items()}
+    for module in list(sys.modules.values()):
+        try:  # a module whose namespace cannot be read or written is left alone
+            if module is None or str(getattr(module, "__name__", "")).startswith("hyperdcp"):
                 continue
-            try:
-                items = list(vars(module).items())
-            except TypeError:
-                continue
-            for attr, value in items:
+            for attr, value in list(vars(module).items()):
                 swap = swaps.get(id(value))
                 if swap is not None and swap[0] is value:
                     _replace(module, attr, swap[1])
-        FileSystemReader = sys.modules[
-            "torch.distributed.checkpoint.filesystem"].FileSystemReader
-        for name, method in _reader_methods().items():
-            _replace(FileSystemReader, name, method)
+        except Exception:
+            continue
+    FileSystemReader = sys.modules["torch.distributed.checkpoint.filesystem"].FileSystemReader
+    for name, method in _reader_methods().items():
+        _replace(FileSystemReader, name, method)
 
 
 def uninstall() -> None:
     """Gives torch.distributed.checkpoint back its own functions everywhere install()
     replaced them (a module that imported them while installed keeps hyperdcp's)."""
     with _lock:
-        while _replaced:
-            owner, name, value = _replaced.pop()
-            setattr(owner, name, value)
-        _delegate.originals.clear()
+        _restore()
+
+
+def _restore() -> None:
+    while _replaced:
+        owner, name, value = _replaced.pop()
+        setattr(owner, name, value)
+    _delegate.originals.clear()

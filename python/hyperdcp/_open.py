@@ -59,4 +59,4 @@ def load_all(checkpoint_id: "os.PathLike | str", *, keys: Optional[Iterable[Any]
          allow_pickle=allow_pickle, verify_checksums=verify_checksums)
     if device is not None and torch.device(device).type != "cpu":
         flat = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in flat.items()}
-    return nest([(path, flat[fqn]) for fqn, path in where])
+    return nest([(path, flat[fqn]) for fqn, path in where], len(md.tensors) + len(md.bytes))

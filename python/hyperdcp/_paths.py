@@ -63,20 +63,20 @@ class _Node:
         self.kind, self.items = kind, {}
 
 
-def nest(entries: List[Tuple[Decoded, Any]]) -> dict:
+def nest(entries: List[Tuple[Decoded, Any]], stored: int) -> dict:
     """The nested state dict holding each value at its path (lists and tuples in index order;
-    an index no entry fills holds None)."""
+    an index no entry fills holds None). `stored`: the number of entries the checkpoint holds."""
     root = _Node("d")
-    # A saved list or tuple has an entry at every index, so no index reaches the number of
-    # entries: a larger one is a damaged or hostile path, never a list that large to build.
-    bound = len(entries)
+    # A list position needs an entry at it or after it (empty containers store none): far
+    # past the checkpoint's entries it is a damaged or hostile path, never a list to build.
+    bound = 8 * stored + 1024
     for path, value in entries:
         node = root
         for level, (kind, key) in enumerate(path):
             if kind in ("l", "t") and not 0 <= key < bound:
                 raise invalid_argument(f"a stored path holds position {key} of a "
                                        f"{'list' if kind == 'l' else 'tuple'} in a checkpoint "
-                                       f"of {bound} entries: the path is malformed")
+                                       f"of {stored} entries: the path is malformed")
             if level == len(path) - 1:
                 node.items[key] = value
                 break

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import _boundary, _dcp, _paths, _values
 from ._chunks import host_chunks, is_tensor, is_tensor_type, is_torch_tensor
-from ._errors import DcpError, error
+from ._errors import DcpError, error, invalid_argument
 from ._flatten import Flat, flatten, set_leaves
 
 
@@ -320,6 +320,15 @@ def _prepare(state_dict: Mapping, for_load: bool, allow_pickle: bool,
 
 
 def _add_values(p: Prepared, for_load: bool, allow_pickle: bool) -> None:
+    if not for_load:
+        from ._metadata import per_rank_value
+
+        for fqn in p.flat.values:
+            if ".__dcp_rank_" in fqn and per_rank_value(fqn) is not None:
+                raise invalid_argument(
+                    f"'{fqn}': names ending in .__dcp_rank_<r> hold values saved per rank "
+                    "(a value that differs between ranks is kept per rank by itself): "
+                    "rename the entry")
     for fqn in p.flat.values:
         leaf = p.flat.leaves[fqn]
         if for_load:

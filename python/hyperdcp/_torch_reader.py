@@ -50,9 +50,19 @@ def holds_torch_format(directory: "str | os.PathLike") -> bool:
 
 
 def holds_hyperdcp_format(directory: "str | os.PathLike") -> bool:
+    """Whether a directory (local, or an s3:// prefix) holds a hyperdcp checkpoint newer than
+    any torch checkpoint there; another URL (torch's fsspec storage) never does."""
     directory = os.fspath(directory)
+    if directory.startswith("s3://"):  # the engine reads it there
+        from . import _dcp
+
+        try:
+            _dcp.read_metadata(directory)
+            return True
+        except _dcp.DcpError:
+            return False
     if not _local(directory):
-        return True  # an object store: the engine tells
+        return False
     return os.path.exists(os.path.join(directory, COMMITTED)) and \
         not holds_torch_format(directory)
 
@@ -115,6 +125,7 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
     from ._chunks import TensorChunk
 
     md = torch_metadata(directory).state_dict_metadata
+    stored = _value_names(directory)
     boxes: Dict[str, Box] = {}
     for req in plan.items:
         if req.type == LoadItemType.BYTE_IO:
@@ -126,8 +137,8 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
             low = [min(a, b) for a, b in zip(low, old_low)]
             high = [max(a, b) for a, b in zip(high, old_high)]
         boxes[fqn] = (low, high)
-    flat: Dict[str, Any] = {req.storage_index.fqn: None for req in plan.items
-                            if req.type == LoadItemType.BYTE_IO}
+    flat: Dict[str, Any] = {stored.get(req.storage_index.fqn, req.storage_index.fqn): None
+                            for req in plan.items if req.type == LoadItemType.BYTE_IO}
     for fqn, (low, high) in boxes.items():
         info = md[fqn]
         data = torch.empty([h - lo for lo, h in zip(low, high)], dtype=info.properties.dtype)
@@ -138,7 +149,7 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
         fqn = req.storage_index.fqn
         if req.type == LoadItemType.BYTE_IO:
             stream = io.BytesIO()
-            torch.save(flat[fqn], stream)
+            torch.save(flat[stored.get(fqn, fqn)], stream)
             stream.seek(0)
             planner.load_bytes(req, stream)
             continue
@@ -153,6 +164,32 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
                                    f"where the request reads {list(src.size())}")
         target.copy_(src)
         planner.commit_tensor(req, target)
+
+
+def _value_names(directory: str) -> Dict[str, str]:
+    """For each value saved per rank, the name to read it under here: this rank's own when the
+    job has the saving job's ranks (torch.distributed's rank and world), else the lowest saving
+    rank's. The reads run as a world of one, where the lowest rank's value answers the plain
+    name and every other keeps its per-rank name."""
+    import torch.distributed as dist
+
+    from ._metadata import per_rank_value, read_metadata
+
+    md = read_metadata(directory)
+    ranks: Dict[str, List[int]] = {}
+    for fqn in md.bytes:
+        variant = per_rank_value(fqn)
+        if variant is not None:
+            ranks.setdefault(variant[0], []).append(variant[1])
+    if not ranks:
+        return {}
+    on = dist.is_available() and dist.is_initialized()
+    rank, world = (dist.get_rank(), dist.get_world_size()) if on else (0, 1)
+    names = {}
+    for name, saved in ranks.items():
+        pick = rank if world == md.world_size and rank in saved else min(saved)
+        names[name] = name if pick == min(saved) else f"{name}.__dcp_rank_{pick}"
+    return names
 
 
 def _done() -> Any:

@@ -201,7 +201,9 @@ def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str",
     for fqn, md in reader.read_metadata().state_dict_metadata.items():
         is_tensor = isinstance(md, TensorStorageMetadata)
         state[fqn] = torch.empty(md.size, dtype=md.properties.dtype) if is_tensor else None
-    torch_dcp.load(state, storage_reader=reader, no_dist=True)
+    from ._delegate import torch_function
+
+    torch_function("load")(state, storage_reader=reader, no_dist=True)  # torch's, installed or not
     return save(state, dst, no_dist=True, allow_pickle=allow_pickle)
 
 
@@ -219,10 +221,16 @@ def to_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str",
     from ._api import load
     from ._metadata import read_metadata
 
+    from ._delegate import torch_function
+    from ._metadata import per_rank_value
+
     md = read_metadata(src)
     state: Dict[str, Any] = {fqn: torch.empty(info.shape, dtype=FROM_DCP[info.dtype])
                              for fqn, info in md.tensors.items()}
-    state.update({fqn: None for fqn in md.bytes})
+    # A value saved per rank under its name: one value per name in torch's format (the
+    # lowest saving rank's, as a load in another world gets).
+    state.update({(per_rank_value(fqn) or (fqn,))[0]: None for fqn in md.bytes})
     load(state, src, no_dist=True, allow_pickle=allow_pickle)
-    torch_dcp.save(state, storage_writer=torch_dcp.FileSystemWriter(os.fspath(dst)),
-                   no_dist=True)
+    # torch's own save, even under hyperdcp.install(): the point is torch's format.
+    torch_function("save")(state, storage_writer=torch_dcp.FileSystemWriter(os.fspath(dst)),
+                           no_dist=True)

@@ -31,11 +31,16 @@ fi
 # torchao 0.16+ removed: torchao 0.15.0 (its pure-Python part runs on any torch).
 # s3torchconnector: the ecosystem's S3 plugin for DCP (its writer and reader are served);
 # its 1.5.0 imports tenacity without requiring it.
+# Without PyPI (a venv made earlier, offline now) they are not installed and their tests skip.
 if ! "$venv/bin/python" -c "import accelerate, lightning.fabric, torchtitan.components.checkpoint, torchtune.training.checkpointing, s3torchconnector.dcp" 2>/dev/null; then
-  "$venv/bin/pip" install -q accelerate lightning tyro einops spmd_types==0.2.3 datasets omegaconf \
-    sentencepiece tiktoken tokenizers s3torchconnector tenacity
-  # last: pip says nothing of the requirements it was told to skip
-  "$venv/bin/pip" install -q --no-deps torchtitan==0.3.0 torchtune==0.6.1 torchao==0.15.0
+  if python3 -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/pip/', timeout=15)" 2>/dev/null; then
+    "$venv/bin/pip" install -q accelerate==1.16.0 lightning==2.6.6 tyro einops spmd_types==0.2.3 \
+      datasets omegaconf sentencepiece tiktoken tokenizers s3torchconnector==1.5.0 tenacity
+    # last: pip says nothing of the requirements it was told to skip
+    "$venv/bin/pip" install -q --no-deps torchtitan==0.3.0 torchtune==0.6.1 torchao==0.15.0
+  else
+    echo "python.package: PyPI is unreachable: the framework tests skip"
+  fi
 fi
 
 # mpi4py (for the mpi4py communicator test) compiles against the system's Open MPI: installed

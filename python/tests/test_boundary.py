@@ -45,6 +45,14 @@ def test_values_saved_per_rank_load_rank_0s_into_another_world(torchrun, tmp_pat
         dcp.load(back, tmp_path / "differ", allow_partial=True)
     assert back == {"seed": 1234, "same": "x"}
     assert "'seed' was saved per rank" in caplog.text and "loads rank 0's value" in caplog.text
+    # Converted to torch's format: one value per name, rank 0's.
+    import torch.distributed.checkpoint as torch_dcp
+
+    dcp.to_torch_dcp(tmp_path / "differ", tmp_path / "as-torch")
+    back = {"seed": 0, "same": ""}
+    torch_dcp.load(back, checkpoint_id=tmp_path / "as-torch", planner=torch_dcp.DefaultLoadPlanner(
+        allow_partial_load=True))
+    assert back == {"seed": 1234, "same": "x"}
 
 
 def run_job(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

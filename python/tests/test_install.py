@@ -264,3 +264,43 @@ def test_a_fresh_optimizer_as_a_stateful_template_loads_its_state(tmp_path):
     dcp.save({"optim": fresh}, tmp_path / "no-state")
     dcp.load({"optim": fresh}, tmp_path / "no-state")
     assert not fresh.state
+
+
+def test_what_torch_serves_stays_torchs(tmp_path, installed):
+    """A torch checkpoint on a URL only torch's fsspec storage reaches loads through torch;
+    to_torch_dcp writes torch's format even while installed."""
+    from hyperdcp._delegate import torch_function
+
+    state = {"t": torch.arange(4.0), "step": 2}
+    torch_function("save")(state, checkpoint_id="memory://hyperdcp-test/ck", no_dist=True)
+    back = {"t": torch.zeros(4), "step": 0}
+    dcp.load(back, checkpoint_id="memory://hyperdcp-test/ck", no_dist=True)
+    assert torch.equal(back["t"], state["t"]) and back["step"] == 2
+    dcp.save(state, tmp_path / "ours")
+    dcp.to_torch_dcp(tmp_path / "ours", tmp_path / "theirs")
+    assert not (tmp_path / "theirs" / "dcp.metadata").exists()
+    assert not (tmp_path / "theirs" / ".metadata").read_bytes().startswith(b"\x80\x02chyperdcp")
+
+
+def test_install_is_all_or_nothing_and_skips_odd_modules():
+    """A module whose namespace cannot be read is left alone; install() completes."""
+    class Odd(types.ModuleType):
+        def __getattribute__(self, name):
+            if name == "__dict__":
+                raise RuntimeError("lazy module")
+            return super().__getattribute__(name)
+
+    sys.modules["odd_lazy_module"] = Odd("odd_lazy_module")
+    try:
+        dcp.install()
+        assert torch_dcp.save is dcp.save
+        assert _install.installed()
+        assert torch_dcp.FileSystemReader.read_metadata.__module__.startswith("hyperdcp")
+    finally:
+        dcp.uninstall()
+        del sys.modules["odd_lazy_module"]
+
+
+def test_reserved_per_rank_names_are_refused(tmp_path):
+    with pytest.raises(dcp.DcpError, match="__dcp_rank_"):
+        dcp.save({"x.__dcp_rank_0": 1}, tmp_path / "ck")

@@ -685,9 +685,11 @@ def test_hostile_paths_and_values_are_one_clear_error():
 
     entries = [([("d", "a"), ("l", 0)], 1), ([("d", "a"), ("l", 30_000_000)], 2)]
     with pytest.raises(dcp.DcpError, match="position 30000000 of a list") as e:
-        _paths.nest(entries)
+        _paths.nest(entries, 2)
     assert e.value.code == "INVALID_ARGUMENT"
-    assert _paths.nest(entries[:1]) == {"a": [1]}
+    assert _paths.nest(entries[:1], 2) == {"a": [1]}
+    # Selected entries of a larger checkpoint, and lists of empty containers, are no damage.
+    assert _paths.nest([([("d", "a"), ("l", 3)], 1)], 4) == {"a": [None, None, None, 1]}
     deep = b"[" * 100_000 + b"]" * 100_000
     for data in (deep, _values._MAGIC + deep):
         with pytest.raises(dcp.DcpError, match="'x'"):

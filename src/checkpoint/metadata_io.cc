@@ -138,8 +138,10 @@ Status CommitMetadata(storage::FileSystem& fs, const std::string& dir, const met
   const std::string name = rank < 0 ? std::string(kMetadataName) : RankMetadataName(step, rank);
   const std::string tmp = std::string(kTmpSuffixPrefix) + SaveIdHex(md.save_id);
   DCP_RETURN_IF_ERROR(fs.WriteAtomic(storage::JoinPath(dir, name), metadata::Encode(md), tmp));
-  // After the commit: a probe never announces a checkpoint that is not there.
-  return WriteTorchProbe(fs, dir, tmp);
+  // After a global commit (a rank's own metadata is no checkpoint yet): a probe never
+  // announces a checkpoint that is not there. Best effort: the checkpoint is committed.
+  if (rank < 0) PublishTorchProbe(fs, dir, tmp);
+  return OkStatus();
 }
 
 }  // namespace dcp::checkpoint

@@ -1,5 +1,7 @@
 #include "checkpoint/torch_probe.h"
 
+#include <cstdio>
+
 namespace dcp::checkpoint {
 
 // Pickle protocol 2: PROTO 2, GLOBAL "<module>\n<name>\n", STOP. The module name may hold any
@@ -26,6 +28,16 @@ Status WriteTorchProbe(storage::FileSystem& fs, const std::string& dir,
   }
   return fs.WriteAtomic(path, TorchProbeBytes(), tmp_suffix)
       .Annotate(std::string(kTorchProbeName) + ": ");
+}
+
+void PublishTorchProbe(storage::FileSystem& fs, const std::string& dir,
+                       const std::string& tmp_suffix) {
+  if (Status st = WriteTorchProbe(fs, dir, tmp_suffix); !st.ok()) {
+    std::fprintf(stderr,
+                 "dcp: checkpoint %s is committed, but its %s for frameworks' probes "
+                 "could not be written: %s\n",
+                 dir.c_str(), std::string(kTorchProbeName).c_str(), st.message().c_str());
+  }
 }
 
 }  // namespace dcp::checkpoint

@@ -15,14 +15,19 @@ namespace dcp::checkpoint {
 
 // The probe's bytes: a pickle (what torch's reader unpickles) naming one global, in a module
 // whose name is the sentence telling how to read the checkpoint. Without hyperdcp, unpickling
-// fails with "No module named '<that sentence>'"; hyperdcp's Python package registers that
-// module to say how torch's readers serve the checkpoint. Nothing in it runs code.
+// fails with "No module named '<that sentence>'" (with hyperdcp imported too: the sentence says
+// to call its install(), under which torch's readers never unpickle it). Nothing in it runs
+// code.
 std::string_view TorchProbeBytes();
 
 // Publishes the probe in `dir` after a commit (left as it is when it already holds these bytes;
 // a torch checkpoint's own `.metadata` is replaced: the directory now holds a dcp checkpoint).
 // `tmp_suffix`: as FileSystem::WriteAtomic's, unique to the save.
 Status WriteTorchProbe(storage::FileSystem& fs, const std::string& dir,
+                       const std::string& tmp_suffix);
+// WriteTorchProbe after a commit, which has happened whatever it returns: a failure is told on
+// stderr (frameworks then do not find this checkpoint; dcp and hyperdcp do).
+void PublishTorchProbe(storage::FileSystem& fs, const std::string& dir,
                        const std::string& tmp_suffix);
 
 }  // namespace dcp::checkpoint

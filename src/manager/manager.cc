@@ -208,6 +208,21 @@ struct CheckpointManager::Impl {
     return o;
   }
 
+  // After a load (of no given step) found `loaded` the newest step it could restore: newer
+  // memory steps were passed over (damaged, or incomplete on every host). They are marked, so
+  // no restart offers them again, and leave the account, so latest_step() and the next save
+  // follow the step loaded (the same on every rank: memory_steps is).
+  void ForgetMemoryStepsAbove(int64_t loaded, const std::string& why) {
+    std::vector<int64_t> passed;
+    for (int64_t s : memory_steps) {
+      if (s > loaded) passed.push_back(s);
+    }
+    if (passed.empty()) return;
+    tier->MarkPassedOver(passed, why.empty() ? "passed over by a restore" : why);
+    std::erase_if(memory_steps, [&](int64_t s) { return s > loaded; });
+    for (int64_t s : passed) saved_in_memory.erase(s);
+  }
+
   void FinalizeTier(int64_t step, const TierOutcome& o) {
     Status agreed = AgreeOnStatus(*comm, o.saved);
     if (!agreed.ok()) {
@@ -435,19 +450,7 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
                                [&m](int64_t s) { return m.Dir(s); }, &m.fs};
     auto r =
         ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &fell_back));
-    if (r && !step) {
-      // Newer memory steps were passed over (damaged, or incomplete on every host): marked,
-      // so no restart offers them again, and gone from the account, so latest_step() and
-      // the next save follow the step restored (the same on every rank: memory_steps is).
-      std::vector<int64_t> passed;
-      for (int64_t s : m.memory_steps) {
-        if (s > r->step) passed.push_back(s);
-      }
-      if (!passed.empty()) {
-        m.tier->MarkPassedOver(passed, fell_back.empty() ? "passed over by a restore" : fell_back);
-        std::erase_if(m.memory_steps, [&](int64_t s) { return s > r->step; });
-      }
-    }
+    if (r && !step) m.ForgetMemoryStepsAbove(r->step, fell_back);
     if (r) return *std::move(r);
   }
   if (step) {
@@ -470,6 +473,7 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
     if (r.ok()) {
       r->step = s;
       r->fell_back = fell_back;
+      if (m.tier) m.ForgetMemoryStepsAbove(s, fell_back);
       return *std::move(r);
     }
     const StatusCode code = r.status().code();

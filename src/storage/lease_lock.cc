@@ -248,8 +248,9 @@ struct LeaseLock::State {
     return OkStatus();
   }
 
-  // Why the lock is no longer ours, or "".
-  std::string WhyLost() {
+  // Why the lock is no longer ours, or "" -- or, when `unreadable` is given and the lock
+  // cannot be read now (an outage), "" with *unreadable set.
+  std::string WhyLost(bool* unreadable = nullptr) {
     if (fd >= 0) {
       struct stat by_fd, by_path;
       if (::fstat(fd, &by_fd) != 0 || by_fd.st_nlink == 0) return "its lock file was removed";
@@ -262,10 +263,9 @@ struct LeaseLock::State {
     auto text = ReadContent();
     if (!text.ok()) {
       if (text.status().code() == StatusCode::kNotFound) return "its lock was removed";
-      // An outage, not a loss: the next beat reads again (only another holder's lock is one).
-      std::fprintf(stderr, "dcp: could not read %s to renew it: %s\n", path.c_str(),
-                   text.status().message().c_str());
-      return "";
+      // An outage, not a loss (only another holder's lock is one): the caller reads again.
+      if (unreadable) *unreadable = true;
+      return unreadable ? "" : "its lock cannot be read (" + text.status().message() + ")";
     }
     auto h = DecodeLockHolder(*text);
     if (!h.ok() || h->id != me.id) {
@@ -281,8 +281,12 @@ struct LeaseLock::State {
     while (!cv.wait_for(lock, every, [&] { return stopping; })) {
       if (!lost.empty()) continue;
       lock.unlock();
-      std::string why = WhyLost();
-      if (why.empty()) {
+      bool unreadable = false;
+      std::string why = WhyLost(&unreadable);
+      if (unreadable) {  // not renewed blind: that could overwrite a lock taken meanwhile
+        std::fprintf(stderr, "dcp: could not read %s to renew it; trying at the next beat\n",
+                     path.c_str());
+      } else if (why.empty()) {
         me.heartbeat_unix_ms = NowUnixMs();
         Status s = WriteContent();
         // A failed renewal is retried at the next beat; the lease allows three misses.
@@ -444,7 +448,13 @@ Status LeaseLock::Check() {
     std::lock_guard lock(state_->mu);
     why = state_->lost;
   }
-  if (why.empty()) why = state_->WhyLost();
+  // Read again through a short outage; a lock that stays unreadable is not proven ours.
+  for (int attempt = 0; why.empty(); ++attempt) {
+    bool unreadable = false;
+    why = state_->WhyLost(attempt < 3 ? &unreadable : nullptr);
+    if (!unreadable) break;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   if (why.empty()) return OkStatus();
   return FailedPrecondition("the lock " + state_->path + " is no longer this job's: " + why);
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "checkpoint/names.h"
+#include "checkpoint/torch_probe.h"
 #include "comm/exchange.h"
 #include "comm/host_id.h"
 #include "core/log.h"
@@ -161,6 +162,7 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs,
     st = fs.WriteAtomic(JoinPath(dst, std::string(checkpoint::kMetadataName)), md->second,
                         ".tmp-drain")
              .Annotate("persist step " + std::to_string(step) + " to " + dst + ": ");
+    if (st.ok()) checkpoint::PublishTorchProbe(fs, dst, ".tmp-drain");
   }
   return BroadcastStatus(comm, 0, st);
 }

@@ -137,6 +137,13 @@ def case_values_differ(root: str, rank: int) -> None:
         everything = dcp.load_all(os.path.join(root, d))
         assert everything["seed"] == 1234 + rank and everything["nested"] == {"pos": [rank]}, \
             everything
+        # torch's own load through hyperdcp's reader: each rank its own too.
+        from hyperdcp._delegate import torch_function
+
+        through_torch = {"seed": 0, "same": ""}
+        torch_function("load")(through_torch, storage_reader=dcp.HyperdcpReader(
+            os.path.join(root, d)))
+        assert through_torch == {"seed": 1234 + rank, "same": "x"}, through_torch
     # Rank 1 cannot prepare its state (a value that needs pickling): it raises at once; rank
     # 0's save fails naming rank 1 and the entry, rather than waiting for it.
     bad = {"w": torch.ones(2), "step": 1, "hook": (lambda: 0) if rank == 1 else 0}
