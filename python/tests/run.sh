@@ -32,10 +32,11 @@ fi
 # s3torchconnector: the ecosystem's S3 plugin for DCP (its writer and reader are served);
 # its 1.5.0 imports tenacity without requiring it.
 # Without PyPI (a venv made earlier, offline now) they are not installed and their tests skip.
-if ! "$venv/bin/python" -c "import accelerate, lightning.fabric, torchtitan.components.checkpoint, torchtune.training.checkpointing, s3torchconnector.dcp" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import accelerate, lightning.fabric, torchtitan.components.checkpoint, torchtune.training.checkpointing, s3torchconnector.dcp, transformers.distributed.checkpoint" 2>/dev/null; then
   if python3 -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/pip/', timeout=15)" 2>/dev/null; then
     "$venv/bin/pip" install -q accelerate==1.16.0 lightning==2.6.6 tyro einops spmd_types==0.2.3 \
-      datasets omegaconf sentencepiece tiktoken tokenizers s3torchconnector==1.5.0 tenacity
+      datasets omegaconf sentencepiece tiktoken tokenizers s3torchconnector==1.5.0 tenacity \
+      transformers==5.25.0
     # last: pip says nothing of the requirements it was told to skip
     "$venv/bin/pip" install -q --no-deps torchtitan==0.3.0 torchtune==0.6.1 torchao==0.15.0
   else

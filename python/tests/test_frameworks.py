@@ -20,6 +20,7 @@ FLOWS = [
     ("fabric", "lightning.fabric", "pip install lightning"),
     ("torchtune", "torchtune", "pip install --no-deps torchtune==0.6.1 torchao==0.15.0 && "
                                "pip install datasets omegaconf sentencepiece tiktoken tokenizers"),
+    ("transformers", "transformers.distributed.checkpoint", "pip install transformers"),
 ]
 
 

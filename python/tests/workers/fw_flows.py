@@ -492,7 +492,10 @@ def flow_torchtune() -> dict:
 
 
 FLOWS = {"titan": flow_titan, "accelerate": flow_accelerate, "fabric": flow_fabric,
-         "torchtune": flow_torchtune}
+         "torchtune": flow_torchtune,
+         # in a module of its own; it uses this one's helpers
+         "transformers": lambda: __import__("fw_transformers").flow_transformers(
+             sys.modules[__name__])}
 
 
 def main() -> None:
