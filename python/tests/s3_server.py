@@ -61,11 +61,15 @@ class FaultProxy:
     the next one has its connection closed without a reply (a reset). `gate(method, path)`,
     when given, runs before each request is forwarded: a test may hold requests there.
     `lose_reply(method, path)`, when it says so, forwards the request and closes the
-    connection instead of replying (the request took effect; its client does not know)."""
+    connection instead of replying (the request took effect; its client does not know).
+    `answer(method, path)`, when it returns (status, body), answers that instead of forwarding
+    (the request never took effect)."""
 
     def __init__(self, upstream_port: int, every: int = 4,
                  gate: Optional[Callable[[str, str], None]] = None,
-                 lose_reply: Optional[Callable[[str, str], bool]] = None) -> None:
+                 lose_reply: Optional[Callable[[str, str], bool]] = None,
+                 answer: Optional[Callable[[str, str], Optional[Tuple[int, bytes]]]] = None
+                 ) -> None:
         self.count = 0
         self.slowdowns = 0
         self.resets = 0
@@ -102,6 +106,13 @@ class FaultProxy:
                     return
                 if gate is not None:
                     gate(self.command, self.path)
+                canned = answer(self.command, self.path) if answer is not None else None
+                if canned is not None:
+                    self.send_response(canned[0])
+                    self.send_header("Content-Length", str(len(canned[1])))
+                    self.end_headers()
+                    self.wfile.write(canned[1])
+                    return
                 conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=120)
                 headers = {k: v for k, v in self.headers.items()}
                 conn.request(self.command, self.path, body=body, headers=headers)

@@ -243,6 +243,31 @@ def test_a_lock_whose_reply_was_lost_is_still_ours(s3):
         proxy.stop()
 
 
+def test_a_conflict_on_the_lock_is_contention(s3):
+    """S3 answers a conditional write that races another with 409 ConditionalRequestConflict:
+    the save reads the lock again and takes it (it used to fail, removing the lock that may
+    have been the winner's)."""
+    server, _ = s3
+    conflicts = []
+
+    def conflict(method, path):
+        if method == "PUT" and path.split("?")[0].endswith("/dcp.lock") and not conflicts:
+            conflicts.append(path)
+            return 409, (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>"
+                         b"ConditionalRequestConflict</Code><Message>A conflicting operation "
+                         b"occurred.</Message></Error>")
+        return None
+
+    proxy = FaultProxy(server.port, every=0, answer=conflict)
+    try:
+        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
+                 f"s3://{BUCKET}/conflict/ck"], env={"AWS_ENDPOINT_URL": proxy.endpoint})
+        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
+        assert conflicts, "no lock PUT went through the proxy"
+    finally:
+        proxy.stop()
+
+
 def test_an_empty_lock_object_holds_nothing(s3):
     """A zero-byte dcp.lock (planted, or left by a tool) is no lock: the save replaces it,
     holds its own, and removes it at the end (it used to go on without a lock of its own)."""

@@ -125,6 +125,8 @@ Status HttpError(const Request& r, const Response& resp) {
       return NotFound(Where(r.bucket, r.key) + " does not exist (" + detail + ")");
     case 412:
       return FailedPrecondition(Where(r.bucket, r.key) + " already exists (" + detail + ")");
+    case 409:  // ConditionalRequestConflict: another conditional write raced this one
+      return FailedPrecondition(what + ": contended by a concurrent write (" + detail + ")");
     case 401:
     case 403:
       return FailedPrecondition(what + ": access denied, check the S3 credentials (" + detail +
