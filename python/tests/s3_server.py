@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 
 def _free_port() -> int:
@@ -62,13 +62,13 @@ class FaultProxy:
     when given, runs before each request is forwarded: a test may hold requests there.
     `lose_reply(method, path)`, when it says so, forwards the request and closes the
     connection instead of replying (the request took effect; its client does not know).
-    `answer(method, path)`, when it returns (status, body), answers that instead of forwarding
-    (the request never took effect)."""
+    `answer(method, path, headers)`, when it returns (status, body), answers that instead of
+    forwarding (the request never took effect)."""
 
     def __init__(self, upstream_port: int, every: int = 4,
                  gate: Optional[Callable[[str, str], None]] = None,
                  lose_reply: Optional[Callable[[str, str], bool]] = None,
-                 answer: Optional[Callable[[str, str], Optional[Tuple[int, bytes]]]] = None
+                 answer: Optional[Callable[[str, str, Any], Optional[Tuple[int, bytes]]]] = None
                  ) -> None:
         self.count = 0
         self.slowdowns = 0
@@ -106,7 +106,8 @@ class FaultProxy:
                     return
                 if gate is not None:
                     gate(self.command, self.path)
-                canned = answer(self.command, self.path) if answer is not None else None
+                canned = (answer(self.command, self.path, self.headers) if answer is not None
+                          else None)
                 if canned is not None:
                     self.send_response(canned[0])
                     self.send_header("Content-Length", str(len(canned[1])))

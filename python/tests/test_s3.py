@@ -250,7 +250,7 @@ def test_a_conflict_on_the_lock_is_contention(s3):
     server, _ = s3
     conflicts = []
 
-    def conflict(method, path):
+    def conflict(method, path, headers):
         if method == "PUT" and path.split("?")[0].endswith("/dcp.lock") and not conflicts:
             conflicts.append(path)
             return 409, (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>"
@@ -264,6 +264,37 @@ def test_a_conflict_on_the_lock_is_contention(s3):
                  f"s3://{BUCKET}/conflict/ck"], env={"AWS_ENDPOINT_URL": proxy.endpoint})
         assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
         assert conflicts, "no lock PUT went through the proxy"
+    finally:
+        proxy.stop()
+
+
+def test_expired_session_credentials_are_refreshed(s3, tmp_path):
+    """A multi-day job's session token runs out: the store answers 400 ExpiredToken, the
+    engine takes the credentials a refresher has written to the shared file since, signs the
+    request again and goes on (it used to fail the save)."""
+    server, _ = s3
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = OLDKEY\naws_secret_access_key = s\n")
+    expired = []
+
+    def answer(method, path, headers):
+        if "Credential=OLDKEY/" in (headers.get("Authorization") or ""):
+            if not expired:  # the refresher's work, done once the old token is refused
+                creds.write_text("[default]\naws_access_key_id = NEWKEY\n"
+                                 "aws_secret_access_key = s\n")
+            expired.append(path)
+            return 400, (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ExpiredToken"
+                         b"</Code><Message>The provided token has expired.</Message></Error>")
+        return None
+
+    proxy = FaultProxy(server.port, every=0, answer=answer)
+    env = {"AWS_ENDPOINT_URL": proxy.endpoint, "AWS_SHARED_CREDENTIALS_FILE": str(creds),
+           "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+    try:
+        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
+                 f"s3://{BUCKET}/expired/ck"], env=env)
+        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
+        assert expired, "no request was signed with the expired credentials"
     finally:
         proxy.stop()
 

@@ -215,7 +215,26 @@ void InitCurlOnce() {
 
 }  // namespace
 
-S3Client::S3Client(S3Config config) : config_(std::move(config)) { InitCurlOnce(); }
+S3Client::S3Client(S3Config config)
+    : config_(std::move(config)),
+      credentials_{config_.access_key, config_.secret_key, config_.session_token} {
+  InitCurlOnce();
+}
+
+S3Client::Credentials S3Client::CurrentCredentials() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return credentials_;
+}
+
+bool S3Client::RefreshCredentials() {
+  auto fresh = S3ConfigFromEnvironment();
+  if (!fresh.ok()) return false;
+  const Credentials now{fresh->access_key, fresh->secret_key, fresh->session_token};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (now == credentials_) return false;
+  credentials_ = now;
+  return true;
+}
 
 S3Client::~S3Client() {
   for (void* h : idle_) curl_easy_cleanup(static_cast<CURL*>(h));
@@ -274,11 +293,12 @@ Status S3Client::Attempt(void* handle, const Request& r, Response& resp, bool* r
   sig.headers.emplace_back("host", host);
   sig.headers.emplace_back("x-amz-date", amz_date);
   sig.headers.emplace_back("x-amz-content-sha256", "UNSIGNED-PAYLOAD");
-  if (!config_.session_token.empty()) {
-    sig.headers.emplace_back("x-amz-security-token", config_.session_token);
+  const Credentials creds = CurrentCredentials();
+  if (!creds.session_token.empty()) {
+    sig.headers.emplace_back("x-amz-security-token", creds.session_token);
   }
   const std::string auth =
-      Authorization(sig, {config_.access_key, config_.secret_key, config_.region}, amz_date);
+      Authorization(sig, {creds.access_key, creds.secret_key, config_.region}, amz_date);
 
   curl_slist* headers = nullptr;
   for (const auto& [k, v] : sig.headers) {
@@ -341,6 +361,7 @@ Status S3Client::Attempt(void* handle, const Request& r, Response& resp, bool* r
 Result<Response> S3Client::Send(const Request& r) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   Status last;
+  bool refreshed = false;
   for (int attempt = 0; attempt < config_.max_attempts; ++attempt) {
     if (attempt > 0) {
       {
@@ -365,6 +386,16 @@ Result<Response> S3Client::Send(const Request& r) {
       continue;
     }
     Return(curl);
+    // Session credentials run out on multi-day jobs: once per request, the ones a refresher
+    // has written since (environment, shared files) are taken and the request signed again.
+    const std::string code = ErrorCode(resp.text);
+    if ((code == "ExpiredToken" || code == "TokenRefreshRequired") && !refreshed) {
+      refreshed = true;
+      if (RefreshCredentials()) {
+        --attempt;  // not a failure of the store's
+        continue;
+      }
+    }
     return last;
   }
   return last.Annotate("after " + std::to_string(config_.max_attempts) + " attempts: ");

@@ -85,8 +85,17 @@ class S3Client {
   Status Attempt(void* curl, const Request& r, Response& out, bool* retry);
   void* Borrow();
   void Return(void* curl);
+  // The credentials signing now, and after an expired-token answer those the environment and
+  // the shared files hold now (what a refresher wrote); true when they changed.
+  struct Credentials {
+    std::string access_key, secret_key, session_token;
+    bool operator==(const Credentials&) const = default;
+  };
+  Credentials CurrentCredentials() const;
+  bool RefreshCredentials();
 
   S3Config config_;
+  Credentials credentials_;  // guarded by mu_
   mutable std::mutex mu_;
   std::vector<void*> idle_;  // CURL* handles
   RequestCounts counts_;
