@@ -41,8 +41,10 @@ std::vector<Outcome> Send(const std::string& src, const std::string& dst) {
     ASSERT_TRUE(TransferFiles(groups, transfers, dirs, {.piece_bytes = 4096}, check, &stats).ok());
     Outcome& o = out[c->rank()];
     o.local = stats.local_failure;
-    for (const auto& t : stats.failed) o.failed.push_back(t.file);
-    for (const auto& t : stats.damaged) o.damaged.push_back(t.file);
+    for (const auto& f : stats.failed) {
+      o.failed.push_back(f.transfer.file);
+      if (f.damaged) o.damaged.push_back(f.transfer.file);
+    }
   });
   return out;
 }

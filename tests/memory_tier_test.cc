@@ -62,6 +62,13 @@ std::vector<std::string> TierSteps(const std::string& tier_dir, const std::strin
   return out;
 }
 
+void SaveSteps(CheckpointManager& mgr, StepState& st, std::initializer_list<int64_t> steps) {
+  for (int64_t s : steps) {
+    st.Fill(s);
+    mgr.Save(s, st.sd);
+  }
+}
+
 TEST(MemoryTier, RecentStepsInMemoryEveryNthInTheRootRestoreFromMemory) {
   TempDir d;
   const std::string root = d.Sub("ckpt"), tier_dir = d.Sub("shm");
@@ -113,8 +120,7 @@ TEST(MemoryTier, RetentionCountsCompleteStepsOnly) {
   StepState st;
   {
     CheckpointManager mgr(root, WithTier(tier_dir, 0));
-    st.Fill(1);
-    mgr.Save(1, st.sd);
+    SaveSteps(mgr, st, {1});
     struct rlimit before {};
     ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
     auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
@@ -125,8 +131,7 @@ TEST(MemoryTier, RetentionCountsCompleteStepsOnly) {
     EXPECT_THROW(mgr.Save(2, st.sd), Error);
     ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
     std::signal(SIGXFSZ, old_handler);
-    st.Fill(3);
-    mgr.Save(3, st.sd);
+    SaveSteps(mgr, st, {3});
     EXPECT_EQ(mgr.memory_steps(), (std::vector<int64_t>{1, 3}));
   }
   EXPECT_EQ(TierSteps(tier_dir, root),
@@ -146,16 +151,12 @@ TEST(MemoryTier, ANewerStepInTheRootWinsAndADamagedCopyFallsBack) {
   StepState st;
   {
     CheckpointManager mgr(root, WithTier(tier_dir, 0));
-    st.Fill(1);
-    mgr.Save(1, st.sd);
-    st.Fill(2);
-    mgr.Save(2, st.sd);
+    SaveSteps(mgr, st, {1, 2});
   }
   // Step 3 saved without the tier: the root's step 3 is newer than memory's step 2.
   {
     CheckpointManager mgr(root, RetentionPolicy{});
-    st.Fill(3);
-    mgr.Save(3, st.sd);
+    SaveSteps(mgr, st, {3});
   }
   {
     CheckpointManager mgr(root, WithTier(tier_dir, 0));

@@ -13,12 +13,10 @@ from typing import Any, Dict, Optional
 from . import _boundary, _dcp, _delegate
 from ._comm import comm_for
 from ._errors import DcpError, error
+from ._formats import COMMITTED, PROBE, holds_torch_format
 from ._prepare import Prepared, failure_text, finish_load, prepare_on_every_rank, release
 from ._torch_args import Delegate, load_source, save_target, staging
 
-# A directory holding either holds a committed checkpoint: hyperdcp's, or torch's (whose
-# `.metadata` a hyperdcp commit replaces with its probe).
-_COMMITTED = ("dcp.metadata", ".metadata")
 
 
 def _committed(directory: str) -> bool:
@@ -28,7 +26,9 @@ def _committed(directory: str) -> bool:
             return True
         except DcpError:
             return False
-    return any(os.path.exists(os.path.join(directory, name)) for name in _COMMITTED)
+    # hyperdcp's checkpoint, or torch's (whose `.metadata` a hyperdcp commit replaces with
+    # its probe).
+    return any(os.path.exists(os.path.join(directory, name)) for name in (COMMITTED, PROBE))
 
 
 def _refuse_overwrite(directory: str, overwrite: bool) -> None:
@@ -178,11 +178,8 @@ def _fill_empty_optimizers(state_dict: Any, directory: str) -> None:
 
 
 def _torch_format(directory: str) -> bool:
-    if "torch" not in sys.modules:  # a checkpoint in torch's format needs torch to load
-        return False
-    from ._torch_reader import holds_torch_format
-
-    return holds_torch_format(directory)
+    # A checkpoint in torch's format needs torch to load (and a caller without it has none).
+    return "torch" in sys.modules and holds_torch_format(directory)
 
 
 def _stored_dtypes_differing(e: DcpError, directory: str, p: Prepared, strip_prefix: str,

@@ -53,7 +53,7 @@ def _drop_older_hyperdcp_checkpoint(directory: Optional[str], process_group: Any
                                     no_dist: bool) -> None:
     """After torch saved into a directory that held a hyperdcp checkpoint, the older one's
     metadata goes (on one rank), so that every reader takes torch's."""
-    from ._torch_reader import COMMITTED, holds_torch_format
+    from ._formats import COMMITTED, holds_torch_format
 
     if directory is None or not holds_torch_format(directory):
         return
@@ -98,7 +98,8 @@ def _reader_for(directory: Optional[str], storage_reader: Any) -> Any:
     """A hyperdcp checkpoint is read through HyperdcpReader when torch would otherwise use
     its FileSystemReader (which cannot read it)."""
     from ._torch_args import _is_s3_connector, _is_torch
-    from ._torch_reader import HyperdcpReader, holds_hyperdcp_format
+    from ._formats import holds_hyperdcp_format
+    from ._torch_reader import HyperdcpReader
 
     plain = storage_reader is None or _is_torch(storage_reader, ("FileSystemReader",)) or \
         _is_s3_connector(storage_reader, ("S3StorageReader",))

@@ -48,7 +48,8 @@ def _replacements() -> Dict[str, Callable[..., Any]]:
 
 def _reader_methods() -> Dict[str, Callable[..., Any]]:
     """FileSystemReader's methods that serve a hyperdcp checkpoint, else do what they did."""
-    from ._torch_reader import _done, holds_hyperdcp_format, read_requests, torch_metadata
+    from ._formats import holds_hyperdcp_format
+    from ._torch_reader import _done, read_requests, torch_metadata
 
     FileSystemReader = sys.modules["torch.distributed.checkpoint.filesystem"].FileSystemReader
     before = {name: FileSystemReader.__dict__[name]

@@ -1,10 +1,7 @@
 """hyperdcp checkpoints through torch's StorageReader interface, so torch's own tools read them
-(merge_fsdp_weights, dcp_to_torch_save, _load_state_dict_from_keys, FSDP1's
-load_sharded_optimizer_state_dict): read_metadata answers torch's Metadata, read_data fills
-the requests of torch's planner, each tensor's requested box read once by the engine.
-
-Also which format a directory holds: a hyperdcp checkpoint (dcp.metadata, and the `.metadata`
-probe its commit writes) or torch's (`.metadata` written by torch)."""
+(merge_fsdp_weights, dcp_to_torch_save, _load_state_dict_from_keys, planners of their own):
+read_metadata answers torch's Metadata, read_data fills the requests of torch's planner, each
+tensor's requested box read once by the engine."""
 
 import io
 import os
@@ -17,55 +14,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader
 
 from ._errors import invalid_argument
-
-COMMITTED = "dcp.metadata"
-PROBE = ".metadata"
-# The start of the probe a commit writes (src/checkpoint/torch_probe.cc): a pickle naming a
-# module whose name tells how to read the checkpoint.
-PROBE_PREFIX = b"\x80\x02chyperdcp checkpoint:"
-
-
-def _local(directory: str) -> bool:
-    return "://" not in directory
-
-
-def holds_torch_format(directory: "str | os.PathLike") -> bool:
-    """Whether a local directory holds a checkpoint in torch's format that is newer than any
-    hyperdcp checkpoint there (torch's save replaces `.metadata` with its own)."""
-    directory = os.fspath(directory)
-    if not _local(directory):
-        return False
-    probe = os.path.join(directory, PROBE)
-    try:
-        with open(probe, "rb") as f:
-            if f.read(len(PROBE_PREFIX)) == PROBE_PREFIX:
-                return False
-        torch_time = os.stat(probe).st_mtime_ns
-    except OSError:
-        return False
-    try:
-        return torch_time >= os.stat(os.path.join(directory, COMMITTED)).st_mtime_ns
-    except OSError:
-        return True  # no hyperdcp checkpoint beside it
-
-
-def holds_hyperdcp_format(directory: "str | os.PathLike") -> bool:
-    """Whether a directory (local, or an s3:// prefix) holds a hyperdcp checkpoint newer than
-    any torch checkpoint there; another URL (torch's fsspec storage) never does."""
-    directory = os.fspath(directory)
-    if directory.startswith("s3://"):  # the engine reads it there
-        from . import _dcp
-
-        try:
-            _dcp.read_metadata(directory)
-            return True
-        except _dcp.DcpError:
-            return False
-    if not _local(directory):
-        return False
-    return os.path.exists(os.path.join(directory, COMMITTED)) and \
-        not holds_torch_format(directory)
-
+from ._formats import holds_hyperdcp_format
 
 def torch_metadata(directory: str) -> tm.Metadata:
     """The checkpoint's metadata as torch's planners read it: every tensor with its stored
@@ -124,8 +73,11 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
     from ._api import load
     from ._chunks import TensorChunk
 
-    md = torch_metadata(directory).state_dict_metadata
-    stored = _value_names(directory)
+    from ._metadata import read_metadata
+    from .torch import FROM_DCP
+
+    md = read_metadata(directory)  # once: the values' names and the tensors' dtypes and shapes
+    stored = _value_names(md)
     boxes: Dict[str, Box] = {}
     for req in plan.items:
         if req.type == LoadItemType.BYTE_IO:
@@ -140,9 +92,9 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
     flat: Dict[str, Any] = {stored.get(req.storage_index.fqn, req.storage_index.fqn): None
                             for req in plan.items if req.type == LoadItemType.BYTE_IO}
     for fqn, (low, high) in boxes.items():
-        info = md[fqn]
-        data = torch.empty([h - lo for lo, h in zip(low, high)], dtype=info.properties.dtype)
-        flat[fqn] = TensorChunk(data, list(info.size), low)
+        info = md.tensors[fqn]
+        data = torch.empty([h - lo for lo, h in zip(low, high)], dtype=FROM_DCP[info.dtype])
+        flat[fqn] = TensorChunk(data, list(info.shape), low)
     if flat:
         load(flat, directory, no_dist=True)
     for req in plan.items:
@@ -166,16 +118,15 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
         planner.commit_tensor(req, target)
 
 
-def _value_names(directory: str) -> Dict[str, str]:
+def _value_names(md: Any) -> Dict[str, str]:
     """For each value saved per rank, the name to read it under here: this rank's own when the
     job has the saving job's ranks (torch.distributed's rank and world), else the lowest saving
     rank's. The reads run as a world of one, where the lowest rank's value answers the plain
     name and every other keeps its per-rank name."""
     import torch.distributed as dist
 
-    from ._metadata import per_rank_value, read_metadata
+    from ._metadata import per_rank_value
 
-    md = read_metadata(directory)
     ranks: Dict[str, List[int]] = {}
     for fqn in md.bytes:
         variant = per_rank_value(fqn)

@@ -84,7 +84,7 @@ def test_a_checkpoint_carries_the_probe_frameworks_look_for(tmp_path):
     dcp.save(_state(), tmp_path / "ck")
     probe = tmp_path / "ck" / ".metadata"
     assert probe.is_file()
-    from hyperdcp._torch_reader import PROBE_PREFIX
+    from hyperdcp._formats import PROBE_PREFIX
     assert probe.read_bytes().startswith(PROBE_PREFIX)
     with pytest.raises(ModuleNotFoundError) as e:
         torch_dcp.FileSystemReader(tmp_path / "ck").read_metadata()

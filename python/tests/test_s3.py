@@ -62,6 +62,18 @@ def run(args, env=None, timeout=300):
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def roundtrip_through(proxy, prefix, env=None):
+    """s3_job.py's save-and-load round trip through `proxy` (stopped afterwards): it must
+    succeed."""
+    try:
+        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
+                 f"s3://{BUCKET}/{prefix}"],
+                env={"AWS_ENDPOINT_URL": proxy.endpoint, **(env or {})})
+        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
+    finally:
+        proxy.stop()
+
+
 def test_save_load_round_trip_with_multipart_files(s3):
     _, client = s3
     ck = f"s3://{BUCKET}/one/ck"
@@ -210,14 +222,8 @@ def test_two_saves_racing_into_one_prefix(s3):
 def test_throttling_and_resets_are_retried(s3):
     server, client = s3
     proxy = FaultProxy(server.port, every=4)
-    try:
-        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
-                 f"s3://{BUCKET}/faults/ck"],
-                env={"AWS_ENDPOINT_URL": proxy.endpoint, "DCP_S3_PART_MB": "5"})
-        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
-        assert proxy.slowdowns > 3 and proxy.resets > 3, (proxy.slowdowns, proxy.resets)
-    finally:
-        proxy.stop()
+    roundtrip_through(proxy, "faults/ck", env={"DCP_S3_PART_MB": "5"})
+    assert proxy.slowdowns > 3 and proxy.resets > 3, (proxy.slowdowns, proxy.resets)
 
 
 def test_a_lock_whose_reply_was_lost_is_still_ours(s3):
@@ -233,14 +239,8 @@ def test_a_lock_whose_reply_was_lost_is_still_ours(s3):
             return True
         return False
 
-    proxy = FaultProxy(server.port, every=0, lose_reply=lose)
-    try:
-        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
-                 f"s3://{BUCKET}/lost-reply/ck"], env={"AWS_ENDPOINT_URL": proxy.endpoint})
-        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
-        assert lost, "no lock PUT went through the proxy"
-    finally:
-        proxy.stop()
+    roundtrip_through(FaultProxy(server.port, every=0, lose_reply=lose), "lost-reply/ck")
+    assert lost, "no lock PUT went through the proxy"
 
 
 def test_a_conflict_on_the_lock_is_contention(s3):
@@ -258,14 +258,8 @@ def test_a_conflict_on_the_lock_is_contention(s3):
                          b"occurred.</Message></Error>")
         return None
 
-    proxy = FaultProxy(server.port, every=0, answer=conflict)
-    try:
-        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
-                 f"s3://{BUCKET}/conflict/ck"], env={"AWS_ENDPOINT_URL": proxy.endpoint})
-        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
-        assert conflicts, "no lock PUT went through the proxy"
-    finally:
-        proxy.stop()
+    roundtrip_through(FaultProxy(server.port, every=0, answer=conflict), "conflict/ck")
+    assert conflicts, "no lock PUT went through the proxy"
 
 
 def test_expired_session_credentials_are_refreshed(s3, tmp_path):
@@ -287,16 +281,10 @@ def test_expired_session_credentials_are_refreshed(s3, tmp_path):
                          b"</Code><Message>The provided token has expired.</Message></Error>")
         return None
 
-    proxy = FaultProxy(server.port, every=0, answer=answer)
-    env = {"AWS_ENDPOINT_URL": proxy.endpoint, "AWS_SHARED_CREDENTIALS_FILE": str(creds),
-           "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
-    try:
-        p = run([sys.executable, str(WORKERS / "s3_job.py"), "roundtrip",
-                 f"s3://{BUCKET}/expired/ck"], env=env)
-        assert p.returncode == 0 and "roundtrip ok" in p.stdout, p.stdout + p.stderr
-        assert expired, "no request was signed with the expired credentials"
-    finally:
-        proxy.stop()
+    roundtrip_through(FaultProxy(server.port, every=0, answer=answer), "expired/ck",
+                      env={"AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_ACCESS_KEY_ID": "",
+                           "AWS_SECRET_ACCESS_KEY": ""})
+    assert expired, "no request was signed with the expired credentials"
 
 
 def test_an_empty_lock_object_holds_nothing(s3):

@@ -215,8 +215,7 @@ class Mover {
         if (!unreadable_.count(p.t)) {
           if (Status s = ReadPiece(p, buf); !s.ok()) {
             unreadable_.insert(p.t);
-            stats_->failed.push_back(*p.t);
-            stats_->damaged.push_back(*p.t);
+            stats_->failed.push_back({*p.t, /*damaged=*/true});
             Keep(s);
           }
         }
@@ -278,8 +277,7 @@ class Mover {
     if (s.ok()) s = dirs_.local_fs->Rename(part, path);
     if (!s.ok()) {
       (void)dirs_.local_fs->Remove(part);
-      stats_->failed.push_back(t);
-      if (damage_) stats_->damaged.push_back(t);
+      stats_->failed.push_back({t, damage_});
       damage_ = false;
       return s.Annotate(
           "receiving " + t.file + " from " +
@@ -342,8 +340,7 @@ class Mover {
     if (!s.ok() && w.ok) {  // the rest of its pieces still come, and are dropped
       w.ok = false;
       (void)dirs_.local_fs->Remove(part);
-      stats_->failed.push_back(t);
-      if (damage) stats_->damaged.push_back(t);
+      stats_->failed.push_back({t, damage});
       Keep(s.Annotate("receiving " + t.file + " from rank " + std::to_string(t.from) + ": "));
     }
     if (op.piece.last) {

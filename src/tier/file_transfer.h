@@ -58,11 +58,13 @@ struct TransferStats {
   // This rank's first storage failure (reading a file it sends, writing or checking one it
   // receives), and the transfers it could not receive.
   Status local_failure;
-  std::vector<Transfer> failed;
-  // Of those, the ones whose sender's copy is bad: bytes that arrived and failed their
-  // checksums, or a file the sender could not read. The others failed on the receiver (its
-  // disk), which condemns no copy.
-  std::vector<Transfer> damaged;
+  struct Failed {
+    Transfer transfer;
+    // The sender's copy is bad: bytes that arrived and failed their checksums, or a file the
+    // sender could not read. Otherwise the receiver failed (its disk), which condemns no copy.
+    bool damaged = false;
+  };
+  std::vector<Failed> failed;
   // Sparse copies received (Transfer::spans), by name: for one load, removed after it.
   std::vector<std::string> sparse_files;
 };

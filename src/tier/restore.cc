@@ -192,14 +192,10 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       std::string my_failed;
       wire::Writer w(my_failed);
       w.String(stats.local_failure.ok() ? "" : stats.local_failure.message());
-      for (const Transfer& t : stats.failed) {
-        const bool damaged =
-            std::any_of(stats.damaged.begin(), stats.damaged.end(), [&](const Transfer& d) {
-              return d.file == t.file && d.from == t.from && d.to == t.to;
-            });
-        w.Varint(static_cast<uint64_t>(t.from + 1));
-        w.String(t.file);
-        w.Varint(damaged ? 1 : 0);
+      for (const TransferStats::Failed& f : stats.failed) {
+        w.Varint(static_cast<uint64_t>(f.transfer.from + 1));
+        w.String(f.transfer.file);
+        w.Varint(f.damaged ? 1 : 0);
       }
       DCP_ASSIGN_OR_RETURN(auto failed_lists, comm.AllGather(my_failed));
       for (int r = 0; r < comm.size(); ++r) {
