@@ -69,6 +69,16 @@ void SaveSteps(CheckpointManager& mgr, StepState& st, std::initializer_list<int6
   }
 }
 
+// Loads the newest step into `st`: it must be `step`, from memory or not, with its exact data.
+LoadResult ExpectLoads(CheckpointManager& mgr, StepState& st, int64_t step, bool from_memory) {
+  st.Fill(0);
+  LoadResult r = mgr.Load(st.sd);
+  EXPECT_EQ(r.step, step);
+  EXPECT_EQ(r.from_memory, from_memory);
+  EXPECT_TRUE(st.Holds(step));
+  return r;
+}
+
 TEST(MemoryTier, RecentStepsInMemoryEveryNthInTheRootRestoreFromMemory) {
   TempDir d;
   const std::string root = d.Sub("ckpt"), tier_dir = d.Sub("shm");
@@ -91,23 +101,15 @@ TEST(MemoryTier, RecentStepsInMemoryEveryNthInTheRootRestoreFromMemory) {
   {
     CheckpointManager mgr(root, WithTier(tier_dir, 2));
     EXPECT_EQ(mgr.latest_step(), 3);
-    st.Fill(0);
-    LoadResult r = mgr.Load(st.sd);
-    EXPECT_EQ(r.step, 3);
-    EXPECT_TRUE(r.from_memory);
+    LoadResult r = ExpectLoads(mgr, st, 3, /*from_memory=*/true);
     EXPECT_EQ(r.files_from_storage, 0u);
-    EXPECT_TRUE(st.Holds(3));
   }
   // The host lost its memory: step 2 from the root.
   fs::remove_all(tier_dir);
   {
     CheckpointManager mgr(root, WithTier(tier_dir, 2));
     EXPECT_EQ(mgr.latest_step(), 2);
-    st.Fill(0);
-    LoadResult r = mgr.Load(st.sd);
-    EXPECT_EQ(r.step, 2);
-    EXPECT_FALSE(r.from_memory);
-    EXPECT_TRUE(st.Holds(2));
+    ExpectLoads(mgr, st, 2, /*from_memory=*/false);
   }
 }
 
@@ -138,11 +140,7 @@ TEST(MemoryTier, RetentionCountsCompleteStepsOnly) {
             (std::vector<std::string>{"step_000000001", "step_000000003"}));
   fs::remove_all(tier::HostTierDir(tier_dir, root) + "/step_000000003");  // 3 is lost
   CheckpointManager mgr(root, WithTier(tier_dir, 0));
-  st.Fill(0);
-  LoadResult r = mgr.Load(st.sd);
-  EXPECT_EQ(r.step, 1);
-  EXPECT_TRUE(r.from_memory);
-  EXPECT_TRUE(st.Holds(1));
+  ExpectLoads(mgr, st, 1, /*from_memory=*/true);
 }
 
 TEST(MemoryTier, ANewerStepInTheRootWinsAndADamagedCopyFallsBack) {
@@ -160,11 +158,7 @@ TEST(MemoryTier, ANewerStepInTheRootWinsAndADamagedCopyFallsBack) {
   }
   {
     CheckpointManager mgr(root, WithTier(tier_dir, 0));
-    st.Fill(0);
-    LoadResult r = mgr.Load(st.sd);
-    EXPECT_EQ(r.step, 3);
-    EXPECT_FALSE(r.from_memory);
-    EXPECT_TRUE(st.Holds(3));
+    ExpectLoads(mgr, st, 3, /*from_memory=*/false);
   }
   fs::remove_all(root + "/step_000000003");
   // Step 2's only copy damaged: step 1 from memory, never wrong data.
@@ -172,11 +166,7 @@ TEST(MemoryTier, ANewerStepInTheRootWinsAndADamagedCopyFallsBack) {
   for (const auto& f : testing::ListFiles(dir, "data-")) testing::FlipByte(dir + "/" + f, 200);
   {
     CheckpointManager mgr(root, WithTier(tier_dir, 0));
-    st.Fill(0);
-    LoadResult r = mgr.Load(st.sd);
-    EXPECT_EQ(r.step, 1);
-    EXPECT_TRUE(r.from_memory);
-    EXPECT_TRUE(st.Holds(1));
+    LoadResult r = ExpectLoads(mgr, st, 1, /*from_memory=*/true);
     EXPECT_NE(r.fell_back.find("step 2 in memory: no intact copy of every file left"),
               std::string::npos)
         << r.fell_back;
