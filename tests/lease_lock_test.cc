@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -229,11 +230,73 @@ TEST(LeaseLock, AHolderIsItsProcessNotItsPid) {
   Plant(path, h);
   st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  // An old heartbeat is the holder's clock: broken only once the lock went unchanged for a
+  // lease watched from here.
   h.heartbeat_unix_ms = NowUnixMs() - 600 * 1000;
   Plant(path, h);
-  st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 1});
   ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_NE(lock.broke().find("lease"), std::string::npos) << lock.broke();
+  EXPECT_NE(lock.broke().find("unchanged for 1 s as watched from host"), std::string::npos)
+      << lock.broke();
+}
+
+// Without flock every change of the lock is a compare-and-swap on the version its holder saw:
+// a renewal never writes over a lock another job took meanwhile, and the holder finds out.
+TEST(LeaseLock, ARenewalNeverOverwritesALockTakenMeanwhile) {
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
+  NoFlockFileSystem fs;
+  LeaseLock lock;
+  ASSERT_TRUE(lock.Acquire(fs, path, "the test root", "save", "a", {.lease_seconds = 0.4}).ok());
+  LockHolder other{"save", "taker", "host-z", 7, NowUnixMs(), NowUnixMs()};
+  Plant(path, other);
+  Status st;
+  for (auto until = std::chrono::steady_clock::now() + 30s;
+       st.ok() && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(50ms);
+    st = lock.Check();
+  }
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("taken by save taker of process 7 on host host-z"), std::string::npos)
+      << st.message();
+  std::this_thread::sleep_for(300ms);  // more beats: none may write
+  auto now = ReadLockHolder(fs, path);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->id, "taker");
+  lock.Release();  // not ours: left to its holder
+  EXPECT_TRUE(std::filesystem::exists(path));
+}
+
+// A holder whose lock cannot be written (a store outage) past its lease no longer counts it as
+// its own: a taker may have found it expired meanwhile.
+class FailingWritesFileSystem final : public testfs::ForwardingFileSystem {
+ public:
+  bool IsObjectStore() const override { return true; }
+  Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& p) override {
+    if (failing) return Unavailable("the store is down");
+    return ForwardingFileSystem::NewExclusiveFile(p);
+  }
+  std::atomic<bool> failing{false};
+};
+
+TEST(LeaseLock, ALockNotRenewedForItsLeaseIsNoLongerHeld) {
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
+  FailingWritesFileSystem fs;
+  LeaseLock lock;
+  ASSERT_TRUE(lock.Acquire(fs, path, "the test root", "save", "a", {.lease_seconds = 0.4}).ok());
+  ::testing::internal::CaptureStderr();
+  fs.failing = true;
+  Status st;
+  for (auto until = std::chrono::steady_clock::now() + 30s;
+       st.ok() && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(50ms);
+    st = lock.Check();
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("could not be renewed for"), std::string::npos) << st.message();
+  EXPECT_NE(said.find("could not renew"), std::string::npos) << said;
 }
 
 }  // namespace

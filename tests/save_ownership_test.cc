@@ -227,14 +227,17 @@ TEST(SaveOwnership, LockOfAnotherHostIsRespectedWithItsAge) {
 TEST(SaveOwnership, ExpiredLeaseOfAnotherHostIsBrokenWithAWarning) {
   TempDir tmp;
   const std::string dir = tmp.Sub("ckpt");
-  WriteLock(dir, "some-other-host", 4242, 4000, /*renewed_ago_s=*/400);  // lease: 300 s
+  // Its heartbeat is old by this clock, but clocks of two hosts may differ: broken once the
+  // file went a whole lease (1 s here) unchanged as watched from this host.
+  WriteLock(dir, "some-other-host", 4242, 4000, /*renewed_ago_s=*/400);
   OneTensor t(10, 4.0f);
   ::testing::internal::CaptureStderr();
-  auto r = checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem());
+  auto r = checkpoint::Save(t.sd, dir, {.lock_lease_seconds = 1}, storage::PosixFileSystem());
   const std::string warned = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_NE(warned.find("process 4242 on host some-other-host"), std::string::npos) << warned;
-  EXPECT_NE(warned.find("lease of 300 s expired"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("lease of 1 s expired (unchanged for 1 s as watched"), std::string::npos)
+      << warned;
 
   WriteLock(dir, "some-other-host", 4243, 10, /*renewed_ago_s=*/1);
   EXPECT_FALSE(checkpoint::Save(t.sd, dir, {}, storage::PosixFileSystem()).ok());

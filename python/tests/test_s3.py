@@ -54,6 +54,11 @@ def uploads(client, prefix):
     return client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads", [])
 
 
+def lock_text(kind, id_, host, renewed_ms):
+    return (f"dcp lock\nkind {kind}\nid {id_}\nhost {host}\npid 4242\n"
+            f"started {renewed_ms:015d}\nrenewed {renewed_ms:015d}\n")
+
+
 def run(args, env=None, timeout=300):
     # mpirun as root (CI containers) must be told it may; 4 ranks share 2 cores.
     env = dict(os.environ, **(env or {}), PYTHONPATH=str(WORKERS), OMP_NUM_THREADS="1",
@@ -181,9 +186,7 @@ def test_killed_saves_never_leave_a_mixed_checkpoint(s3):
 def test_a_lock_of_another_save_refuses_the_save(s3):
     _, client = s3
     ck = f"s3://{BUCKET}/locked/ck"
-    now = int(time.time() * 1000)
-    lock = (f"dcp lock\nkind save\nid 00000000deadbeef\nhost other-host\npid 4242\n"
-            f"started {now:015d}\nrenewed {now:015d}\n")
+    lock = lock_text("save", "00000000deadbeef", "other-host", int(time.time() * 1000))
     client.put_object(Bucket=BUCKET, Key="locked/ck/dcp.lock", Body=lock.encode())
     with pytest.raises(dcp.DcpError, match="other-host"):
         dcp.save({"x": torch.ones(4)}, ck, no_dist=True)
@@ -285,6 +288,46 @@ def test_expired_session_credentials_are_refreshed(s3, tmp_path):
                       env={"AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_ACCESS_KEY_ID": "",
                            "AWS_SECRET_ACCESS_KEY": ""})
     assert expired, "no request was signed with the expired credentials"
+
+
+def test_lock_expiry_is_judged_by_the_stores_clock(s3, capfd):
+    """A lock of another host expires when the store says it went a lease unwritten (Date minus
+    Last-Modified of one reply), never by comparing the holder's clock with ours: a holder whose
+    clock is an hour behind is not broken while it writes (it used to be, at once)."""
+    _, client = s3
+    root, key = f"s3://{BUCKET}/store-clock/root", "store-clock/root/.dcp-manager.lock"
+    an_hour_ago = int(time.time() * 1000) - 3600 * 1000
+    client.put_object(Bucket=BUCKET, Key=key,
+                      Body=lock_text("manager", "77", "far-host", an_hour_ago).encode())
+    with pytest.raises(dcp.DcpError, match="far-host"):
+        dcp.CheckpointManager(root, lock_lease_seconds=30, no_dist=True)
+    time.sleep(3.5)  # unwritten for longer than a 2 s lease, by the store's clock
+    capfd.readouterr()
+    with dcp.CheckpointManager(root, lock_lease_seconds=2, no_dist=True) as mgr:
+        mgr.save(1, {"w": torch.ones(4)})
+    err = capfd.readouterr().err
+    assert "lease of 2 s expired (not renewed for" in err and "by the store's clock" in err, err
+    assert key not in keys(client, "store-clock/root/")
+
+
+def test_a_renewal_never_overwrites_a_lock_taken_meanwhile(s3):
+    """The manager's lock renewed every lease/4 is a write conditional on the version its holder
+    wrote (If-Match): once another job took the object, no renewal writes over it, the next
+    save reports the loss, and closing leaves the taker's lock in place."""
+    _, client = s3
+    root, key = f"s3://{BUCKET}/taken/root", "taken/root/.dcp-manager.lock"
+    mgr = dcp.CheckpointManager(root, lock_lease_seconds=1, no_dist=True)
+    mgr.save(1, {"w": torch.ones(4)})
+    taker = lock_text("manager", "taker", "other-host", int(time.time() * 1000))
+    client.put_object(Bucket=BUCKET, Key=key, Body=taker.encode())
+    time.sleep(1.5)  # several beats
+    assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode() == taker
+    with pytest.raises(dcp.DcpError, match="taken by manager taker of process 4242 on host "
+                                           "other-host"):
+        mgr.save(2, {"w": torch.ones(4)})
+    mgr.close()
+    assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode() == taker
+    client.delete_object(Bucket=BUCKET, Key=key)
 
 
 def test_an_empty_lock_object_holds_nothing(s3):

@@ -93,6 +93,23 @@ class FileSystem {
   // its target. An object store replaces an object atomically in one request.
   virtual Status WriteAtomic(const std::string& path, std::string_view data,
                              const std::string& tmp_suffix);
+  // Compare-and-swap on a small file, for a lock where no flock reaches (an object store).
+  // A version names one content as written; `age_seconds`: how long ago it was written, by the
+  // store's own clock (no clock of another host compared), -1 when the store cannot say.
+  struct Versioned {
+    std::string text;
+    std::string version;
+    double age_seconds = -1;
+  };
+  // kNotFound when missing; kDataLoss when longer than `max_bytes`.
+  virtual Result<Versioned> ReadVersioned(const std::string& path, size_t max_bytes);
+  // Writes `data` at `path` only if it still holds `version` ("": only if absent) and returns
+  // the new version; kFailedPrecondition when it changed meanwhile, kNotFound when it is gone.
+  // S3: If-Match / If-None-Match. The default compares, then writes (not atomic).
+  virtual Result<std::string> WriteIfVersion(const std::string& path, std::string_view data,
+                                             const std::string& version);
+  // Removes `path` only if it still holds `version` (kFailedPrecondition otherwise).
+  virtual Status RemoveIfVersion(const std::string& path, const std::string& version);
   // Objects, not files: Rename copies every byte (so the manager does not recycle files) and
   // each read is a request (so loads announce their ranges, ReadableFile::WillRead).
   virtual bool IsObjectStore() const { return false; }

@@ -1,20 +1,19 @@
 #include "storage/lease_lock.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <functional>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "core/host_name.h"
@@ -22,59 +21,16 @@
 namespace dcp::storage {
 namespace {
 
-// A lock file is a few lines; anything longer is not one (and is never read whole).
-constexpr size_t kMaxLockBytes = 4096;
-
 std::string Seconds(int64_t ms) { return std::to_string(std::max<int64_t>(0, ms) / 1000); }
-
-// For holders whose kernel lock cannot be seen (no flock here): is `pid` of this host alive?
-// A zombie (killed, not yet reaped) holds nothing.
-bool ProcessAlive(int64_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const size_t close = line.rfind(')');  // "pid (comm) S ...": comm may hold ')'
-  if (close == std::string::npos || close + 2 >= line.size()) return true;
-  return line[close + 2] != 'Z' && line[close + 2] != 'X';
-}
-
-std::string FirstLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-// The start time of `pid` (clock ticks since boot, /proc/<pid>/stat's 22nd field), "" if gone.
-std::string StartTime(int64_t pid) {
-  const std::string line = FirstLine("/proc/" + std::to_string(pid) + "/stat");
-  const size_t close = line.rfind(')');  // "pid (comm) S ...": comm may hold ')'
-  if (close == std::string::npos) return "";
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i == 22) return field;
-  }
-  return "";
-}
-
-// The pid namespace this process sees pids in ("pid:[4026531836]"), "" where /proc cannot say.
-std::string PidNamespace() {
-  char buf[64];
-  const ssize_t n = ::readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-}
 
 // The text of the lock at `path` through `fs`, refused when longer than a lock can be.
 Result<std::string> ReadLockText(FileSystem& fs, const std::string& path) {
-  // One open and one read: the size is the opened file's, not a second look at the name.
-  DCP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, fs.OpenReadable(path));
-  if (f->size() > kMaxLockBytes) return DataLoss(path + " is not a dcp lock (too large)");
-  std::string text(f->size(), '\0');
-  DCP_RETURN_IF_ERROR(f->ReadAt(0, std::as_writable_bytes(std::span(text.data(), text.size()))));
-  return text;
+  auto v = fs.ReadVersioned(path, kMaxLockBytes);
+  if (!v.ok() && v.status().code() == StatusCode::kDataLoss) {
+    return DataLoss(path + " is not a dcp lock (too large)");
+  }
+  DCP_RETURN_IF_ERROR(v.status());
+  return std::move(v->text);
 }
 
 // The holder in `text`; a file that is no lock is judged by its modification time.
@@ -87,35 +43,50 @@ LockHolder HolderOf(std::string_view text, int64_t mtime_ms) {
   return unknown;
 }
 
-// Why `h` no longer holds the lock, or "" when it may. `kernel_lock`: this taker holds the
-// file's flock, so no live process of this kernel does.
-std::string StaleReason(const LockHolder& h, bool kernel_lock, const LockOptions& opts) {
-  // Same host name: its process can be judged here -- unless it ran under another kernel
-  // (a restarted container or machine keeping its name) or in a pid namespace this process
-  // cannot see: then its lease decides, as for another host.
-  bool judged_here = h.host == HostName() && !h.host.empty();
-  std::string boot, ns, start;
-  if (judged_here && !h.process.empty()) {
-    std::istringstream parts(h.process);
-    parts >> boot >> ns >> start;
-    const std::string mine = ProcessIdentity(::getpid());
-    judged_here = mine.rfind(boot + " " + ns + " ", 0) == 0;
-  }
-  if (judged_here) {
-    if (kernel_lock) return "its process is gone (the kernel released its lock)";
-    if (!ProcessAlive(h.pid)) return "process " + std::to_string(h.pid) + " is gone";
-    if (!start.empty() && StartTime(h.pid) != start) {
-      return "process " + std::to_string(h.pid) + " is gone (the pid is another process's now)";
-    }
-    return "";
-  }
-  const int64_t age_ms = NowUnixMs() - h.heartbeat_unix_ms;
-  if (age_ms > static_cast<int64_t>(opts.lease_seconds * 1000)) {
-    return "its lease of " + Seconds(static_cast<int64_t>(opts.lease_seconds * 1000)) +
-           " s expired (last renewed " + Seconds(age_ms) + " s ago)";
-  }
+// A lock as read: its text, a version that changes with every write (the object's ETag; the
+// text itself on a file), and its age by the store's clock when the store tells it.
+struct Seen {
+  std::string text;
+  std::string version;
+  double age_seconds = -1;
+};
+using ReadSeen = std::function<Result<Seen>()>;
+
+std::string LeaseText(const LockOptions& opts) {
+  return Seconds(static_cast<int64_t>(opts.lease_seconds * 1000));
+}
+
+// Why `h`, holding the lock `seen`, no longer does, or "" when it may. `kernel_lock`: this
+// taker holds the file's flock, so no live process of this kernel does. A holder of another
+// host (or one this process cannot judge) has expired when the lock went a whole lease
+// without a write: by the store's clock when it says (age_seconds), else watched from here
+// through `read` -- never by comparing the holder's clock with this one's, which may differ
+// by more than a lease. A heartbeat recent by this clock refuses at once without watching
+// (that only ever refuses). *changed: the lock changed while watched (look again).
+std::string StaleReason(const LockHolder& h, const Seen& seen, bool kernel_lock,
+                        const LockOptions& opts, const ReadSeen& read, bool* changed) {
+  *changed = false;
+  if (JudgedHere(h)) return GoneHere(h, kernel_lock);
   if (opts.break_lock) return "break_lock was given";
-  return "";
+  const double lease = opts.lease_seconds;
+  if (seen.age_seconds >= 0) {
+    if (seen.age_seconds <= lease) return "";
+    return "its lease of " + LeaseText(opts) + " s expired (not renewed for " +
+           std::to_string(static_cast<int64_t>(seen.age_seconds)) + " s by the store's clock)";
+  }
+  if (NowUnixMs() - h.heartbeat_unix_ms <= static_cast<int64_t>(lease * 1000)) return "";
+  const auto every = std::chrono::duration<double>(std::clamp(lease / 8, 0.05, 2.0));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(lease);
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(every);
+    auto now = read();
+    if (!now.ok() || now->version != seen.version) {
+      *changed = true;
+      return "";
+    }
+  }
+  return "its lease of " + LeaseText(opts) + " s expired (unchanged for " + LeaseText(opts) +
+         " s as watched from host " + HostName() + ")";
 }
 
 Status HeldBy(const std::string& what, const std::string& path, const LockHolder& h,
@@ -139,73 +110,6 @@ struct Stat {
 
 }  // namespace
 
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string ProcessIdentity(int64_t pid) {
-  const std::string start = StartTime(pid);
-  std::string boot = FirstLine("/proc/sys/kernel/random/boot_id");
-  std::string ns = PidNamespace();
-  if (start.empty() || boot.empty() || ns.empty()) return "";
-  for (std::string* s : {&boot, &ns}) {
-    for (char& c : *s) {
-      if (c == ' ' || c == '\n') c = '_';
-    }
-  }
-  return boot + " " + ns + " " + start;
-}
-
-std::string EncodeLockHolder(const LockHolder& h) {
-  // Fixed-width times: a renewal rewrites the file in place, never shorter or longer.
-  char times[64];
-  std::snprintf(times, sizeof(times), "started %015lld\nrenewed %015lld\n",
-                static_cast<long long>(h.started_unix_ms),
-                static_cast<long long>(h.heartbeat_unix_ms));
-  return "dcp lock\nkind " + h.kind + "\nid " + h.id + "\nhost " + h.host + "\npid " +
-         std::to_string(h.pid) + "\n" + times +
-         (h.process.empty() ? "" : "process " + h.process + "\n");
-}
-
-Result<LockHolder> DecodeLockHolder(std::string_view text) {
-  if (text.size() > kMaxLockBytes || text.substr(0, 9) != "dcp lock\n") {
-    return DataLoss("not a dcp lock");
-  }
-  LockHolder h;
-  int fields = 0;
-  size_t pos = 9;
-  while (pos < text.size()) {
-    size_t end = std::min(text.find('\n', pos), text.size());
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    const size_t sp = line.find(' ');
-    if (sp == std::string_view::npos) continue;
-    const std::string key(line.substr(0, sp)), value(line.substr(sp + 1));
-    const long long n = std::strtoll(value.c_str(), nullptr, 10);
-    if (key == "kind") h.kind = value, ++fields;
-    if (key == "id") h.id = value, ++fields;
-    if (key == "host") h.host = value, ++fields;
-    if (key == "pid") h.pid = n, ++fields;
-    if (key == "started") h.started_unix_ms = n, ++fields;
-    if (key == "renewed") h.heartbeat_unix_ms = n, ++fields;
-    if (key == "process") h.process = value;  // optional: earlier versions wrote none
-  }
-  if (fields != 6) return DataLoss("incomplete dcp lock");
-  return h;
-}
-
-std::string DescribeLockHolder(const LockHolder& h) {
-  const int64_t now = NowUnixMs();
-  if (h.host.empty()) {
-    return "an " + h.kind + " (written " + Seconds(now - h.heartbeat_unix_ms) + " s ago)";
-  }
-  return h.kind + " " + h.id + " of process " + std::to_string(h.pid) + " on host " + h.host +
-         " (started " + Seconds(now - h.started_unix_ms) + " s ago, renewed " +
-         Seconds(now - h.heartbeat_unix_ms) + " s ago)";
-}
-
 // ---- The held lock and its heartbeat --------------------------------------------------------
 
 struct LeaseLock::State {
@@ -219,33 +123,63 @@ struct LeaseLock::State {
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
-  std::string lost;  // why the lock is no longer ours, once found out
+  std::string lost;     // why the lock is no longer ours, once found out
+  std::string version;  // object stores: the version of the lock as this holder last wrote it
+  // When this holder last wrote its lock (steady clock): past one lease without a write, a
+  // taker may have found it expired, so the lock is no longer proven ours.
+  std::atomic<std::chrono::steady_clock::rep> written{Steady()};
+  // Serialises the heartbeat's reads and writes with Check()'s (both update `version`).
+  std::mutex io;
   std::thread heartbeat;
+
+  static std::chrono::steady_clock::rep Steady() {
+    return std::chrono::steady_clock::now().time_since_epoch().count();
+  }
 
   ~State() {
     if (fd >= 0) ::close(fd);
   }
 
-  // Reads at most kMaxLockBytes of the lock (the descriptor's, or the object).
-  Result<std::string> ReadContent() {
+  // The lock as it is now (the descriptor's, or the object), at most kMaxLockBytes of it.
+  Result<Seen> Read() {
     if (fd >= 0) {
       std::string buf(kMaxLockBytes + 1, '\0');
       ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
       if (n < 0) return ErrnoStatus("read lock", path, errno);
       buf.resize(static_cast<size_t>(n));
-      return buf;
+      return Seen{buf, buf, -1};
     }
-    return ReadLockText(*fs, path);
+    auto v = fs->ReadVersioned(path, kMaxLockBytes);
+    if (!v.ok() && v.status().code() == StatusCode::kDataLoss) {
+      return DataLoss(path + " is not a dcp lock (too large)");
+    }
+    DCP_RETURN_IF_ERROR(v.status());
+    return Seen{std::move(v->text), std::move(v->version), v->age_seconds};
   }
 
-  Status WriteContent() {
+  // Writes this holder's lock over the version it last wrote (object stores: a conditional
+  // write, so a lock taken meanwhile is never overwritten), or in place under the flock.
+  Status Write() {
     const std::string text = EncodeLockHolder(me);
-    if (fd < 0) return fs->WriteAtomic(path, text, ".renew");
-    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
-        ::ftruncate(fd, static_cast<off_t>(text.size())) != 0 || ::fdatasync(fd) != 0) {
+    if (fd < 0) {
+      auto v = fs->WriteIfVersion(path, text, version);
+      if (!v.ok()) return v.status();
+      version = *v;
+    } else if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
+               ::ftruncate(fd, static_cast<off_t>(text.size())) != 0 || ::fdatasync(fd) != 0) {
       return ErrnoStatus("write lock", path, errno);
     }
+    written = Steady();
     return OkStatus();
+  }
+
+  std::string NotWrittenFor() const {
+    const double since = std::chrono::duration<double>(
+                             std::chrono::steady_clock::duration(Steady() - written.load()))
+                             .count();
+    if (since <= opts.lease_seconds) return "";
+    return "it could not be renewed for " + std::to_string(static_cast<int64_t>(since)) +
+           " s, past its lease of " + LeaseText(opts) + " s (another job may have taken it)";
   }
 
   // Why the lock is no longer ours, or "" -- or, when `unreadable` is given and the lock
@@ -260,17 +194,19 @@ struct LeaseLock::State {
       }
       return "";
     }
-    auto text = ReadContent();
-    if (!text.ok()) {
-      if (text.status().code() == StatusCode::kNotFound) return "its lock was removed";
+    auto seen = Read();
+    if (!seen.ok()) {
+      if (seen.status().code() == StatusCode::kNotFound) return "its lock was removed";
       // An outage, not a loss (only another holder's lock is one): the caller reads again.
       if (unreadable) *unreadable = true;
-      return unreadable ? "" : "its lock cannot be read (" + text.status().message() + ")";
+      return unreadable ? "" : "its lock cannot be read (" + seen.status().message() + ")";
     }
-    auto h = DecodeLockHolder(*text);
+    auto h = DecodeLockHolder(seen->text);
     if (!h.ok() || h->id != me.id) {
       return "its lock was taken by " + (h.ok() ? DescribeLockHolder(*h) : "another holder");
     }
+    // Ours, written by a write whose reply was lost: that is the version to write over.
+    version = seen->version;
     return "";
   }
 
@@ -281,21 +217,38 @@ struct LeaseLock::State {
     while (!cv.wait_for(lock, every, [&] { return stopping; })) {
       if (!lost.empty()) continue;
       lock.unlock();
-      bool unreadable = false;
-      std::string why = WhyLost(&unreadable);
-      if (unreadable) {  // not renewed blind: that could overwrite a lock taken meanwhile
-        std::fprintf(stderr, "dcp: could not read %s to renew it; trying at the next beat\n",
-                     path.c_str());
-      } else if (why.empty()) {
-        me.heartbeat_unix_ms = NowUnixMs();
-        Status s = WriteContent();
-        // A failed renewal is retried at the next beat; the lease allows three misses.
-        if (!s.ok())
-          std::fprintf(stderr, "dcp: could not renew %s: %s\n", path.c_str(), s.message().c_str());
-      }
+      std::string why = RenewOnce();
       lock.lock();
       if (!why.empty()) lost = why;
     }
+  }
+
+  // One beat: the lock rewritten with a new heartbeat; why it is lost, or "".
+  std::string RenewOnce() {
+    std::lock_guard guard(io);
+    bool unreadable = false;
+    if (fd >= 0) {
+      std::string why = WhyLost(&unreadable);
+      if (!why.empty()) return why;
+    }
+    me.heartbeat_unix_ms = NowUnixMs();
+    Status s = Write();
+    if (!s.ok() && fd < 0 &&
+        (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound)) {
+      // Changed since this holder's last write: taken or removed -- or written by our own
+      // renewal whose reply was lost (then WhyLost adopts its version, written next beat).
+      std::string why = WhyLost(&unreadable);
+      if (!why.empty()) return why;
+    }
+    // Failed writes and reads are retried at the next beat (the lease allows three misses);
+    // a lock never read is never renewed blind, which could overwrite one taken meanwhile.
+    if (unreadable) {
+      std::fprintf(stderr, "dcp: could not read %s to renew it; trying at the next beat\n",
+                   path.c_str());
+    } else if (!s.ok()) {
+      std::fprintf(stderr, "dcp: could not renew %s: %s\n", path.c_str(), s.message().c_str());
+    }
+    return NotWrittenFor();
   }
 };
 
@@ -323,11 +276,12 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
             NowUnixMs(),
             NowUnixMs(),
             ProcessIdentity(::getpid())};
+  const ReadSeen read = [raw = st.get()] { return raw->Read(); };
 
   bool got = false;
-  for (int attempt = 0; attempt < 5 && !got; ++attempt) {
+  for (int attempt = 0; attempt < 8 && !got; ++attempt) {
     bool kernel_lock = false;
-    std::string text;
+    Seen seen;
     int64_t mtime_ms = NowUnixMs();
     if (!fs.IsObjectStore()) {
       // Never through a symlink (its target would get the lock text), never a FIFO's wait.
@@ -358,52 +312,49 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
           continue;
         }
       } else if (errno == EWOULDBLOCK) {
-        auto content = st->ReadContent();
-        const LockHolder h = HolderOf(content.ok() ? *content : "", mtime_ms);
+        auto content = st->Read();
+        const LockHolder h = HolderOf(content.ok() ? content->text : "", mtime_ms);
         return HeldBy(what, path, h, opts, /*kernel_says_alive=*/true);
       }  // else no flock on this file system (ENOLCK, ENOTSUP): the content decides
-      DCP_ASSIGN_OR_RETURN(text, st->ReadContent());
+      DCP_ASSIGN_OR_RETURN(seen, st->Read());
     } else {
-      auto file = fs.NewExclusiveFile(path);
-      if (file.ok()) {
-        const std::string mine = EncodeLockHolder(st->me);
-        Status w = (*file)->Append(std::as_bytes(std::span(mine.data(), mine.size())));
-        if (w.ok()) w = (*file)->Sync();
-        Status c = (*file)->Close();
-        if (w.ok()) w = c;
-        if (w.ok()) {
-          got = true;
-          break;
-        }
-        // kFailedPrecondition: another taker won the conditional write; not ours to remove.
-        if (w.code() != StatusCode::kFailedPrecondition) {
-          (void)fs.Remove(path);
-          return w.Annotate("cannot lock " + what + ": ");
-        }
-      } else if (file.status().code() != StatusCode::kFailedPrecondition) {
-        return file.status().Annotate("cannot lock " + what + ": ");
-      }
-      auto content = st->ReadContent();
-      if (!content.ok() && content.status().code() == StatusCode::kNotFound) continue;
-      DCP_RETURN_IF_ERROR(content.status());
-      text = *content;
-    }
-
-    if (text.empty() && fs.IsObjectStore()) {
-      // An object is written whole: an empty one is no lock being written, and holds nothing.
-      std::fprintf(stderr, "dcp: warning: removing the empty lock object %s\n", path.c_str());
-      (void)fs.Remove(path);
-      continue;
-    }
-    if (!text.empty()) {
-      const LockHolder h = HolderOf(text, mtime_ms);
-      // A lock is mine iff its id is: a conditional PUT whose reply was lost is retried and
-      // refused (412), yet what it wrote is there, with this attempt's id.
-      if (fs.IsObjectStore() && h.id == st->me.id) {
+      // Created only if absent; a lost reply's retry is refused, but reads back as ours.
+      auto created = fs.WriteIfVersion(path, EncodeLockHolder(st->me), "");
+      if (created.ok()) {
+        st->version = *created;
         got = true;
         break;
       }
-      const std::string why = StaleReason(h, kernel_lock, opts);
+      if (created.status().code() != StatusCode::kFailedPrecondition) {
+        return created.status().Annotate("cannot lock " + what + ": ");
+      }
+      auto now = st->Read();
+      if (!now.ok() && now.status().code() == StatusCode::kNotFound) continue;
+      DCP_RETURN_IF_ERROR(now.status());
+      seen = std::move(*now);
+    }
+
+    if (seen.text.empty() && fs.IsObjectStore()) {
+      // An object is written whole: an empty one is no lock being written, and holds nothing.
+      std::fprintf(stderr, "dcp: warning: removing the empty lock object %s\n", path.c_str());
+      (void)fs.RemoveIfVersion(path, seen.version);
+      continue;
+    }
+    if (!seen.text.empty()) {
+      const LockHolder h = HolderOf(seen.text, mtime_ms);
+      // A lock is mine iff its id is: a conditional write whose reply was lost is retried and
+      // refused (412), yet what it wrote is there, with this attempt's id.
+      if (fs.IsObjectStore() && h.id == st->me.id) {
+        st->version = seen.version;
+        got = true;
+        break;
+      }
+      bool changed = false;
+      const std::string why = StaleReason(h, seen, kernel_lock, opts, read, &changed);
+      if (changed) {
+        if (st->fd >= 0) ::close(st->fd), st->fd = -1;
+        continue;  // renewed, taken or released while watched: look again
+      }
       if (why.empty()) {
         if (st->fd >= 0) ::close(st->fd), st->fd = -1;
         return HeldBy(what, path, h, opts, /*kernel_says_alive=*/false);
@@ -411,22 +362,26 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
       broke_ = DescribeLockHolder(h) + ": " + why;
       std::fprintf(stderr, "dcp: warning: breaking the lock of %s held by %s\n", what.c_str(),
                    broke_.c_str());
-      if (fs.IsObjectStore()) {
-        (void)fs.Remove(path);  // then created anew, only if still absent
-        continue;
-      }
+      // Taken over only as it was judged: on an object store a write conditional on the
+      // version seen, so of two takers, or a taker and a late renewal, one wins.
+      st->version = seen.version;
     }
-    if (!fs.IsObjectStore()) {
-      Status w = st->WriteContent();
-      if (!w.ok()) return w.Annotate("cannot lock " + what + ": ");
-      if (!kernel_lock) {
-        // No flock to make the takeover atomic: at least see a taker that wrote after us.
-        auto back = st->ReadContent();
-        auto h = back.ok() ? DecodeLockHolder(*back) : Result<LockHolder>(back.status());
-        if (!h.ok() || h->id != id) {
-          return FailedPrecondition(what + " is contended: another job took its lock " + path +
-                                    " at the same time");
-        }
+    Status w = st->Write();
+    if (!w.ok()) {
+      if (fs.IsObjectStore() &&
+          (w.code() == StatusCode::kFailedPrecondition || w.code() == StatusCode::kNotFound)) {
+        broke_.clear();
+        continue;  // it changed since it was judged: judge it again
+      }
+      return w.Annotate("cannot lock " + what + ": ");
+    }
+    if (!fs.IsObjectStore() && !kernel_lock) {
+      // No flock to make the takeover atomic: at least see a taker that wrote after us.
+      auto back = st->Read();
+      auto h = back.ok() ? DecodeLockHolder(back->text) : Result<LockHolder>(back.status());
+      if (!h.ok() || h->id != id) {
+        return FailedPrecondition(what + " is contended: another job took its lock " + path +
+                                  " at the same time");
       }
     }
     got = true;
@@ -435,6 +390,7 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
     return FailedPrecondition(what + " is contended: its lock " + path +
                               " was taken and released by others meanwhile; try again");
   }
+  st->written = State::Steady();
   State* raw = st.get();
   st->heartbeat = std::thread([raw] { raw->Renew(); });
   state_ = std::move(st);
@@ -451,10 +407,14 @@ Status LeaseLock::Check() {
   // Read again through a short outage; a lock that stays unreadable is not proven ours.
   for (int attempt = 0; why.empty(); ++attempt) {
     bool unreadable = false;
-    why = state_->WhyLost(attempt < 3 ? &unreadable : nullptr);
+    {
+      std::lock_guard guard(state_->io);
+      why = state_->WhyLost(attempt < 3 ? &unreadable : nullptr);
+    }
     if (!unreadable) break;
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  if (why.empty()) why = state_->NotWrittenFor();
   if (why.empty()) return OkStatus();
   return FailedPrecondition("the lock " + state_->path + " is no longer this job's: " + why);
 }
@@ -467,9 +427,16 @@ void LeaseLock::Release() {
   }
   state_->cv.notify_all();
   if (state_->heartbeat.joinable()) state_->heartbeat.join();
-  // Removed only while still ours (a lock broken meanwhile belongs to its new holder); on a
-  // file system under the flock, so a taker that opened it meanwhile sees the inode is gone.
-  if (state_->WhyLost().empty()) (void)state_->fs->Remove(state_->path);
+  // Removed only while still ours (a lock broken meanwhile belongs to its new holder): on a
+  // file system under the flock, so a taker that opened it meanwhile sees the inode is gone;
+  // on an object store only while it holds the version this holder wrote.
+  if (state_->WhyLost().empty()) {
+    if (state_->fd >= 0) {
+      (void)state_->fs->Remove(state_->path);
+    } else {
+      (void)state_->fs->RemoveIfVersion(state_->path, state_->version);
+    }
+  }
   state_.reset();  // closes the descriptor: the kernel lock goes last
 }
 

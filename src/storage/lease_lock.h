@@ -6,16 +6,21 @@
 // a lock left by a dead process of this host is taken over at once (whatever its pid now
 // names), and a live holder the kernel sees is never broken. flock is not seen across hosts on
 // every shared file system, so the file's content names the holder (kind, id, host, pid,
-// start) and carries a heartbeat the holder renews every lease/4 while it holds the lock: a
-// lock of another host whose heartbeat is older than the lease is stale, and the next taker
-// breaks it with a warning naming the old holder. A takeover writes in place under the flock
-// (nothing is renamed aside and back). Release removes the file under the flock; a taker that
-// locked a file unlinked meanwhile finds another inode at the path and tries again.
+// process identity) and carries a heartbeat the holder rewrites every lease/4 while it holds
+// the lock. A lock of another host expires when it went a whole lease without a write: on an
+// object store by the store's own clock (Date minus Last-Modified of one reply), on a file
+// system by watching it here for a lease -- never by comparing the holder's clock with this
+// host's. The next taker then breaks it with a warning naming the old holder. A takeover
+// writes in place under the flock (nothing is renamed aside and back). Release removes the
+// file under the flock; a taker that locked a file unlinked meanwhile finds another inode at
+// the path and tries again. A holder that could not rewrite its lock for a lease no longer
+// counts it as its own (Check fails).
 //
-// On an object store (no flock) the lock is an object created only if absent (a conditional
-// write); a stale one is deleted and created anew, and the heartbeat rewrites it. Two takers
-// racing for one stale lock object can both believe they won: Check(), called before a
-// commit, tells the loser.
+// On an object store (no flock) every change is a compare-and-swap on the version seen
+// (FileSystem::WriteIfVersion; If-None-Match / If-Match on S3): the lock is created only if
+// absent, renewed only over the version its holder wrote, taken over only over the stale
+// version judged, removed only while it is the holder's. A lock is its holder's iff it carries
+// the holder's id: a write whose reply was lost (the retry is refused) reads back as its own.
 #pragma once
 
 #include <cstdint>
@@ -25,37 +30,14 @@
 
 #include "dcp/status.h"
 #include "storage/file_system.h"
+#include "storage/lock_holder.h"
 
 namespace dcp::storage {
 
 inline constexpr double kDefaultLockLeaseSeconds = 300;
 
-struct LockHolder {
-  std::string kind;  // what holds it: "save", "manager"
-  std::string id;    // unique per acquisition
-  std::string host;  // HostName() of the holder
-  int64_t pid = 0;
-  int64_t started_unix_ms = 0;
-  int64_t heartbeat_unix_ms = 0;
-  // "<boot id> <pid namespace> <start time>" of the holder's process (ProcessIdentity): on
-  // its host, what tells its process from a later one with the same pid, or one a pid
-  // namespace hides. Empty in locks of earlier versions.
-  std::string process;
-};
-
-// The identity (LockHolder::process) of process `pid` as this process sees it now; "" when it
-// does not exist (or /proc cannot say).
-std::string ProcessIdentity(int64_t pid);
-
-std::string EncodeLockHolder(const LockHolder& holder);
-// kDataLoss when `text` is not a lock.
-Result<LockHolder> DecodeLockHolder(std::string_view text);
-// "save 1a2b of process 42 on host h (started 5 s ago, renewed 1 s ago)".
-std::string DescribeLockHolder(const LockHolder& holder);
-int64_t NowUnixMs();
-
 struct LockOptions {
-  // A holder of another host that has not renewed its heartbeat for this long is gone.
+  // A holder of another host whose lock went this long without a write is gone.
   double lease_seconds = kDefaultLockLeaseSeconds;
   // Take the lock from any holder the kernel does not show alive (a person who knows it is
   // gone; `dcp unlock` does the same by hand).

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 
 #include "storage/file_system.h"
@@ -356,6 +357,51 @@ Status FileSystem::WriteAtomic(const std::string& path, std::string_view data,
   }
   std::string dir = std::filesystem::path(path).parent_path().string();
   return fs.SyncDir(dir.empty() ? "." : dir);
+}
+
+namespace {
+// A version of content written without one: the content's own hash (the text changes with
+// every write of a lock, its heartbeat included).
+std::string ContentVersion(const std::string& text) {
+  return "h" + std::to_string(std::hash<std::string>{}(text)) + "-" + std::to_string(text.size());
+}
+}  // namespace
+
+Result<FileSystem::Versioned> FileSystem::ReadVersioned(const std::string& path, size_t max_bytes) {
+  DCP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, OpenReadable(path));
+  if (f->size() > max_bytes) {
+    return DataLoss(path + ": " + std::to_string(f->size()) + " bytes, more than the " +
+                    std::to_string(max_bytes) + " expected");
+  }
+  Versioned v;
+  v.text.resize(f->size());
+  DCP_RETURN_IF_ERROR(
+      f->ReadAt(0, std::as_writable_bytes(std::span(v.text.data(), v.text.size()))));
+  v.version = ContentVersion(v.text);
+  return v;
+}
+
+Result<std::string> FileSystem::WriteIfVersion(const std::string& path, std::string_view data,
+                                               const std::string& version) {
+  if (version.empty()) {
+    DCP_ASSIGN_OR_RETURN(auto file, NewExclusiveFile(path));
+    Status s = file->Append(std::as_bytes(std::span(data.data(), data.size())));
+    if (s.ok()) s = file->Sync();
+    if (s.ok()) s = file->Close();
+    if (!s.ok()) return s;
+  } else {
+    DCP_ASSIGN_OR_RETURN(Versioned now, ReadVersioned(path, data.size() + 4096));
+    if (now.version != version) return FailedPrecondition(path + " changed meanwhile");
+    DCP_RETURN_IF_ERROR(WriteAtomic(path, data, ".cas"));
+  }
+  return ContentVersion(std::string(data));
+}
+
+Status FileSystem::RemoveIfVersion(const std::string& path, const std::string& version) {
+  auto now = ReadVersioned(path, size_t{1} << 20);
+  if (!now.ok()) return now.status().code() == StatusCode::kNotFound ? OkStatus() : now.status();
+  if (now->version != version) return FailedPrecondition(path + " changed meanwhile");
+  return Remove(path);
 }
 
 }  // namespace dcp::storage

@@ -29,6 +29,7 @@ struct S3Client::Response {
   long status = 0;
   std::string text;  // the body, unless it went `into`
   std::string etag;
+  std::string date, last_modified;  // the store's clock: now, and when the object was written
   uint64_t content_length = 0;
   uint64_t received = 0;
 };
@@ -190,10 +191,19 @@ size_t OnHeader(char* data, size_t size, size_t n, void* p) {
     value.erase(0, value.find_first_not_of(" \t"));
     while (!value.empty() && (value.back() == '\r' || value.back() == '\n')) value.pop_back();
     if (name == "etag") t->resp->etag = value;
+    if (name == "date") t->resp->date = value;
+    if (name == "last-modified") t->resp->last_modified = value;
     if (name == "content-length")
       t->resp->content_length = std::strtoull(value.c_str(), nullptr, 10);
   }
   return size * n;
+}
+
+// Seconds since the epoch of an HTTP date ("Sun, 06 Nov 1994 08:49:37 GMT"); -1 if unreadable.
+int64_t HttpDateSeconds(const std::string& text) {
+  std::tm tm{};
+  const char* end = strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S", &tm);
+  return end ? static_cast<int64_t>(timegm(&tm)) : -1;
 }
 
 std::string UrlQuery(const Params& query) {
@@ -431,6 +441,41 @@ Status S3Client::GetRange(const std::string& bucket, const std::string& key, uin
                     " bytes at offset " + std::to_string(offset) + ")");
   }
   return OkStatus();
+}
+
+Result<SmallObject> S3Client::GetSmallObject(const std::string& bucket, const std::string& key,
+                                             size_t max_bytes) {
+  DCP_ASSIGN_OR_RETURN(Response resp, Send(Request{"GET", bucket, key}));
+  if (resp.received > max_bytes) {
+    return DataLoss(Where(bucket, key) + ": " + std::to_string(resp.received) +
+                    " bytes, more than the " + std::to_string(max_bytes) + " expected");
+  }
+  SmallObject out{std::move(resp.text), resp.etag, -1};
+  const int64_t now = HttpDateSeconds(resp.date), written = HttpDateSeconds(resp.last_modified);
+  if (now >= 0 && written >= 0)
+    out.age_seconds = static_cast<double>(std::max<int64_t>(0, now - written));
+  return out;
+}
+
+Result<std::string> S3Client::PutObjectIf(const std::string& bucket, const std::string& key,
+                                          std::span<const std::byte> body,
+                                          const std::string& if_match) {
+  Request r{"PUT", bucket, key};
+  r.body = body;
+  if (if_match.empty()) {
+    r.headers.emplace_back("if-none-match", "*");
+  } else {
+    r.headers.emplace_back("if-match", if_match);
+  }
+  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
+  return resp.etag;
+}
+
+Status S3Client::DeleteObjectIf(const std::string& bucket, const std::string& key,
+                                const std::string& if_match) {
+  Request r{"DELETE", bucket, key};
+  r.headers.emplace_back("if-match", if_match);
+  return Send(r).status();
 }
 
 Status S3Client::DeleteObject(const std::string& bucket, const std::string& key) {

@@ -35,6 +35,14 @@ struct UploadInfo {
   std::string upload_id;
 };
 
+// A small object (a lock) as read: its text, its ETag, and how long ago it was written by the
+// store's clock (Date minus Last-Modified of one reply; -1 when the store does not say).
+struct SmallObject {
+  std::string text;
+  std::string etag;
+  double age_seconds = -1;
+};
+
 // What one client has sent, for `dcp bench` (requests per GiB) and the tests.
 struct RequestCounts {
   uint64_t requests = 0;
@@ -54,6 +62,16 @@ class S3Client {
   // `if_none_match`: fail with kFailedPrecondition when the key exists (conditional write).
   Status PutObject(const std::string& bucket, const std::string& key,
                    std::span<const std::byte> body, bool if_none_match = false);
+  // kNotFound when missing; kDataLoss when longer than `max_bytes`.
+  Result<SmallObject> GetSmallObject(const std::string& bucket, const std::string& key,
+                                     size_t max_bytes);
+  // Compare-and-swap: writes only while the object's ETag is `if_match` ("": only if absent);
+  // kFailedPrecondition (412) when it is not. Returns the new ETag.
+  Result<std::string> PutObjectIf(const std::string& bucket, const std::string& key,
+                                  std::span<const std::byte> body, const std::string& if_match);
+  // Deletes only while the object's ETag is `if_match`.
+  Status DeleteObjectIf(const std::string& bucket, const std::string& key,
+                        const std::string& if_match);
   // kNotFound when missing.
   Result<uint64_t> HeadObject(const std::string& bucket, const std::string& key);
   // Exactly dst.size() bytes at `offset`.

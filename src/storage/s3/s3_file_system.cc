@@ -205,6 +205,32 @@ Status S3FileSystem::WriteAtomic(const std::string& path, std::string_view data,
   return client_.PutObject(loc.bucket, loc.key, std::as_bytes(std::span(data.data(), data.size())));
 }
 
+Result<FileSystem::Versioned> S3FileSystem::ReadVersioned(const std::string& path,
+                                                          size_t max_bytes) {
+  DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
+  DCP_ASSIGN_OR_RETURN(SmallObject o, client_.GetSmallObject(loc.bucket, loc.key, max_bytes));
+  return Versioned{std::move(o.text), std::move(o.etag), o.age_seconds};
+}
+
+Result<std::string> S3FileSystem::WriteIfVersion(const std::string& path, std::string_view data,
+                                                 const std::string& version) {
+  DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
+  return client_.PutObjectIf(loc.bucket, loc.key,
+                             std::as_bytes(std::span(data.data(), data.size())), version);
+}
+
+Status S3FileSystem::RemoveIfVersion(const std::string& path, const std::string& version) {
+  DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
+  Status s = client_.DeleteObjectIf(loc.bucket, loc.key, version);
+  if (s.ok() || s.code() == StatusCode::kNotFound) return OkStatus();
+  if (s.code() == StatusCode::kFailedPrecondition) return s;
+  // A store that takes no condition on DELETE: compare, then delete (a short race, as before).
+  auto now = client_.GetSmallObject(loc.bucket, loc.key, size_t{1} << 20);
+  if (!now.ok()) return now.status().code() == StatusCode::kNotFound ? OkStatus() : now.status();
+  if (now->etag != version) return FailedPrecondition(path + " changed meanwhile");
+  return client_.DeleteObject(loc.bucket, loc.key);
+}
+
 Status S3FileSystem::DropUnfinishedWrites(const std::string& dir) {
   DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(dir));
   const std::string prefix = DirPrefix(loc.key);

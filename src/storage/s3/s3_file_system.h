@@ -39,6 +39,10 @@ class S3FileSystem final : public FileSystem {
   Result<uint64_t> FileSize(const std::string& path) override;
   Status WriteAtomic(const std::string& path, std::string_view data,
                      const std::string& tmp_suffix) override;
+  Result<Versioned> ReadVersioned(const std::string& path, size_t max_bytes) override;
+  Result<std::string> WriteIfVersion(const std::string& path, std::string_view data,
+                                     const std::string& version) override;
+  Status RemoveIfVersion(const std::string& path, const std::string& version) override;
   bool IsObjectStore() const override { return true; }
   Status DropUnfinishedWrites(const std::string& dir) override;
 
