@@ -1,9 +1,11 @@
 """Jobs the S3 tests run in processes of their own (their environment names the endpoint):
   save DIR VALUE MIB   save {"w": MIB MiB of VALUE, "step": VALUE} (the killed-save test)
-  roundtrip DIR        save and load back a multipart-sized state, bit-exact
+  roundtrip DIR [PAUSE]  save and load back a multipart-sized state, bit-exact (PAUSE seconds
+                         between the two)
   error DIR            a save that must fail: prints the error's text"""
 
 import sys
+import time
 
 import torch
 
@@ -25,6 +27,8 @@ def main() -> None:
     elif what == "roundtrip":
         src = state(7, 40)
         dcp.save(src, directory, no_dist=True)
+        if len(sys.argv) > 3:
+            time.sleep(float(sys.argv[3]))
         got = {"w": torch.zeros(40 << 18), "step": 0, "small": torch.zeros(1000, dtype=torch.int64)}
         dcp.load(got, directory, no_dist=True)
         assert got["step"] == 7 and torch.equal(got["w"], src["w"]), "mismatch"

@@ -2,15 +2,17 @@
 
 #include <curl/curl.h>
 #include <libxml/parser.h>
-#include <libxml/tree.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <functional>
 #include <random>
 #include <thread>
+
+#include "storage/s3/xml_reply.h"
 
 namespace dcp::storage::s3 {
 
@@ -54,57 +56,6 @@ std::string AmzDate() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
   return buf;
-}
-
-// The text of the first element named `name` under `node`, depth first.
-const xmlNode* Find(const xmlNode* node, const char* name) {
-  for (const xmlNode* n = node; n; n = n->next) {
-    if (n->type != XML_ELEMENT_NODE) continue;
-    if (std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0) return n;
-    if (const xmlNode* c = Find(n->children, name)) return c;
-  }
-  return nullptr;
-}
-
-std::string Text(const xmlNode* n) {
-  if (!n) return {};
-  xmlChar* s = xmlNodeGetContent(n);
-  std::string out = s ? reinterpret_cast<const char*>(s) : "";
-  xmlFree(s);
-  return out;
-}
-
-std::string ChildText(const xmlNode* parent, const char* name) {
-  return parent ? Text(Find(parent->children, name)) : std::string();
-}
-
-struct Xml {
-  explicit Xml(const std::string& text)
-      : doc(xmlReadMemory(text.data(), static_cast<int>(text.size()), "s3.xml", nullptr,
-                          XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING)) {}
-  ~Xml() {
-    if (doc) xmlFreeDoc(doc);
-  }
-  const xmlNode* root() const { return doc ? xmlDocGetRootElement(doc) : nullptr; }
-  xmlDoc* doc;
-};
-
-// Visits every element named `name` that is a direct child of the root.
-void ForEachTop(const Xml& xml, const char* name, const std::function<void(const xmlNode*)>& fn) {
-  const xmlNode* root = xml.root();
-  if (!root) return;
-  for (const xmlNode* n = root->children; n; n = n->next) {
-    if (n->type == XML_ELEMENT_NODE &&
-        std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0) {
-      fn(n);
-    }
-  }
-}
-
-std::string ErrorCode(const std::string& body) {
-  if (body.find("<Error") == std::string::npos) return {};
-  Xml xml(body);
-  return xml.root() ? ChildText(xml.root(), "Code") : std::string();
 }
 
 Status HttpError(const Request& r, const Response& resp) {
@@ -227,23 +178,38 @@ void InitCurlOnce() {
 
 S3Client::S3Client(S3Config config)
     : config_(std::move(config)),
-      credentials_{config_.access_key, config_.secret_key, config_.session_token} {
+      credentials_(config_.credentials),
+      fetched_unix_s_(std::time(nullptr)) {
   InitCurlOnce();
 }
 
-S3Client::Credentials S3Client::CurrentCredentials() const {
+AwsCredentials S3Client::CurrentCredentials() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = std::time(nullptr);
+    if (!DueForRefresh(credentials_, fetched_unix_s_, now) || now == tried_unix_s_) {
+      return credentials_;
+    }
+  }
+  std::unique_lock<std::mutex> refreshing(refresh_mu_, std::try_to_lock);
+  if (refreshing.owns_lock()) (void)RefreshCredentials();
   std::lock_guard<std::mutex> lock(mu_);
   return credentials_;
 }
 
 bool S3Client::RefreshCredentials() {
-  auto fresh = S3ConfigFromEnvironment();
-  if (!fresh.ok()) return false;
-  const Credentials now{fresh->access_key, fresh->secret_key, fresh->session_token};
+  auto fresh = ResolveCredentials(AwsProfile::FromEnvironment(), config_.region);
   std::lock_guard<std::mutex> lock(mu_);
-  if (now == credentials_) return false;
-  credentials_ = now;
-  return true;
+  tried_unix_s_ = std::time(nullptr);
+  if (!fresh.ok()) {
+    std::fprintf(stderr, "dcp: could not refresh the S3 credentials (%s): %s\n",
+                 credentials_.source.c_str(), fresh.status().message().c_str());
+    return false;
+  }
+  fetched_unix_s_ = tried_unix_s_;
+  const bool changed = !fresh->SameKeys(credentials_);
+  credentials_ = std::move(*fresh);
+  return changed;
 }
 
 S3Client::~S3Client() {
@@ -303,7 +269,7 @@ Status S3Client::Attempt(void* handle, const Request& r, Response& resp, bool* r
   sig.headers.emplace_back("host", host);
   sig.headers.emplace_back("x-amz-date", amz_date);
   sig.headers.emplace_back("x-amz-content-sha256", "UNSIGNED-PAYLOAD");
-  const Credentials creds = CurrentCredentials();
+  const AwsCredentials creds = CurrentCredentials();
   if (!creds.session_token.empty()) {
     sig.headers.emplace_back("x-amz-security-token", creds.session_token);
   }
@@ -396,8 +362,9 @@ Result<Response> S3Client::Send(const Request& r) {
       continue;
     }
     Return(curl);
-    // Session credentials run out on multi-day jobs: once per request, the ones a refresher
-    // has written since (environment, shared files) are taken and the request signed again.
+    // Session credentials run out on multi-day jobs: once per request, the chain is resolved
+    // again (what a refresher wrote since, a new token from STS or a metadata endpoint) and
+    // the request signed again with what it gives.
     const std::string code = ErrorCode(resp.text);
     if ((code == "ExpiredToken" || code == "TokenRefreshRequired") && !refreshed) {
       refreshed = true;

@@ -103,17 +103,18 @@ class S3Client {
   Status Attempt(void* curl, const Request& r, Response& out, bool* retry);
   void* Borrow();
   void Return(void* curl);
-  // The credentials signing now, and after an expired-token answer those the environment and
-  // the shared files hold now (what a refresher wrote); true when they changed.
-  struct Credentials {
-    std::string access_key, secret_key, session_token;
-    bool operator==(const Credentials&) const = default;
-  };
-  Credentials CurrentCredentials() const;
+  // The credentials to sign with now: fetched again by the default chain when they are due to
+  // expire (credentials.h), by one thread while the others go on with the current ones.
+  AwsCredentials CurrentCredentials();
+  // Resolves the chain again (after an expired-token answer, or when due): true when the keys
+  // changed. A failure keeps the current ones and says so on stderr.
   bool RefreshCredentials();
 
   S3Config config_;
-  Credentials credentials_;  // guarded by mu_
+  AwsCredentials credentials_;  // guarded by mu_, as the two times below
+  int64_t fetched_unix_s_ = 0;
+  int64_t tried_unix_s_ = 0;  // the last refresh attempt: at most one a second
+  std::mutex refresh_mu_;
   mutable std::mutex mu_;
   std::vector<void*> idle_;  // CURL* handles
   RequestCounts counts_;

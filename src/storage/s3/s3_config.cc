@@ -2,16 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 namespace dcp::storage::s3 {
 namespace {
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
 
 std::string Strip(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r");
@@ -19,22 +13,8 @@ std::string Strip(const std::string& s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string HomeFile(const char* env, const char* rel) {
-  std::string p = Env(env);
-  if (!p.empty()) return p;
-  std::string home = Env("HOME");
-  return home.empty() ? std::string() : home + "/" + rel;
-}
-
 Result<int64_t> PositiveEnv(const char* name, int64_t fallback) {
-  std::string v = Env(name);
+  std::string v = EnvVar(name);
   if (v.empty()) return fallback;
   char* end = nullptr;
   long long n = std::strtoll(v.c_str(), &end, 10);
@@ -65,18 +45,11 @@ std::string IniValue(const std::string& text, const std::string& section, const 
 
 Result<S3Config> S3ConfigFromEnvironment() {
   S3Config c;
-  std::string profile = Env("AWS_PROFILE");
-  if (profile.empty()) profile = "default";
-  const std::string creds = ReadText(HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"));
-  const std::string config = ReadText(HomeFile("AWS_CONFIG_FILE", ".aws/config"));
-  const std::string config_section = profile == "default" ? profile : "profile " + profile;
-  auto from_files = [&](const char* key) {
-    std::string v = IniValue(creds, profile, key);
-    return v.empty() ? IniValue(config, config_section, key) : v;
-  };
+  const AwsProfile profile = AwsProfile::FromEnvironment();
+  auto from_files = [&](const char* key) { return profile.Get(key); };
 
-  c.endpoint = Env("AWS_ENDPOINT_URL_S3");
-  if (c.endpoint.empty()) c.endpoint = Env("AWS_ENDPOINT_URL");
+  c.endpoint = EnvVar("AWS_ENDPOINT_URL_S3");
+  if (c.endpoint.empty()) c.endpoint = EnvVar("AWS_ENDPOINT_URL");
   if (c.endpoint.empty()) c.endpoint = from_files("endpoint_url");
   while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
   // A scheme's default port: curl leaves it out of the Host header, so the signature must too.
@@ -89,26 +62,19 @@ Result<S3Config> S3ConfigFromEnvironment() {
       c.endpoint.resize(c.endpoint.size() - port.size());
     }
   }
-  c.region = Env("AWS_REGION");
-  if (c.region.empty()) c.region = Env("AWS_DEFAULT_REGION");
+  c.region = EnvVar("AWS_REGION");
+  if (c.region.empty()) c.region = EnvVar("AWS_DEFAULT_REGION");
   if (c.region.empty()) c.region = from_files("region");
   if (c.region.empty()) c.region = "us-east-1";
 
-  c.access_key = Env("AWS_ACCESS_KEY_ID");
-  c.secret_key = Env("AWS_SECRET_ACCESS_KEY");
-  c.session_token = Env("AWS_SESSION_TOKEN");
-  if (c.access_key.empty()) {
-    c.access_key = from_files("aws_access_key_id");
-    c.secret_key = from_files("aws_secret_access_key");
-    c.session_token = from_files("aws_session_token");
+  auto credentials = ResolveCredentials(profile, c.region);
+  if (!credentials.ok()) {
+    const Status& st = credentials.status();
+    return st.code() == StatusCode::kNotFound ? InvalidArgument(st.message()) : st;
   }
-  if (c.access_key.empty() || c.secret_key.empty()) {
-    return InvalidArgument(
-        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give profile '" +
-        profile + "' aws_access_key_id and aws_secret_access_key in ~/.aws/credentials");
-  }
+  c.credentials = std::move(*credentials);
 
-  const std::string addressing = Env("DCP_S3_ADDRESSING");
+  const std::string addressing = EnvVar("DCP_S3_ADDRESSING");
   if (addressing.empty()) {
     c.path_style = !c.endpoint.empty();
   } else if (addressing == "path" || addressing == "virtual") {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dcp/status.h"
+#include "storage/s3/credentials.h"
 
 namespace dcp::storage::s3 {
 
@@ -13,9 +14,7 @@ struct S3Config {
   // "http(s)://host[:port]"; empty: AWS itself (https://s3.<region>.amazonaws.com).
   std::string endpoint;
   std::string region = "us-east-1";
-  std::string access_key;
-  std::string secret_key;
-  std::string session_token;
+  AwsCredentials credentials;  // resolved by the default chain (credentials.h)
   // Path-style URLs (endpoint/bucket/key): the default with a custom endpoint, which is how
   // MinIO, Ceph RGW and test servers are addressed; virtual-hosted (bucket.host/key) on AWS.
   bool path_style = true;
@@ -26,10 +25,9 @@ struct S3Config {
 };
 
 // From the environment and the shared files, as the AWS CLI resolves them:
-// AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL; AWS_REGION or AWS_DEFAULT_REGION, else the
-// profile's `region`; AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else the
-// profile (AWS_PROFILE, default "default") of AWS_SHARED_CREDENTIALS_FILE
-// (~/.aws/credentials) and AWS_CONFIG_FILE (~/.aws/config, `[profile NAME]` sections).
+// AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, else the profile's `endpoint_url`; AWS_REGION or
+// AWS_DEFAULT_REGION, else the profile's `region`; credentials by the default chain
+// (credentials.h; kInvalidArgument when none is configured).
 // dcp's own knobs: DCP_S3_PART_MB, DCP_S3_CONNECTIONS, DCP_S3_MAX_ATTEMPTS,
 // DCP_S3_ADDRESSING (path | virtual).
 Result<S3Config> S3ConfigFromEnvironment();

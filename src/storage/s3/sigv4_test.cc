@@ -120,7 +120,7 @@ TEST(S3Config, ResolvesLikeTheAwsCli) {
   ::setenv("AWS_PROFILE", "p", 1);
   auto c = S3ConfigFromEnvironment();
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->access_key, "FILEKEY");
+  EXPECT_EQ(c->credentials.access_key, "FILEKEY");
   EXPECT_EQ(c->region, "ap-south-1");
   EXPECT_FALSE(c->path_style);  // AWS itself: virtual-hosted
   ::setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000/", 1);
