@@ -161,6 +161,11 @@ struct LoadResult {
   bool from_memory = false;
   uint64_t files_from_peers = 0;
   uint64_t files_from_storage = 0;
+  // Managers with a memory tier: every copy the restore found damaged, wherever it was found
+  // (as a host read it, or as it arrived from its holder), one line each naming the holder's
+  // host, the step and the file: "host h3: step 7, data_00001.safetensors: <why>". The same
+  // list on every rank; such copies are never used again.
+  std::vector<std::string> damaged_copies;
 };
 
 // Every rank of opts.comm calls it, with its own chunks. Throws dcp::Error; the checkpoint

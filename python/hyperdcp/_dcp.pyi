@@ -64,6 +64,7 @@ class LoadResult:
     total_seconds: float
     step: int  # manager loads: the step loaded
     fell_back: str  # manager loads: why newer steps were passed over
+    damaged_copies: List[str]  # memory tier: every damaged copy found, "host H: step N, FILE: why"
     from_memory: bool  # manager loads with a memory tier: from the hosts' memory
     files_from_peers: int  # data files copied to this rank's host from a partner's memory
     # before the load (what its ranks read themselves: bytes entries); chunks read on another

@@ -177,6 +177,7 @@ void BindCheckpoint(py::module_& m) {
       .def_readonly("total_seconds", &LoadResult::total_seconds)
       .def_readonly("step", &LoadResult::step)
       .def_readonly("fell_back", &LoadResult::fell_back)
+      .def_readonly("damaged_copies", &LoadResult::damaged_copies)
       .def_readonly("from_memory", &LoadResult::from_memory)
       .def_readonly("files_from_peers", &LoadResult::files_from_peers)
       .def_readonly("files_from_storage", &LoadResult::files_from_storage)

@@ -311,7 +311,9 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   std::string raw;
   Status st;
   std::optional<metadata::Metadata> built;  // rank 0's, when not read from a file
-  if (me == 0) {
+  if (hooks && hooks->metadata) {
+    raw = *hooks->metadata;
+  } else if (me == 0) {
     auto found = FindMetadata(fs, dir);
     st = found.status();
     if (found.ok()) {
@@ -320,8 +322,10 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
                   : std::move(found->encoded);
     }
   }
-  DCP_RETURN_IF_ERROR(BroadcastStatus(*comm, 0, st));
-  if (comm->size() > 1) DCP_RETURN_IF_ERROR(comm->Broadcast(raw, 0));
+  if (!(hooks && hooks->metadata)) {
+    DCP_RETURN_IF_ERROR(BroadcastStatus(*comm, 0, st));
+    if (comm->size() > 1) DCP_RETURN_IF_ERROR(comm->Broadcast(raw, 0));
+  }
   auto md = built ? Result<metadata::Metadata>(std::move(*built)) : DecodeMetadata(raw, dir);
   if (md.ok()) md = WithRenamedTensors(std::move(md).value(), opts, dir);  // strip/add prefix
   // Values saved per rank: this rank's own under their names (only bytes entries differ

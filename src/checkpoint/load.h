@@ -33,6 +33,9 @@ struct LoadHooks {
   // Called on a rank whose read found data file `file` damaged (missing, another size, a
   // checksum mismatch; `why`), before the load fails on every rank: the copy it read is bad.
   std::function<void(uint32_t file, const Status& why)> damaged;
+  // The checkpoint's encoded metadata, already on every rank (a memory tier's restore chose
+  // it among the hosts' copies): used instead of reading `dir`'s, with no broadcast.
+  const std::string* metadata = nullptr;
 };
 Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,
                         storage::FileSystem& fs, const LoadHooks* hooks);

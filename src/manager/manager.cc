@@ -443,13 +443,13 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
   Impl& m = *impl_;
   m.Finish();
   // Why memory steps were passed over, carried into a load from the root.
-  std::string fell_back;
+  tier::MemoryTier::Account account;
+  std::string& fell_back = account.fell_back;
   if (m.tier) {
     // From the hosts' memory unless the root holds a newer step.
     tier::DurableSteps durable{std::set<int64_t>(m.steps.begin(), m.steps.end()),
                                [&m](int64_t s) { return m.Dir(s); }, &m.fs};
-    auto r =
-        ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &fell_back));
+    auto r = ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &account));
     if (r && !step) m.ForgetMemoryStepsAbove(r->step, fell_back);
     if (r) return *std::move(r);
   }
@@ -461,6 +461,7 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
     LoadResult r = ValueOrThrow(checkpoint::Load(sd, m.Dir(*step), m.opts.load, m.fs));
     r.step = *step;
     r.fell_back = fell_back;
+    r.damaged_copies = account.damaged_copies;
     return r;
   }
   if (m.steps.empty()) ThrowIfError(NotFound("no complete checkpoint under " + m.root));
@@ -473,6 +474,7 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
     if (r.ok()) {
       r->step = s;
       r->fell_back = fell_back;
+      r->damaged_copies = account.damaged_copies;
       if (m.tier) m.ForgetMemoryStepsAbove(s, fell_back);
       return *std::move(r);
     }

@@ -79,14 +79,21 @@ class MemoryTier {
   // step is saved again (call before the save's first collective).
   void DropPassedOver(int64_t step) const;
 
+  // What a restore passed over, the same on every rank, for the load result whether it came
+  // from memory or then from the root (LoadResult::fell_back, LoadResult::damaged_copies).
+  struct Account {
+    std::string fell_back;                    // "step N in memory: <why>; ..."
+    std::vector<std::string> damaged_copies;  // "host H: step N, FILE: <why>"
+  };
+
   // Collective on groups.world(): loads into `sd` the newest step the tiers (with the durable
   // steps filling files no tier holds) can restore -- or `only_step` -- unless a durable step
   // is newer: then nullopt, and the caller loads from storage. Copies are verified before use;
-  // a bad one is passed over for another copy, then for an older step (`*fell_back` says why).
+  // a bad one is passed over for another copy, then for an older step (`*account` says why).
   Result<std::optional<LoadResult>> Restore(PairGroups& groups, StateDict& sd,
                                             const LoadOptions& opts, const DurableSteps& durable,
                                             std::optional<int64_t> only_step,
-                                            std::string* fell_back) const;
+                                            Account* account) const;
 
  private:
   MemoryTier(MemoryTierOptions opts, std::string host_dir, Hosts hosts, int rank)

@@ -56,7 +56,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
                                                       const LoadOptions& opts,
                                                       const DurableSteps& durable,
                                                       std::optional<int64_t> only_step,
-                                                      std::string* fell_back) const {
+                                                      Account* account) const {
   Comm& comm = groups.world();
   const int me = comm.rank(), host = my_host();
   using Clock = std::chrono::steady_clock;
@@ -73,10 +73,20 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
   lap("survey");
   std::set<BadCopy> bad;
   int64_t below = only_step ? *only_step + 1 : INT64_MAX;
+  std::string* fell_back = &account->fell_back;
   auto pass_over = [&](int64_t step, const Status& why) {
     const std::string line = "step " + std::to_string(step) + " in memory: " + why.message();
     *fell_back += (fell_back->empty() ? "" : "; ") + line;
     if (me == 0) std::fprintf(stderr, "dcp manager: %s\n", line.c_str());
+  };
+  // Every damaged copy, found anywhere, named with its holder: the same lines on every rank
+  // (built from gathered reports), printed once.
+  auto report_damaged = [&](const BadCopy& b, const std::string& why) {
+    const std::string line = "host " + hosts_.names[b.host] + ": step " + std::to_string(b.step) +
+                             ", " + b.file + ": " + why;
+    account->damaged_copies.push_back(line);
+    if (me == 0)
+      std::fprintf(stderr, "dcp manager: damaged memory tier copy on %s\n", line.c_str());
   };
   // A step given up because its damaged copies left a file without an intact one says so.
   int64_t tried = -1;
@@ -124,19 +134,15 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
 
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, md.status()));
 
-    // 2. The metadata where it is missing or differs.
+    // 2. The directory for what this host receives. The chosen metadata goes to the load
+    //    directly (LoadHooks::metadata), and onto hosts that lack it or hold another copy only
+    //    once the load verified it (step 4): a choice that turns out damaged or stale never
+    //    destroys the copy it was chosen over.
     const StepCopy* held = nullptr;
     for (const StepCopy& c : inventories[host]) {
       if (c.step == step) held = &c;
     }
-    st = OkStatus();
-    if (first_of_host() && (!held || held->metadata_digest != choice->metadata_digest)) {
-      st = Local().CreateDirs(dir);
-      if (st.ok()) {
-        st = Local().WriteAtomic(JoinPath(dir, std::string(checkpoint::kMetadataName)), raw,
-                                 ".tmp-restore");
-      }
-    }
+    st = first_of_host() ? Local().CreateDirs(dir) : OkStatus();
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
 
     // 3. The load, planned so that every stored chunk is read on a host that holds its file
@@ -163,12 +169,13 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     LoadOptions verified = opts;
     verified.verify_checksums = true;
     std::optional<uint32_t> damaged_here;  // the load reports the first it found
+    std::string damaged_why;
     checkpoint::LoadHooks hooks;
     hooks.readable = &readable;
+    hooks.metadata = &raw;
     hooks.damaged = [&](uint32_t f, const Status& why) {
-      std::fprintf(stderr, "dcp manager: memory tier copy on host %s: %s\n",
-                   hosts_.names[host].c_str(), why.message().c_str());
       damaged_here = f;
+      damaged_why = why.message();
     };
     hooks.before_reads = [&](const std::vector<checkpoint::ReadSpan>& reads) -> Status {
       NeededSpans needed;
@@ -208,7 +215,11 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
           if (from == kFromStorage) {
             storage_failed = true;
           } else if (damaged) {
-            arrived_bad.insert({hosts_.host_of_rank[from], step, file});
+            BadCopy b{hosts_.host_of_rank[from], step, file};
+            if (!bad.count(b) && arrived_bad.insert(b).second) {
+              report_damaged(b, "arrived damaged at host " + hosts_.names[hosts_.host_of_rank[r]] +
+                                    " (rank " + std::to_string(r) + "): " + cause);
+            }
           } else if (receiver_failed.empty()) {
             receiver_failed = "host " + hosts_.names[hosts_.host_of_rank[r]] + " (rank " +
                               std::to_string(r) + ") could not store " + file +
@@ -236,13 +247,19 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       // fetches it again, and a second damage gives the step up (no new bad copy, below).
       std::string mine;
       wire::Writer w(mine);
-      if (damaged_here) w.String(meta.files[*damaged_here].name);
+      if (damaged_here) {
+        w.String(meta.files[*damaged_here].name);
+        w.String(damaged_why);
+      }
       DCP_ASSIGN_OR_RETURN(auto lists, comm.AllGather(mine));
       for (int r = 0; r < comm.size(); ++r) {
         wire::Reader rd(lists[r]);
         while (!rd.AtEnd() && rd.ok()) {
           BadCopy b{hosts_.host_of_rank[r], step, std::string(rd.String())};
-          if (!bad.count(b)) found_bad.insert(std::move(b));
+          const std::string why(rd.String());
+          if (!bad.count(b) && found_bad.insert(b).second) {
+            report_damaged(b, "read by rank " + std::to_string(r) + ": " + why);
+          }
         }
       }
     }
@@ -256,11 +273,30 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
                    hosts_.names[host].c_str(), static_cast<long long>(step), timings.c_str());
     }
     if (loaded.ok()) {
+      // 4. The verified metadata onto this host where it lacked it, or held another copy (a
+      //    stale one of another run): that one is kept beside it, not written over. Best effort:
+      //    the load is done.
+      if (first_of_host() && (!held || held->metadata_digest != choice->metadata_digest)) {
+        const std::string path = JoinPath(dir, std::string(checkpoint::kMetadataName));
+        Status w = OkStatus();
+        if (held && held->metadata_digest != 0) {
+          char aside[40];
+          std::snprintf(aside, sizeof(aside), ".other-%016llx",
+                        static_cast<unsigned long long>(held->metadata_digest));
+          w = Local().Rename(path, path + aside);
+        }
+        if (w.ok()) w = Local().WriteAtomic(path, raw, ".tmp-restore");
+        if (!w.ok()) {
+          std::fprintf(stderr, "dcp manager: memory tier on host %s: %s\n",
+                       hosts_.names[host].c_str(), w.message().c_str());
+        }
+      }
       loaded->step = step;
       loaded->from_memory = true;
       loaded->files_from_peers = stats.files_received - stats.files_from_storage;
       loaded->files_from_storage = stats.files_from_storage;
       loaded->fell_back = *fell_back;
+      loaded->damaged_copies = account->damaged_copies;
       return std::optional<LoadResult>(*std::move(loaded));
     }
     if (!found_bad.empty() || (!arrived_bad.empty() && !storage_failed)) {

@@ -120,6 +120,44 @@ Result<Inventory> DecodeInventory(std::string_view data) {
   return inv;
 }
 
+namespace {
+
+// Step `step` under the metadata `digest` (held by `metadata_hosts`): who holds each of its
+// files, or nullopt when a file has no intact copy beside that metadata and is not durable.
+std::optional<MemoryStep> CompleteCopy(const std::vector<Inventory>& by_host,
+                                       const std::set<BadCopy>& bad,
+                                       const std::set<int64_t>& durable, int64_t step,
+                                       uint64_t digest, const std::vector<int>& metadata_hosts) {
+  const int hosts = static_cast<int>(by_host.size());
+  MemoryStep m;
+  m.step = step;
+  m.metadata_digest = digest;
+  m.metadata_hosts = metadata_hosts;
+  m.files = FindStep(by_host[metadata_hosts.front()], step)->required;
+  m.holders.resize(m.files.size());
+  m.from_storage.assign(m.files.size(), false);
+  for (size_t f = 0; f < m.files.size(); ++f) {
+    for (int h = 0; h < hosts; ++h) {
+      const StepCopy* c = FindStep(by_host[h], step);
+      if (!c || bad.count({h, step, m.files[f].name})) continue;
+      // A copy counts only beside the same metadata, or where the host has none (a file
+      // replicated before its metadata arrived is still the same save's: names are unique).
+      if (c->metadata_digest != 0 && c->metadata_digest != digest) continue;
+      if (std::find(c->present.begin(), c->present.end(), m.files[f]) != c->present.end()) {
+        m.holders[f].push_back(h);
+      }
+    }
+    if (m.holders[f].empty()) {
+      if (!durable.count(step)) return std::nullopt;
+      m.from_storage[f] = true;
+      m.bytes_from_storage += m.files[f].size;
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
 std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host,
                                            const std::set<BadCopy>& bad,
                                            const std::set<int64_t>& durable, int64_t below) {
@@ -131,50 +169,23 @@ std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host
   }
   const int hosts = static_cast<int>(by_host.size());
   for (int64_t step : candidates) {
-    // The metadata most hosts hold (ties: the first host's).
+    // The metadata most hosts hold (ties: the first host's) -- and, when its files are not
+    // all held, the next one: a copy of another save under the same step (a stale one) must
+    // not hide a complete one.
     std::map<uint64_t, std::vector<int>> by_digest;
     for (int h = 0; h < hosts; ++h) {
       const StepCopy* c = FindStep(by_host[h], step);
       if (c && c->metadata_digest != 0) by_digest[c->metadata_digest].push_back(h);
     }
-    const std::vector<int>* best = nullptr;
-    uint64_t digest = 0;
-    for (const auto& [d, hs] : by_digest) {
-      if (!best || hs.size() > best->size() ||
-          (hs.size() == best->size() && hs.front() < best->front())) {
-        best = &hs;
-        digest = d;
-      }
+    std::vector<std::pair<uint64_t, const std::vector<int>*>> order;
+    for (const auto& [d, hs] : by_digest) order.emplace_back(d, &hs);
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+      if (a.second->size() != b.second->size()) return a.second->size() > b.second->size();
+      return a.second->front() < b.second->front();
+    });
+    for (const auto& [digest, metadata_hosts] : order) {
+      if (auto m = CompleteCopy(by_host, bad, durable, step, digest, *metadata_hosts)) return m;
     }
-    MemoryStep m;
-    m.step = step;
-    m.metadata_digest = digest;
-    m.metadata_hosts = *best;
-    m.files = FindStep(by_host[best->front()], step)->required;
-    m.holders.resize(m.files.size());
-    m.from_storage.assign(m.files.size(), false);
-    bool complete = true;
-    for (size_t f = 0; f < m.files.size() && complete; ++f) {
-      for (int h = 0; h < hosts; ++h) {
-        const StepCopy* c = FindStep(by_host[h], step);
-        if (!c || bad.count({h, step, m.files[f].name})) continue;
-        // A copy counts only beside the same metadata, or where the host has none (a file
-        // replicated before its metadata arrived is still the same save's: names are unique).
-        if (c->metadata_digest != 0 && c->metadata_digest != digest) continue;
-        if (std::find(c->present.begin(), c->present.end(), m.files[f]) != c->present.end()) {
-          m.holders[f].push_back(h);
-        }
-      }
-      if (m.holders[f].empty()) {
-        if (durable.count(step)) {
-          m.from_storage[f] = true;
-          m.bytes_from_storage += m.files[f].size;
-        } else {
-          complete = false;
-        }
-      }
-    }
-    if (complete) return m;
   }
   return std::nullopt;
 }

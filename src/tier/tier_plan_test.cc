@@ -107,6 +107,30 @@ TEST(TierPlanTest, MetadataOfTheMajorityWinsAndOtherCopiesDoNotCount) {
   EXPECT_EQ(m->holders[2], (std::vector<int>{3}));
 }
 
+// A tie between two metadata copies of one step (one of another save: stale) goes to the
+// first host's -- unless its files are not all held: then the other, complete, copy is the
+// step, never an older step.
+TEST(TierPlanTest, AnIncompleteCopyOfAStepDoesNotHideACompleteOne) {
+  StepCopy stale = Copy(7, 11, {});  // its own files gone
+  std::vector<Inventory> hosts{{stale, Copy(6, 22, {0, 1, 2})}, {Copy(7, 33, {0, 1, 2})}};
+  auto m = ChooseMemoryStep(hosts, {}, {});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->step, 7);
+  EXPECT_EQ(m->metadata_digest, 33u);
+  EXPECT_EQ(m->metadata_hosts, (std::vector<int>{1}));
+  // Both complete: the first host's, as before (the restore then keeps the other beside it).
+  hosts[0][0] = Copy(7, 11, {0, 1, 2});
+  hosts[0][0].required[0].name = "g0";
+  hosts[0][0].present[0].name = "g0";
+  m = ChooseMemoryStep(hosts, {}, {});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->metadata_digest, 11u);
+  // A damaged copy of its file: the other.
+  m = ChooseMemoryStep(hosts, {{0, 7, "g0"}}, {});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->metadata_digest, 33u);
+}
+
 TEST(TierPlanTest, RestoreReadsLocalCopiesAndBalancesSenders) {
   const Hosts h = Hosts::From({"a", "b", "c"});
   MemoryStep m;

@@ -186,6 +186,19 @@ int main(int argc, char** argv) {
       }
       const uint64_t peers = Sum(*world, r.files_from_peers);
       const uint64_t storage = Sum(*world, r.files_from_storage);
+      // Every rank holds the same account of damaged copies.
+      std::string damaged;
+      for (const std::string& line : r.damaged_copies) damaged += line + "\n";
+      for (int other = 0; other < world->size(); ++other) {
+        std::string theirs = damaged;
+        if (!world->Broadcast(theirs, other).ok() || theirs != damaged) {
+          Fail(rank, "ranks disagree on the damaged copies:\n" + damaged + "--\n" + theirs);
+        }
+      }
+      for (const std::string& line : r.damaged_copies) {
+        std::printf("rank %d: damaged copy: %s\n", rank, line.c_str());
+      }
+      std::fflush(stdout);
       if (rank == 0) {
         std::printf("restored %lld from %s: files from peers %llu, from storage %llu%s%s\n",
                     static_cast<long long>(r.step), r.from_memory ? "memory" : "root",

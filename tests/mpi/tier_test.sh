@@ -95,6 +95,11 @@ job "h0 h1 h2 h3" restore "$root" "$tier" tp4 --expect-step 2 --expect-memory ye
   --expect-no-storage || fail "restore with flipped bytes"
 grep restored "$log"
 grep -q "memory tier copy on host h0" "$log" || fail "the damaged copy was not reported"
+# In every rank's load result, naming the holder's host and the file.
+for r in 0 1 2 3; do
+  grep -q "^rank $r: damaged copy: host h0: step 2, $(basename "$victim"): " "$log" ||
+    fail "rank $r's load result does not name h0's damaged $(basename "$victim")"
+done
 
 echo "== kill loop: $rounds rounds of save, SIGKILL, a lost host, restore"
 root=$work/d/ckpt tier=$work/d/tier
