@@ -11,7 +11,7 @@ import json
 from typing import Any, List, Tuple
 
 from . import _values
-from ._errors import invalid_argument
+from ._errors import DcpError, invalid_argument
 
 # A decoded path: (kind, key) per level, kind "d" (dict key), "l" (list index), "t" (tuple).
 Decoded = List[Tuple[str, Any]]
@@ -45,11 +45,15 @@ def decode(fqn: str, data: bytes) -> Decoded:
             if isinstance(n, dict) and n.get("$") in ("i", "t"):
                 out.append(("l" if n["$"] == "i" else "t", int(n["v"])))
             else:
-                out.append(("d", _values.decode_node(fqn, n)))
+                key = _values.decode_node(fqn, n)
+                hash(key)  # a dict key: a list or a dict is none
+                out.append(("d", key))
         if not out:
             raise ValueError("an empty path")
         return out
-    except (ValueError, TypeError, KeyError, RecursionError) as e:
+    except DcpError:
+        raise
+    except Exception as e:  # whatever a damaged or hostile path makes the builders raise
         raise invalid_argument(f"'{fqn}': stored path is malformed "
                                f"({type(e).__name__}: {e})") from None
 

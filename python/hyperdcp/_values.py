@@ -22,7 +22,7 @@ import pickle
 import sys
 from typing import Any, Callable
 
-from ._errors import invalid_argument
+from ._errors import DcpError, invalid_argument
 
 _MAGIC = b"hyperdcp-value/1\n"
 
@@ -223,7 +223,11 @@ def decode(fqn: str, data: bytes, allow_pickle: bool = False) -> Any:
     try:
         tree = json.loads(data[len(_MAGIC):])
         return _decoder(fqn, allow_pickle)(tree)
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError, MemoryError) as e:
-        # RecursionError: nested deeper than Python can build (a hostile or damaged value).
+    except DcpError:
+        raise
+    except Exception as e:
+        # Whatever a damaged or hostile node makes a builder raise (ValueError, TypeError,
+        # OverflowError, torch's RuntimeError, RecursionError when nested deeper than Python
+        # can build, ...) is one error naming the entry.
         raise invalid_argument(f"'{fqn}': stored value is malformed "
                                f"({type(e).__name__}: {e})") from None
