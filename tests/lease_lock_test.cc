@@ -3,6 +3,7 @@
 #include "storage/lease_lock.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -297,6 +298,63 @@ TEST(LeaseLock, ALockNotRenewedForItsLeaseIsNoLongerHeld) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("could not be renewed for"), std::string::npos) << st.message();
   EXPECT_NE(said.find("could not renew"), std::string::npos) << said;
+}
+
+// A real holder in a pid namespace of its own (unshare): it is pid 1 there, and pid 1 here is
+// init, alive. Its lock is judged by its lease, not by that pid: held while it renews, broken
+// once it died and the lease ran out (never "alive" forever).
+TEST(LeaseLock, AHolderInAnotherPidNamespaceIsJudgedByItsLease) {
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    int64_t holder = 0;
+    if (::unshare(CLONE_NEWPID) == 0) {
+      holder = ::fork();
+      if (holder == 0) {  // pid 1 of the new namespace
+        ::setenv("DCP_HOST_ID", "host-a", 1);
+        NoFlockFileSystem fs;
+        LeaseLock lock;
+        if (!lock.Acquire(fs, path, "the test root", "save", "ns", {.lease_seconds = 2}).ok()) {
+          ::_exit(1);
+        }
+        char c = 1;
+        (void)!::write(pipe_fds[1], &c, 1);
+        for (;;) ::pause();
+      }
+    }
+    (void)!::write(pipe_fds[1], &holder, sizeof(holder));  // 0: no pid namespaces here
+    ::_exit(0);
+  }
+  int64_t holder = 0;
+  ASSERT_EQ(::read(pipe_fds[0], &holder, sizeof(holder)), static_cast<ssize_t>(sizeof(holder)));
+  ::waitpid(child, nullptr, 0);
+  if (holder <= 0) GTEST_SKIP() << "cannot create a pid namespace here (unshare needs root)";
+  char c = 0;
+  ASSERT_EQ(::read(pipe_fds[0], &c, 1), 1) << "the holder could not take the lock";
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  auto written = ReadLockHolder(PosixFileSystem(), path);
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(written->pid, 1);
+
+  AsHost a("host-a");
+  NoFlockFileSystem fs;
+  LeaseLock lock;
+  Status st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 2});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("process 1 on host host-a"), std::string::npos) << st.message();
+  Kill(static_cast<pid_t>(holder));
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       std::chrono::steady_clock::now() < until;) {
+    st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 2});
+    if (st.ok()) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(lock.broke().find("lease of 2 s expired"), std::string::npos) << lock.broke();
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 
 #include <csignal>
 #include <filesystem>
+#include <memory>
+#include <random>
+#include <set>
 
 #include "dcp/manager.h"
 #include "test_util.h"
@@ -69,6 +72,21 @@ void SaveSteps(CheckpointManager& mgr, StepState& st, std::initializer_list<int6
   }
 }
 
+// A save of `step` that fails writing its first data file (a full tmpfs, stood in for by a
+// file-size limit): nothing of it is committed.
+void FailingSave(CheckpointManager& mgr, StepState& st, int64_t step) {
+  struct rlimit before {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = before;
+  small.rlim_cur = 1024;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  st.Fill(step);
+  EXPECT_THROW(mgr.Save(step, st.sd), Error);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  std::signal(SIGXFSZ, old_handler);
+}
+
 // Loads the newest step into `st`: it must be `step`, from memory or not, with its exact data.
 LoadResult ExpectLoads(CheckpointManager& mgr, StepState& st, int64_t step, bool from_memory) {
   st.Fill(0);
@@ -123,16 +141,7 @@ TEST(MemoryTier, RetentionCountsCompleteStepsOnly) {
   {
     CheckpointManager mgr(root, WithTier(tier_dir, 0));
     SaveSteps(mgr, st, {1});
-    struct rlimit before {};
-    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
-    auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit small = before;
-    small.rlim_cur = 1024;
-    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-    st.Fill(2);
-    EXPECT_THROW(mgr.Save(2, st.sd), Error);
-    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
-    std::signal(SIGXFSZ, old_handler);
+    FailingSave(mgr, st, 2);
     SaveSteps(mgr, st, {3});
     EXPECT_EQ(mgr.memory_steps(), (std::vector<int64_t>{1, 3}));
   }
@@ -186,6 +195,82 @@ TEST(MemoryTier, ANewerStepInTheRootWinsAndADamagedCopyFallsBack) {
     EXPECT_TRUE(r.fell_back.empty()) << r.fell_back;
     EXPECT_TRUE(st.Holds(2));
   }
+}
+
+// Retention and the manager's account as a property: random sequences of saves, failed saves,
+// damaged memory copies and restarts (seeded). Model: the committed memory copies (the tier
+// keeps the newest keep_last = 2, failed saves never count), the damaged ones, the root's
+// steps (every persist_every-th). A restart loads exactly the newest step of the root and the
+// undamaged memory copies, with its data; the manager then answers that step as latest, never
+// lists a step it passed over, and the next step saves.
+TEST(MemoryTier, RetentionAndTheAccountHoldOverRandomSequences) {
+  int fallbacks = 0, failed_saves = 0;
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    TempDir d;
+    const std::string root = d.Sub("ckpt"), tier_dir = d.Sub("shm");
+    const int64_t persist_every = seed - 1;  // 0 (never), 1 (every step), 2
+    StepState st;
+    std::set<int64_t> memory, damaged, durable;
+    int64_t next = 1;
+    auto mgr = std::make_unique<CheckpointManager>(root, WithTier(tier_dir, persist_every));
+    for (int op = 0; op < 24; ++op) {
+      const int roll = static_cast<int>(rng() % 10);
+      if (roll < 5) {  // a save
+        st.Fill(next);
+        mgr->Save(next, st.sd);
+        memory.insert(next);
+        damaged.erase(next);  // a step passed over, saved again
+        while (memory.size() > 2) memory.erase(memory.begin());
+        if (persist_every > 0 && next % persist_every == 0) durable.insert(next);
+        EXPECT_EQ(mgr->latest_step(), next);
+        ++next;
+      } else if (roll < 6) {  // a save that fails: nothing changes
+        const std::optional<int64_t> before = mgr->latest_step();
+        FailingSave(*mgr, st, next);
+        EXPECT_EQ(mgr->latest_step(), before);
+        ++failed_saves;
+      } else if (roll < 8 && !memory.empty()) {  // the newest memory copy damaged
+        const int64_t victim = *memory.rbegin();
+        char name[32];
+        std::snprintf(name, sizeof(name), "/step_%09lld", static_cast<long long>(victim));
+        const std::string dir = tier::HostTierDir(tier_dir, root) + name;
+        for (const auto& f : testing::ListFiles(dir, "data-")) {
+          testing::FlipByte(dir + "/" + f, 200);
+        }
+        damaged.insert(victim);
+      } else {  // a restart
+        mgr.reset();
+        mgr = std::make_unique<CheckpointManager>(root, WithTier(tier_dir, persist_every));
+        std::set<int64_t> loadable = durable;
+        for (int64_t s : memory) {
+          if (!damaged.count(s)) loadable.insert(s);
+        }
+        if (loadable.empty()) {
+          st.Fill(0);
+          EXPECT_THROW(mgr->Load(st.sd), Error);
+          continue;
+        }
+        const int64_t expect = *loadable.rbegin();
+        st.Fill(0);
+        LoadResult r = mgr->Load(st.sd);
+        EXPECT_EQ(r.step, expect) << r.fell_back;
+        EXPECT_TRUE(st.Holds(expect));
+        EXPECT_EQ(mgr->latest_step(), expect);
+        if (!memory.empty() && *memory.rbegin() > expect) ++fallbacks;
+        // What the restore passed over (damaged, newer than what it loaded) is gone from the
+        // account; the training goes on from the step loaded.
+        for (auto it = memory.begin(); it != memory.end();) {
+          it = *it > expect ? memory.erase(it) : std::next(it);
+        }
+        for (int64_t s : mgr->memory_steps()) EXPECT_TRUE(memory.count(s)) << s;
+        next = expect + 1;
+      }
+    }
+  }
+  EXPECT_GT(fallbacks, 0);  // the sequences reach what they are for
+  EXPECT_GT(failed_saves, 0);
 }
 
 TEST(MemoryTier, OverBudgetStepsGoToTheRootAndTheLastStepIsPersistedAtTheEnd) {
