@@ -184,12 +184,15 @@ void S3ReadableFile::StartWindow(size_t i) {
   const S3Config& config = fs_.client().config();
   const size_t ahead = static_cast<size_t>(config.connections);
   const size_t end = std::min(extents_.size(), i + ahead);
+  const uint64_t budget = 2 * ahead * config.part_bytes;
   for (size_t k = i; k < end; ++k) {
     Extent& e = extents_[k];
     if (e.fetch || (k > i && (e.served > 0 || !FetchAhead(i, k)))) continue;
+    // Ahead of the read only while the rank's buffers (every file's) stay within the budget:
+    // a load with many files open holds one window in all, not one per file.
+    if (k > i && fs_.fetched_bytes() + (e.end - e.begin) > budget) break;
     Start(e);
   }
-  const uint64_t budget = 2 * ahead * config.part_bytes;
   uint64_t held = 0;
   for (const Extent& e : extents_) held += e.fetch ? e.end - e.begin : 0;
   while (held > budget) {
