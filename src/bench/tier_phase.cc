@@ -6,7 +6,8 @@
 // (own files + replicas: 1 + replicas copies of the checkpoint). Then the last host's memory
 // is removed before every restore -- a new manager and a load in the reshard layout, as a job
 // restarted after losing that host would run -- from the tiers, then from the root alone
-// (cold page cache, reads capped by --storage-gibps as every load of the bench).
+// (the page cache as --cache says, reads capped by --storage-gibps as every load of the
+// bench).
 #include <unistd.h>
 
 #include "bench/runner.h"
@@ -96,7 +97,7 @@ Status Runner::RunTierPhase(PhaseReport* save, PhaseReport* from_memory, PhaseRe
       }
       auto dst = workload::MakeEmptyLike(model_, load_layout_, rank_);
       if (!(st = AgreeOnStatus(comm_, dst.status())).ok()) break;
-      auto resident = PrepareCache(step_dir, /*cold=*/true);
+      auto resident = PrepareCache(step_dir, o_.cold);
       if (!(st = resident.status()).ok()) break;
       LoadResult r;
       auto s = Timed([&] {
