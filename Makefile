@@ -19,7 +19,9 @@ $(BUILD)/CMakeCache.txt: | setup
 build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The demo needs the CLI only, not the tests and benchmarks.
+demo: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target dcp_cli
 	$(BUILD)/dcp demo --layers 2
 	mpirun -np 4 $(BUILD)/dcp demo
 

@@ -7,7 +7,7 @@
 //   /* train on: sd's memory may be overwritten as soon as Save returned */
 //   h.Get();  // the SaveResult, or throws dcp::Error
 //
-// Design (details in README.md, "Async save"):
+// Design (details in docs/async-save.md):
 // - Staging: every tensor chunk is copied, by `staging_threads` threads, into a pool of
 //   pre-faulted host buffers owned by the saver and reused across saves; bytes entries are
 //   copied into the staged state dict. The staged state dict's views point into the pool.

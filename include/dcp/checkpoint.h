@@ -46,7 +46,7 @@ struct SaveOptions {
   // the commit, the first rank of every other host writes the same metadata into its host's
   // directory. The checkpoint is then the union of the hosts' directories.
   bool per_host_directory = false;
-  // The directory's lock (dcp.lock, README "Failure modes"): a holder on another host renews
+  // The directory's lock (dcp.lock, docs/failure-modes.md): a holder on another host renews
   // it every lease/4 seconds; once not renewed for this long it is gone and the next save
   // breaks its lock with a warning naming it. A dead holder of this host is seen at once.
   double lock_lease_seconds = 300;
@@ -64,7 +64,7 @@ struct SaveResult {
   bool file_recycled = false;  // this rank's tensor data file was a recycled one
   // Planning payload this rank received (plan hashes, then each distinct plan once; with a
   // plan cache hit, the hashes only): what `dcp simulate` predicts per rank at scale. Also the
-  // names and digests of values when ranks' values differ (see the README's Values), which
+  // names and digests of values when ranks' values differ (docs/python.md, values), which
   // dcp simulate does not model.
   uint64_t plan_exchange_bytes = 0;
   double plan_seconds = 0;    // local plan + exchange + global plan

@@ -130,7 +130,7 @@ struct ManagerOptions {
   std::shared_ptr<Comm> comm;  // null: a world of one
   // File recycling: a retired step's tensor data files move to ROOT/.recycle/ (one per writer
   // rank) and the next save overwrites them in place instead of creating new files, which
-  // storage that allocates new blocks slowly writes faster (README, "Checkpoint manager").
+  // storage that allocates new blocks slowly writes faster (docs/manager.md).
   // Only files of removed steps are recycled; kept steps are never touched. Off: retired
   // files are deleted and ROOT/.recycle/ is removed.
   bool recycle_files = true;
@@ -141,7 +141,7 @@ struct ManagerOptions {
   std::optional<MemoryTierOptions> memory_tier;
   // The root's lock (ROOT/.dcp-manager.lock) and every step's save lock: a holder on another
   // host renews it every lease/4 seconds while it runs; one not renewed for this long is gone
-  // and the next manager breaks its lock with a warning naming it (README, "Failure modes").
+  // and the next manager breaks its lock with a warning naming it (docs/failure-modes.md).
   // A dead holder of this host is seen at once.
   double lock_lease_seconds = 300;
   // Take the root's lock from a holder not seen alive on this host (a person who knows that

@@ -6,7 +6,7 @@
 
 namespace dcp {
 
-// The memory tier (README, "Memory tier"; DESIGN.md section 12): recent steps kept in each
+// The memory tier (docs/memory-tier.md): recent steps kept in each
 // host's memory and on partner hosts, drained to the root now and then, restored from what
 // survives onto any layout.
 struct MemoryTierOptions {

@@ -30,16 +30,16 @@ from .manager import CheckpointManager, MemoryTier, unlock
 
 def from_torch_dcp(src, dst, allow_pickle: bool = False) -> SaveResult:
     """Converts a torch.distributed.checkpoint checkpoint into a hyperdcp one (in this
-    process; see hyperdcp.torch.from_torch_dcp)."""
-    from .torch import from_torch_dcp as convert  # imports torch only when called
+    process)."""
+    from ._torch_dcp import from_torch_dcp as convert  # imports torch only when called
 
     return convert(src, dst, allow_pickle)
 
 
 def to_torch_dcp(src, dst, allow_pickle: bool = False) -> None:
     """Writes a hyperdcp checkpoint as a torch.distributed.checkpoint one, values included
-    (in this process; see hyperdcp.torch.to_torch_dcp)."""
-    from .torch import to_torch_dcp as convert
+    (in this process)."""
+    from ._torch_dcp import to_torch_dcp as convert
 
     convert(src, dst, allow_pickle)
 

@@ -68,7 +68,7 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     own memory (CPU) or one host copy (device memory); non-tensor values are stored typed,
     never pickled unless `allow_pickle`. `overwrite=False` (or FileSystemWriter(...,
     overwrite=False)) refuses a directory holding a committed checkpoint, before any write.
-    `step`: without collectives, the save's identity (see the README). Returns this rank's
+    `step`: without collectives, the save's identity (docs/python.md, "Without collectives"). Returns this rank's
     SaveResult (`call_seconds`: the whole call as the caller waited; `python_seconds`: the
     Python side's share).
     """
@@ -188,7 +188,7 @@ def _stored_dtypes_differing(e: DcpError, directory: str, p: Prepared, strip_pre
     if "dtype mismatch" not in str(e) or "torch" not in sys.modules:
         return {}
     from ._metadata import read_metadata
-    from .torch import FROM_DCP
+    from ._torch_dtypes import FROM_DCP
 
     out: Dict[str, Any] = {}
     stored = read_metadata(directory).tensors
@@ -267,8 +267,10 @@ class SaveFuture(concurrent.futures.Future):
         try:
             return super().result(timeout)
         except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"save to {self._handle.dir} still running after {timeout} s") \
-                from None
+            # concurrent.futures' own class: before Python 3.11 it is not the built-in one, and
+            # callers catch it by that name.
+            raise concurrent.futures.TimeoutError(
+                f"save to {self._handle.dir} still running after {timeout} s") from None
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         return super().exception(_finite(timeout))

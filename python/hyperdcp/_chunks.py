@@ -1,39 +1,10 @@
 """Tensor leaves -> chunks over host memory that the engine reads (save) or fills (load)."""
 
 import sys
-from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
 
+from ._chunk_types import HostChunk, TensorChunk
 from ._errors import invalid_argument
-
-
-@dataclass
-class TensorChunk:
-    """A plain tensor (torch or numpy) that holds one box of a larger global tensor.
-
-    The seed's CHUNK_INFO: `data` holds the elements at `offsets` of a tensor of
-    `global_shape` (data's shape gives the box's lengths). Ranks may hold different boxes
-    of the same name; load fills `data` in place.
-    """
-
-    data: Any
-    global_shape: Sequence[int]
-    offsets: Sequence[int]
-
-
-@dataclass
-class HostChunk:
-    """One chunk as the engine sees it: row-major host memory at `data_ptr`."""
-
-    owner: Any  # keeps the memory alive during the engine call
-    data_ptr: int
-    dtype: str  # safetensors spelling, "BF16"
-    shape: Sequence[int]
-    global_shape: Sequence[int]
-    offsets: Sequence[int]
-    # Load only: copies the host memory back into the caller's tensor when `owner` is a
-    # staging copy (device memory, non-contiguous tensor); None when filled in place.
-    write_back: Optional[Callable[[], None]] = None
 
 
 def _is_tensor_type(t: type) -> bool:

@@ -99,11 +99,12 @@ def _reader_for(directory: Optional[str], storage_reader: Any) -> Any:
     its FileSystemReader (which cannot read it)."""
     from ._torch_args import _is_s3_connector, _is_torch
     from ._formats import holds_hyperdcp_format
-    from ._torch_reader import HyperdcpReader
 
     plain = storage_reader is None or _is_torch(storage_reader, ("FileSystemReader",)) or \
         _is_s3_connector(storage_reader, ("S3StorageReader",))
     if plain and directory is not None and holds_hyperdcp_format(directory):
+        from ._torch_reader import HyperdcpReader
+
         return HyperdcpReader(directory)
     return storage_reader
 

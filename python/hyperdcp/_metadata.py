@@ -18,7 +18,7 @@ class TensorInfo:
 
     @property
     def torch_dtype(self) -> Any:
-        from .torch import FROM_DCP
+        from ._torch_dtypes import FROM_DCP
 
         return FROM_DCP[self.dtype]
 

@@ -4,7 +4,7 @@ from typing import Any
 
 import numpy as np
 
-from ._chunks import HostChunk
+from ._chunk_types import HostChunk
 from ._errors import invalid_argument
 
 _DTYPES = {

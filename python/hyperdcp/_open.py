@@ -30,7 +30,7 @@ def load_all(checkpoint_id: "os.PathLike | str", *, keys: Optional[Iterable[Any]
 
     from ._api import load
     from ._paths import decode, nest
-    from .torch import FROM_DCP
+    from ._torch_dtypes import FROM_DCP
 
     directory = os.fspath(checkpoint_id)
     md = read_metadata(directory)

@@ -20,7 +20,7 @@ def torch_metadata(directory: str) -> tm.Metadata:
     """The checkpoint's metadata as torch's planners read it: every tensor with its stored
     chunks, every value as bytes, and (planner_data) each entry's path in the saved state dict."""
     from ._metadata import read_metadata
-    from .torch import FROM_DCP
+    from ._torch_dtypes import FROM_DCP
 
     md = read_metadata(directory)
     entries: Dict[str, Any] = {}
@@ -70,11 +70,13 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
     """Fills torch planner's requests from a hyperdcp checkpoint, on this rank alone: the
     smallest box holding each tensor's requests is read once (checksums verified), values are
     handed to the planner as torch.save bytes, as torch's reader hands them."""
-    from ._api import load
-    from ._chunks import TensorChunk
+    # The package's public load: this adapter is a client of hyperdcp's API, as a user's
+    # reader would be (it sits above the modules that implement it).
+    from . import load
+    from ._chunk_types import TensorChunk
 
     from ._metadata import read_metadata
-    from .torch import FROM_DCP
+    from ._torch_dtypes import FROM_DCP
 
     md = read_metadata(directory)  # once: the values' names and the tensors' dtypes and shapes
     stored = _value_names(md)

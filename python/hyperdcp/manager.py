@@ -15,7 +15,7 @@ Same semantics as dcp::CheckpointManager (include/dcp/manager.h): one directory 
 `latest` moved only after the step is durable on every rank, retention never removing the
 newest complete step, resume from the newest complete step whatever `latest` says, one
 manager per root, retired steps' data files recycled by the next save (`recycle_files`,
-on by default; see the README). Under torchrun every rank creates it (with the default process group unless
+on by default; see docs/manager.md). Under torchrun every rank creates it (with the default process group unless
 `process_group` is given) and calls its methods in the same order. Calls from several Python
 threads take turns; the manager is closed at exit (a save in flight finishes first).
 """
@@ -31,7 +31,7 @@ from ._prepare import finish_load, prepare_on_every_rank, release
 
 @dataclasses.dataclass
 class MemoryTier:
-    """The manager's memory tier (README, "Memory tier"): recent steps in every host's memory
+    """The manager's memory tier (docs/memory-tier.md): recent steps in every host's memory
     and on `replicas` partner hosts, a step that is a multiple of `persist_every` also written
     to the root (0: only by persist() and at close), restored after a host is lost from what
     the others hold, onto any layout. `dir` is a tmpfs directory of every host; `max_bytes`
@@ -80,7 +80,7 @@ class CheckpointManager:
                  lock_lease_seconds: float = 300.0, break_lock: bool = False) -> None:
         """`allow_partial`, `verify_checksums`, `max_open_files`: as load's, for every load of
         the manager; `max_staging_bytes`, `staging_threads`, `persist_nice`: its async
-        saver's (see the README); `allow_pickle`: as save's and load's; `memory_tier`: a
+        saver's (docs/manager.md, "File recycling"); `allow_pickle`: as save's and load's; `memory_tier`: a
         MemoryTier (or a dict of its fields, or True for the defaults) to keep recent steps in
         the hosts' memory; `lock_lease_seconds`: a job on another host holding the root
         that has not renewed its lock for this long is gone, and its lock is broken with a

@@ -6,33 +6,13 @@ function torch.distributed.checkpoint uses). Device memory and non-contiguous te
 through one host copy (written back after a load).
 """
 
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from ._chunks import HostChunk
+from ._chunk_types import HostChunk
 from ._errors import invalid_argument
-
-_NAMES = {
-    "bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16",
-    "uint32": "U32", "int32": "I32", "uint64": "U64", "int64": "I64", "float16": "F16",
-    "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
-    "complex128": "C128", "complex32": "C32",
-    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0",
-    "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
-}
-# torch dtype <-> dcp dtype name, for the dtypes this torch has.
-TO_DCP = {getattr(torch, n): d for n, d in _NAMES.items() if hasattr(torch, n)}
-FROM_DCP = {d: t for t, d in TO_DCP.items()}
-
-
-def dtype_name(fqn: str, dtype: "torch.dtype") -> str:
-    try:
-        return TO_DCP[dtype]
-    except KeyError:
-        raise invalid_argument(f"'{fqn}': torch dtype {dtype} has no dcp dtype") from None
-
+from ._torch_dtypes import FROM_DCP, TO_DCP, dtype_name  # noqa: F401 (hyperdcp.torch.*)
 
 def _dtensor_class():
     try:
@@ -180,57 +160,3 @@ def materialize(value: Any) -> Any:
     new_local = torch.empty(local.shape, dtype=local.dtype, device="cpu")
     return _DTENSOR.from_local(new_local, value.device_mesh, value.placements, run_check=False,
                                shape=value.shape, stride=value.stride())
-
-
-def from_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str",
-                   allow_pickle: bool = False) -> Any:
-    """Converts a torch.distributed.checkpoint directory (saved by any number of ranks) into
-    a dcp checkpoint at `dst`, in this process; returns the SaveResult.
-
-    Every tensor is read whole into memory, so the process needs room for the whole
-    checkpoint. The source format pickles non-tensor values and torch's loader unpickles
-    them: convert only checkpoints you trust (dcp itself stores them as JSON).
-    """
-    import torch.distributed.checkpoint as torch_dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    from ._api import save
-
-    reader = torch_dcp.FileSystemReader(os.fspath(src))
-    state: Dict[str, Any] = {}
-    for fqn, md in reader.read_metadata().state_dict_metadata.items():
-        is_tensor = isinstance(md, TensorStorageMetadata)
-        state[fqn] = torch.empty(md.size, dtype=md.properties.dtype) if is_tensor else None
-    from ._delegate import torch_function
-
-    torch_function("load")(state, storage_reader=reader, no_dist=True)  # torch's, installed or not
-    return save(state, dst, no_dist=True, allow_pickle=allow_pickle)
-
-
-def to_torch_dcp(src: "os.PathLike | str", dst: "os.PathLike | str",
-                 allow_pickle: bool = False) -> None:
-    """Writes the hyperdcp checkpoint `src` as a torch.distributed.checkpoint directory `dst`
-    (values included), in this process, so that adopting hyperdcp is reversible.
-
-    Entries keep their names; torch.distributed.checkpoint.load then fills any template
-    whose flattened names match (the same state dict that was saved). Every tensor is read
-    whole into memory. torch pickles the non-tensor values it writes.
-    """
-    import torch.distributed.checkpoint as torch_dcp
-
-    from ._api import load
-    from ._metadata import read_metadata
-
-    from ._delegate import torch_function
-    from ._metadata import per_rank_value
-
-    md = read_metadata(src)
-    state: Dict[str, Any] = {fqn: torch.empty(info.shape, dtype=FROM_DCP[info.dtype])
-                             for fqn, info in md.tensors.items()}
-    # A value saved per rank under its name: one value per name in torch's format (the
-    # lowest saving rank's, as a load in another world gets).
-    state.update({(per_rank_value(fqn) or (fqn,))[0]: None for fqn in md.bytes})
-    load(state, src, no_dist=True, allow_pickle=allow_pickle)
-    # torch's own save, even under hyperdcp.install(): the point is torch's format.
-    torch_function("save")(state, storage_writer=torch_dcp.FileSystemWriter(os.fspath(dst)),
-                           no_dist=True)

@@ -153,7 +153,9 @@ void BindManager(py::module_& m) {
             return self.get().Prune(dry_run);
           },
           py::arg("dry_run"))
-      .def("step_dir", [](Manager& self, int64_t step) { return self.get().step_dir(step); })
+      .def(
+          "step_dir", [](Manager& self, int64_t step) { return self.get().step_dir(step); },
+          py::arg("step"))
       .def("close", &Manager::Close);
 
   m.def(

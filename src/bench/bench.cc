@@ -393,7 +393,7 @@ Status Runner::RunReferenceReads(int rep) {
   uint64_t n = 0;
   DCP_ASSIGN_OR_RETURN(double cold, Timed([&] { return ReadSequential(*fs_, mine, &n); }));
   ref.read_requests += last_requests_;
-  // Warm means just read (DESIGN.md section 7, trap 2).
+  // Warm means just read (docs/benchmarks.md).
   DCP_ASSIGN_OR_RETURN(double warm, Timed([&] { return ReadSequential(*fs_, mine, &n); }));
   ref.read_cold_seconds.push_back(cold);
   ref.read_warm_seconds.push_back(warm);

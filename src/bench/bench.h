@@ -1,6 +1,6 @@
 // `dcp bench`: save and load a synthetic model-shaped state dict, and measure the physical
 // limits of the same directory in the same run, so every phase is reported as a ratio to
-// what the hardware can do right now (DESIGN.md section 7).
+// what the hardware can do right now (docs/benchmarks.md).
 //
 // Every rank of `comm` calls RunBench with the same options; the report is complete on
 // rank 0 (other ranks get their own view, without the gathered totals).

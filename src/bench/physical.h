@@ -1,5 +1,5 @@
-// The physical limits a benchmark is compared with, measured in the same run (DESIGN.md
-// section 7): sequential file write and read with large requests, page cache control
+// The physical limits a benchmark is compared with, measured in the same run
+// (docs/benchmarks.md): sequential file write and read with large requests, page cache control
 // (drop with posix_fadvise, residency with mincore), and one-thread memcpy bandwidth.
 #pragma once
 

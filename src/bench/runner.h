@@ -106,7 +106,7 @@ class Runner {
   Status OnRoot(const std::function<Status()>& fn) {
     return AgreeOnStatus(comm_, rank_ == 0 ? fn() : OkStatus());
   }
-  // DESIGN.md section 7, trap 1: writes into freshly freed blocks are slow, so every timed
+  // writes into freshly freed blocks are slow, so every timed
   // write follows the same delete + sync + pause.
   Status DeleteAndSettle(const std::string& path) {
     DCP_RETURN_IF_ERROR(OnRoot([&] {

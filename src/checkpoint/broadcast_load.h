@@ -1,5 +1,5 @@
 // The shared phase of a load: shared data read once and sent to every rank that needs it
-// (DESIGN.md section 3).
+// (docs/design.md).
 //
 // First the shared stored chunks (a reshard's, a memory tier restore's): each read whole by one
 // rank into a staging buffer and broadcast (small ones together per (group, reader)); every

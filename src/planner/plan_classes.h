@@ -1,4 +1,4 @@
-// Ranks grouped by identical local plans (DESIGN.md section 9): data-parallel replicas hold
+// Ranks grouped by identical local plans: data-parallel replicas hold
 // identical chunk lists, so a job of thousands of ranks has a handful of distinct plans. Each
 // rank sends a hash of its encoded plan; each distinct plan is then exchanged once (by the
 // lowest rank holding it) and planned over once. Save, load and the simulator all group here.

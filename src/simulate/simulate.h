@@ -1,5 +1,5 @@
 // `dcp simulate`: plan the save and load of a whole job of N ranks in one process, with no
-// tensor data, through the very planner code real runs use (DESIGN.md section 9).
+// tensor data, through the very planner code real runs use (docs/design.md).
 //
 // Ranks whose local plans are identical form one plan class (data-parallel replicas). The
 // simulator builds one local plan per class, groups ranks by plan hash exactly as Save does,

@@ -1,4 +1,4 @@
-// A manager root's memory tier (DESIGN.md section 12): this host's directory of recent steps in
+// A manager root's memory tier: this host's directory of recent steps in
 // memory, and the collective operations over every host's -- replication after a save, the
 // drain to durable storage, and the restore from whatever survives.
 //

@@ -1,7 +1,7 @@
-// The memory tier's decisions, as pure functions of what every rank gathered (DESIGN.md
-// section 12): which hosts partner which, what moves where after a save, which step a restore
-// takes and where each of its files comes from. Every rank computes the same answers from the
-// same inputs; nothing here touches storage or the communicator.
+// The memory tier's decisions, as pure functions of what every rank gathered: which hosts partner
+// which, what moves where after a save, which step a restore takes and where each of its files
+// comes from. Every rank computes the same answers from the same inputs; nothing here touches
+// storage or the communicator.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 namespace dcp::workload {
 namespace {
 
-// Bytes as GiB printed to two decimals, the way DESIGN.md states model sizes.
+// Bytes as GiB printed to two decimals, the way model sizes are usually stated.
 std::string GiB2(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2f", static_cast<double>(bytes) / (1ull << 30));
@@ -23,9 +23,9 @@ const TensorSpec* Find(const ModelSpec& m, std::string_view fqn) {
 }
 
 // Exact tensor payload of Qwen3-30B-A3B in bf16: 623,120,640 elements per layer plus
-// 622,331,904 in the globals. (The 10.45 / 56.89 GiB quoted in DESIGN.md come from the seed's
-// measured checkpoint directories, which add per-file metadata; the tensor data alone is
-// 10.44 / 56.87 GiB.)
+// 622,331,904 in the globals. (The 10.45 / 56.89 GiB often quoted come from the reference
+// implementation's measured checkpoint directories, which add per-file metadata; the tensor data
+// alone is 10.44 / 56.87 GiB.)
 TEST(ModelTest, Qwen3_8Layers) {
   auto m = MakeModel("qwen3-30b-a3b", 8, 1.0, DType::kBF16);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
