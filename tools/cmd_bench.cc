@@ -66,6 +66,8 @@ void AddBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--dir", o.dir, "scratch directory (emptied; default under the temp dir)");
   cmd->add_option("--storage-gibps", o.storage_gibps,
                   "emulate slow shared storage: cap reads at this aggregate GiB/s");
+  cmd->add_option("--tier-dir", o.tier_dir, "tier phase: the tmpfs the hosts' memory tier lives in")
+      ->capture_default_str();
   cmd->add_option("--pause", o.pause_seconds, "seconds to settle after delete + sync")
       ->capture_default_str();
   cmd->add_flag("!--no-verify", o.verify, "skip checking every loaded byte");

@@ -28,6 +28,9 @@ struct BenchOptions {
   int repeat = 1;
   std::string dir;           // scratch directory (emptied); default under the temp dir
   double storage_gibps = 0;  // > 0: cap storage reads at this aggregate rate
+  // tier: where the hosts' memory is (MemoryTierOptions::dir's parent): a tmpfs, by default
+  // /dev/shm; one mounted with huge pages reads faster.
+  std::string tier_dir = "/dev/shm";
   double pause_seconds = 2;  // after delete + sync, before each timed write
   bool verify = true;        // check every loaded byte (first repetition, untimed)
   // async: AsyncSaver::Prepare before the first save (timed on its own, prepare_seconds), as

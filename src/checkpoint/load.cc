@@ -311,8 +311,9 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   std::string raw;
   Status st;
   std::optional<metadata::Metadata> built;  // rank 0's, when not read from a file
-  if (hooks && hooks->metadata) {
-    raw = *hooks->metadata;
+  const bool given = hooks && hooks->metadata;
+  if (given) {
+    built = *hooks->metadata;
   } else if (me == 0) {
     auto found = FindMetadata(fs, dir);
     st = found.status();
@@ -322,12 +323,12 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
                   : std::move(found->encoded);
     }
   }
-  if (!(hooks && hooks->metadata)) {
+  if (!given) {
     DCP_RETURN_IF_ERROR(BroadcastStatus(*comm, 0, st));
     if (comm->size() > 1) DCP_RETURN_IF_ERROR(comm->Broadcast(raw, 0));
   }
   auto md = built ? Result<metadata::Metadata>(std::move(*built)) : DecodeMetadata(raw, dir);
-  if (md.ok()) md = WithRenamedTensors(std::move(md).value(), opts, dir);  // strip/add prefix
+  if (md.ok() && !given) md = WithRenamedTensors(std::move(md).value(), opts, dir);  // prefixes
   // Values saved per rank: this rank's own under their names (only bytes entries differ
   // between ranks' views, and each rank reads those itself).
   if (md.ok()) PickRankValues(*md, me, comm->size(), &result.warnings);

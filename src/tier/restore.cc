@@ -134,16 +134,18 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
 
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, md.status()));
 
-    // 2. The directory for what this host receives. The chosen metadata goes to the load
-    //    directly (LoadHooks::metadata), and onto hosts that lack it or hold another copy only
-    //    once the load verified it (step 4): a choice that turns out damaged or stale never
-    //    destroys the copy it was chosen over.
+    // 2. The chosen metadata goes to the load directly (LoadHooks::metadata), and onto hosts
+    //    that lack it or hold another copy only once the load verified it (step 4): a choice
+    //    that turns out damaged or stale never destroys the copy it was chosen over.
     const StepCopy* held = nullptr;
     for (const StepCopy& c : inventories[host]) {
       if (c.step == step) held = &c;
     }
-    st = first_of_host() ? Local().CreateDirs(dir) : OkStatus();
-    DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+    // Every host holds every file (one host, or as many replicas as hosts): nothing can move,
+    // so the restore adds no collective to the load's own.
+    const bool everywhere = std::all_of(
+        choice->holders.begin(), choice->holders.end(),
+        [&](const std::vector<int>& h) { return static_cast<int>(h.size()) == hosts_.size(); });
 
     // 3. The load, planned so that every stored chunk is read on a host that holds its file
     //    (by the least loaded rank that can, when a rank needing it cannot) and broadcast to
@@ -172,12 +174,16 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     std::string damaged_why;
     checkpoint::LoadHooks hooks;
     hooks.readable = &readable;
-    hooks.metadata = &raw;
+    hooks.metadata = &meta;
     hooks.damaged = [&](uint32_t f, const Status& why) {
       damaged_here = f;
       damaged_why = why.message();
     };
     hooks.before_reads = [&](const std::vector<checkpoint::ReadSpan>& reads) -> Status {
+      if (everywhere) {
+        lap("plan");
+        return OkStatus();
+      }
       NeededSpans needed;
       for (const auto& r : reads) needed[r.file].push_back({r.offset, r.length});
       for (auto& [f, spans] : needed) spans = storage::MergeRanges(std::move(spans));
@@ -188,6 +194,11 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       }
       const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
       lap("plan");
+      if (plan.fetches.empty()) return OkStatus();  // the same on every rank
+      for (const Transfer& t : plan.fetches) {
+        // A receiver's directory; a failure to make it shows as the receiver's failure below.
+        if (t.to == me) (void)Local().CreateDirs(dir);
+      }
       TransferDirs dirs{&Local(), dir, durable.fs,
                         durable.complete.count(step) ? durable.dir_of(step) : std::string()};
       DCP_RETURN_IF_ERROR(
