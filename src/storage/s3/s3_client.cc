@@ -12,29 +12,10 @@
 #include <random>
 #include <thread>
 
+#include "storage/s3/s3_request.h"
 #include "storage/s3/xml_reply.h"
 
 namespace dcp::storage::s3 {
-
-struct S3Client::Request {
-  std::string method;
-  std::string bucket;
-  std::string key;
-  Params query;
-  Params headers;
-  std::span<const std::byte> body;
-  std::span<std::byte> into;  // a successful response's body goes here (GET ranges)
-  bool head = false;
-};
-
-struct S3Client::Response {
-  long status = 0;
-  std::string text;  // the body, unless it went `into`
-  std::string etag;
-  std::string date, last_modified;  // the store's clock: now, and when the object was written
-  uint64_t content_length = 0;
-  uint64_t received = 0;
-};
 
 namespace {
 
@@ -44,10 +25,6 @@ constexpr long kCurlUploadBufferBytes = 2L << 20;
 
 using Request = S3Client::Request;
 using Response = S3Client::Response;
-
-std::string Where(const std::string& bucket, const std::string& key) {
-  return "s3://" + bucket + (key.empty() ? "" : "/" + key);
-}
 
 std::string AmzDate() {
   std::time_t t = std::time(nullptr);
@@ -148,13 +125,6 @@ size_t OnHeader(char* data, size_t size, size_t n, void* p) {
       t->resp->content_length = std::strtoull(value.c_str(), nullptr, 10);
   }
   return size * n;
-}
-
-// Seconds since the epoch of an HTTP date ("Sun, 06 Nov 1994 08:49:37 GMT"); -1 if unreadable.
-int64_t HttpDateSeconds(const std::string& text) {
-  std::tm tm{};
-  const char* end = strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S", &tm);
-  return end ? static_cast<int64_t>(timegm(&tm)) : -1;
 }
 
 std::string UrlQuery(const Params& query) {
@@ -378,191 +348,14 @@ Result<Response> S3Client::Send(const Request& r) {
   return last.Annotate("after " + std::to_string(config_.max_attempts) + " attempts: ");
 }
 
-Status S3Client::PutObject(const std::string& bucket, const std::string& key,
-                           std::span<const std::byte> body, bool if_none_match) {
-  Request r{"PUT", bucket, key};
-  r.body = body;
-  if (if_none_match) r.headers.emplace_back("if-none-match", "*");
-  return Send(r).status();
+std::string Where(const std::string& bucket, const std::string& key) {
+  return "s3://" + bucket + (key.empty() ? "" : "/" + key);
 }
 
-Result<uint64_t> S3Client::HeadObject(const std::string& bucket, const std::string& key) {
-  Request r{"HEAD", bucket, key};
-  r.head = true;
-  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
-  return resp.content_length;
-}
-
-Status S3Client::GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
-                          std::span<std::byte> dst) {
-  if (dst.empty()) return OkStatus();
-  Request r{"GET", bucket, key};
-  r.headers.emplace_back(
-      "range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + dst.size() - 1));
-  r.into = dst;
-  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
-  if (resp.received != dst.size()) {
-    return DataLoss(Where(bucket, key) + " ends before byte " +
-                    std::to_string(offset + dst.size()) + " (read " +
-                    std::to_string(resp.received) + " of " + std::to_string(dst.size()) +
-                    " bytes at offset " + std::to_string(offset) + ")");
-  }
-  return OkStatus();
-}
-
-Result<SmallObject> S3Client::GetSmallObject(const std::string& bucket, const std::string& key,
-                                             size_t max_bytes) {
-  DCP_ASSIGN_OR_RETURN(Response resp, Send(Request{"GET", bucket, key}));
-  if (resp.received > max_bytes) {
-    return DataLoss(Where(bucket, key) + ": " + std::to_string(resp.received) +
-                    " bytes, more than the " + std::to_string(max_bytes) + " expected");
-  }
-  SmallObject out{std::move(resp.text), resp.etag, -1};
-  const int64_t now = HttpDateSeconds(resp.date), written = HttpDateSeconds(resp.last_modified);
-  if (now >= 0 && written >= 0)
-    out.age_seconds = static_cast<double>(std::max<int64_t>(0, now - written));
-  return out;
-}
-
-Result<std::string> S3Client::PutObjectIf(const std::string& bucket, const std::string& key,
-                                          std::span<const std::byte> body,
-                                          const std::string& if_match) {
-  Request r{"PUT", bucket, key};
-  r.body = body;
-  if (if_match.empty()) {
-    r.headers.emplace_back("if-none-match", "*");
-  } else {
-    r.headers.emplace_back("if-match", if_match);
-  }
-  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
-  return resp.etag;
-}
-
-Status S3Client::DeleteObjectIf(const std::string& bucket, const std::string& key,
-                                const std::string& if_match) {
-  Request r{"DELETE", bucket, key};
-  r.headers.emplace_back("if-match", if_match);
-  return Send(r).status();
-}
-
-Status S3Client::DeleteObject(const std::string& bucket, const std::string& key) {
-  return Send(Request{"DELETE", bucket, key}).status();  // a missing key is a success (204)
-}
-
-Status S3Client::CopyObject(const std::string& bucket, const std::string& from,
-                            const std::string& to) {
-  Request r{"PUT", bucket, to};
-  r.headers.emplace_back("x-amz-copy-source", "/" + bucket + "/" + UriEncode(from, true));
-  return Send(r).status().Annotate("copy " + Where(bucket, from) + ": ");
-}
-
-Result<Listing> S3Client::List(const std::string& bucket, const std::string& prefix,
-                               const std::string& delimiter) {
-  Listing out;
-  std::string token;
-  while (true) {
-    Request r{"GET", bucket, ""};
-    r.query = {{"list-type", "2"}, {"prefix", prefix}};
-    if (!delimiter.empty()) r.query.emplace_back("delimiter", delimiter);
-    if (!token.empty()) r.query.emplace_back("continuation-token", token);
-    DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
-    Xml xml(resp.text);
-    if (!xml.root()) return Unavailable("listing " + Where(bucket, prefix) + ": unreadable reply");
-    ForEachTop(xml, "Contents", [&](const xmlNode* n) {
-      out.objects.push_back(
-          {ChildText(n, "Key"), std::strtoull(ChildText(n, "Size").c_str(), nullptr, 10)});
-    });
-    ForEachTop(xml, "CommonPrefixes",
-               [&](const xmlNode* n) { out.prefixes.push_back(ChildText(n, "Prefix")); });
-    if (ChildText(xml.root(), "IsTruncated") != "true") break;
-    token = ChildText(xml.root(), "NextContinuationToken");
-    if (token.empty()) break;
-  }
-  return out;
-}
-
-Result<std::string> S3Client::CreateMultipartUpload(const std::string& bucket,
-                                                    const std::string& key) {
-  Request r{"POST", bucket, key};
-  r.query = {{"uploads", ""}};
-  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
-  Xml xml(resp.text);
-  std::string id = Text(Find(xml.root(), "UploadId"));
-  if (id.empty())
-    return Unavailable("start upload of " + Where(bucket, key) + ": no UploadId in the reply");
-  return id;
-}
-
-Result<std::string> S3Client::UploadPart(const std::string& bucket, const std::string& key,
-                                         const std::string& upload_id, int part_number,
-                                         std::span<const std::byte> body) {
-  Request r{"PUT", bucket, key};
-  r.query = {{"partNumber", std::to_string(part_number)}, {"uploadId", upload_id}};
-  r.body = body;
-  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
-  if (resp.etag.empty()) return Unavailable("upload part of " + Where(bucket, key) + ": no ETag");
-  return resp.etag;
-}
-
-Status S3Client::CompleteMultipartUpload(const std::string& bucket, const std::string& key,
-                                         const std::string& upload_id,
-                                         const std::vector<std::string>& etags,
-                                         bool if_none_match) {
-  std::string xml = "<CompleteMultipartUpload>";
-  for (size_t i = 0; i < etags.size(); ++i) {
-    xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] +
-           "</ETag></Part>";
-  }
-  xml += "</CompleteMultipartUpload>";
-  Request r{"POST", bucket, key};
-  r.query = {{"uploadId", upload_id}};
-  r.body = std::as_bytes(std::span(xml.data(), xml.size()));
-  r.headers.emplace_back("content-type", "application/xml");
-  if (if_none_match) r.headers.emplace_back("if-none-match", "*");
-  return Send(r).status();
-}
-
-Status S3Client::AbortMultipartUpload(const std::string& bucket, const std::string& key,
-                                      const std::string& upload_id) {
-  Request r{"DELETE", bucket, key};
-  r.query = {{"uploadId", upload_id}};
-  Status s = Send(r).status();
-  return s.code() == StatusCode::kNotFound ? OkStatus() : s;
-}
-
-Result<std::vector<UploadInfo>> S3Client::ListMultipartUploads(const std::string& bucket,
-                                                               const std::string& prefix) {
-  std::vector<UploadInfo> out;
-  std::string key_marker, id_marker;
-  while (true) {
-    Request r{"GET", bucket, ""};
-    r.query = {{"uploads", ""}, {"prefix", prefix}};
-    if (!key_marker.empty()) r.query.emplace_back("key-marker", key_marker);
-    if (!id_marker.empty()) r.query.emplace_back("upload-id-marker", id_marker);
-    DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
-    Xml xml(resp.text);
-    if (!xml.root())
-      return Unavailable("listing uploads of " + Where(bucket, prefix) + ": unreadable reply");
-    ForEachTop(xml, "Upload", [&](const xmlNode* n) {
-      out.push_back({ChildText(n, "Key"), ChildText(n, "UploadId")});
-    });
-    if (ChildText(xml.root(), "IsTruncated") != "true") break;
-    key_marker = ChildText(xml.root(), "NextKeyMarker");
-    id_marker = ChildText(xml.root(), "NextUploadIdMarker");
-    if (key_marker.empty() && id_marker.empty()) break;
-  }
-  return out;
-}
-
-Result<S3Client*> DefaultS3Client() {
-  static std::mutex mu;
-  static std::unique_ptr<S3Client> client;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!client) {
-    DCP_ASSIGN_OR_RETURN(S3Config c, S3ConfigFromEnvironment());
-    client = std::make_unique<S3Client>(std::move(c));
-  }
-  return client.get();
+int64_t HttpDateSeconds(const std::string& text) {
+  std::tm tm{};
+  const char* end = strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S", &tm);
+  return end ? static_cast<int64_t>(timegm(&tm)) : -1;
 }
 
 }  // namespace dcp::storage::s3
