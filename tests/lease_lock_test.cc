@@ -241,6 +241,17 @@ TEST(LeaseLock, AHolderIsItsProcessNotItsPid) {
       << lock.broke();
 }
 
+// Checks `lock` until it is no longer held (or 30 s passed): why it was lost.
+Status CheckUntilLost(LeaseLock& lock) {
+  Status st;
+  for (auto until = std::chrono::steady_clock::now() + 30s;
+       st.ok() && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(50ms);
+    st = lock.Check();
+  }
+  return st;
+}
+
 // Without flock every change of the lock is a compare-and-swap on the version its holder saw:
 // a renewal never writes over a lock another job took meanwhile, and the holder finds out.
 TEST(LeaseLock, ARenewalNeverOverwritesALockTakenMeanwhile) {
@@ -251,12 +262,7 @@ TEST(LeaseLock, ARenewalNeverOverwritesALockTakenMeanwhile) {
   ASSERT_TRUE(lock.Acquire(fs, path, "the test root", "save", "a", {.lease_seconds = 0.4}).ok());
   LockHolder other{"save", "taker", "host-z", 7, NowUnixMs(), NowUnixMs()};
   Plant(path, other);
-  Status st;
-  for (auto until = std::chrono::steady_clock::now() + 30s;
-       st.ok() && std::chrono::steady_clock::now() < until;) {
-    std::this_thread::sleep_for(50ms);
-    st = lock.Check();
-  }
+  Status st = CheckUntilLost(lock);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("taken by save taker of process 7 on host host-z"), std::string::npos)
       << st.message();
@@ -288,12 +294,7 @@ TEST(LeaseLock, ALockNotRenewedForItsLeaseIsNoLongerHeld) {
   ASSERT_TRUE(lock.Acquire(fs, path, "the test root", "save", "a", {.lease_seconds = 0.4}).ok());
   ::testing::internal::CaptureStderr();
   fs.failing = true;
-  Status st;
-  for (auto until = std::chrono::steady_clock::now() + 30s;
-       st.ok() && std::chrono::steady_clock::now() < until;) {
-    std::this_thread::sleep_for(50ms);
-    st = lock.Check();
-  }
+  Status st = CheckUntilLost(lock);
   const std::string said = ::testing::internal::GetCapturedStderr();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("could not be renewed for"), std::string::npos) << st.message();

@@ -88,6 +88,19 @@ std::string Snippet(const std::string& body) {
   return s;
 }
 
+// The credentials of an endpoint's JSON reply, or why not, naming `what` was asked.
+Result<AwsCredentials> FromReply(const Result<HttpReply>& r, const std::string& what,
+                                 const std::string& source) {
+  if (!r.ok()) return r.status().Annotate(what + ": ");
+  if (r->status != 200) {
+    return FailedPrecondition(what + ": HTTP " + std::to_string(r->status) + ": " +
+                              Snippet(r->body));
+  }
+  auto c = CredentialsFromJson(r->body, source);
+  if (!c.ok()) return c.status().Annotate(what + ": ");
+  return c;
+}
+
 // ---- The sources, each kNotFound when not configured ------------------------------------------
 
 Result<AwsCredentials> FromEnvironment() {
@@ -184,14 +197,7 @@ Result<AwsCredentials> FromContainer() {
     r = Http("GET", url, headers, "", 2);
     if (r.ok() && r->status < 500) break;
   }
-  if (!r.ok()) return r.status().Annotate(what + ": ");
-  if (r->status != 200) {
-    return FailedPrecondition(what + ": HTTP " + std::to_string(r->status) + ": " +
-                              Snippet(r->body));
-  }
-  auto c = CredentialsFromJson(r->body, "container");
-  if (!c.ok()) return c.status().Annotate(what + ": ");
-  return c;
+  return FromReply(r, what, "container");
 }
 
 Result<AwsCredentials> FromInstanceMetadata() {
@@ -214,14 +220,7 @@ Result<AwsCredentials> FromInstanceMetadata() {
   if (role.empty()) return NotFound("instance metadata (no role attached)");
   auto r = Http("GET", roles_url + role, {auth}, "", 2);
   const std::string what = "instance metadata role " + role + " at " + base;
-  if (!r.ok()) return r.status().Annotate(what + ": ");
-  if (r->status != 200) {
-    return FailedPrecondition(what + ": HTTP " + std::to_string(r->status) + ": " +
-                              Snippet(r->body));
-  }
-  auto c = CredentialsFromJson(r->body, "instance metadata");
-  if (!c.ok()) return c.status().Annotate(what + ": ");
-  return c;
+  return FromReply(r, what, "instance metadata");
 }
 
 }  // namespace
