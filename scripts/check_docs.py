@@ -11,11 +11,13 @@
   functions included: they are cycles all the same once called).
 
   check_docs.py ROOT            # the checks; exit 1 with one line per problem
+  check_docs.py ROOT --cxx CXX [-I DIR ...]   # also compile README's C++ quick start
   check_docs.py --self-test     # each check finds a planted problem
 """
 
 import ast
 import re
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -159,6 +161,31 @@ def check_import_cycles(root: Path):
     return [f"python/hyperdcp: import circle {' -> '.join(c)}" for c in cycles]
 
 
+def check_cpp_quick_start(root: Path, cxx: str, includes):
+    """README's C++ block, its #includes kept and the rest made a function body whose free
+    names (argc, argv, ptr, r) are its parameters, compiled against the public headers."""
+    blocks = code_blocks(root / "README.md", "cpp")
+    if not blocks:
+        return ["README.md: no C++ block"]
+    problems = []
+    for i, block in enumerate(blocks, 1):
+        lines = block.splitlines()
+        head = [l for l in lines if l.startswith("#include")]
+        body = [l for l in lines if not l.startswith("#include")]
+        source = "\n".join(["#include <cstdint>", *head,
+                            "void Example(int argc, char** argv, void* ptr, int64_t r) {",
+                            *body, "}"]) + "\n"
+        with tempfile.NamedTemporaryFile("w", suffix=".cc", delete=False) as f:
+            f.write(source)
+        cmd = [cxx, "-std=c++20", "-fsyntax-only", "-I", str(root / "include"),
+               *[f"-I{d}" for d in includes], f.name]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        Path(f.name).unlink()
+        if p.returncode != 0:
+            problems.append(f"README.md: C++ block {i} does not compile:\n{p.stderr[:2000]}")
+    return problems
+
+
 CHECKS = [check_links, check_environment, check_history, check_python_blocks,
           check_import_cycles]
 
@@ -201,8 +228,13 @@ def self_test():
 def main():
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
+    args = sys.argv[1:]
+    root = Path(args[0] if args else ".").resolve()
     problems = run(root)
+    if "--cxx" in args:
+        cxx = args[args.index("--cxx") + 1]
+        includes = [args[i + 1] for i, a in enumerate(args) if a == "-I"]
+        problems += check_cpp_quick_start(root, cxx, includes)
     for p in problems:
         print(p)
     if problems:

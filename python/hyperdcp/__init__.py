@@ -14,6 +14,10 @@ state_dict, stateful, ...) are torch's own, reached through this module.
 For frameworks whose code imports torch DCP itself (torchtitan, accelerate, Lightning,
 torchtune): one `hyperdcp.install()` (or `python -m hyperdcp.run train.py ...`) makes torch's
 own save, load and async_save run on hyperdcp for every caller in the process.
+
+Documentation (in the source repository): docs/python.md (this API), docs/frameworks.md,
+docs/manager.md (CheckpointManager, MemoryTier), docs/object-storage.md (s3:// ids),
+docs/troubleshooting.md (errors), docs/security.md (allow_pickle and what loading trusts).
 """
 
 from ._api import (AsyncSaveHandle, SaveFuture, async_save, load, prepare_async_save, save,

@@ -1,4 +1,5 @@
-"""save / async_save / load with torch.distributed.checkpoint's signatures, on the engine."""
+"""save / async_save / load with torch.distributed.checkpoint's signatures, on the engine
+(docs/python.md)."""
 
 import concurrent.futures
 import concurrent.futures.thread  # now: it cannot be imported once the interpreter exits
