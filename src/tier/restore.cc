@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -50,6 +51,37 @@ Status DecodeSpans(std::string_view data, NeededSpans* into) {
   return OkStatus();
 }
 
+// Where hosts hold different metadata for one step (a stale copy of another save under the
+// same number) and the step is complete in durable storage, the durable copy's digest says
+// which is this run's: rank 0 reads it and every rank learns it (all see the same dispute).
+Result<std::map<int64_t, uint64_t>> DurableDigests(Comm& comm,
+                                                   const std::vector<Inventory>& inventories,
+                                                   const DurableSteps& durable) {
+  std::vector<int64_t> asked;
+  for (int64_t s : DisputedSteps(inventories)) {
+    if (durable.complete.count(s) && durable.fs) asked.push_back(s);
+  }
+  std::map<int64_t, uint64_t> out;
+  if (asked.empty()) return out;
+  std::string payload;
+  if (comm.rank() == 0) {
+    wire::Writer w(payload);
+    for (int64_t s : asked) {
+      auto raw = storage::ReadWholeFile(
+          *durable.fs, JoinPath(durable.dir_of(s), std::string(checkpoint::kMetadataName)));
+      w.Varint(raw.ok() ? Digest(*raw) : 0);  // unreadable: no preference
+    }
+  }
+  DCP_RETURN_IF_ERROR(comm.Broadcast(payload, 0));
+  wire::Reader r(payload);
+  for (int64_t s : asked) {
+    const uint64_t d = r.Varint();
+    if (d != 0) out[s] = d;
+  }
+  if (!r.ok()) return DataLoss("memory tier: corrupt durable digests received");
+  return out;
+}
+
 }  // namespace
 
 Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateDict& sd,
@@ -71,6 +103,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
   };
   DCP_ASSIGN_OR_RETURN(const std::vector<Inventory> inventories, Survey(comm));
   lap("survey");
+  DCP_ASSIGN_OR_RETURN(const auto preferred, DurableDigests(comm, inventories, durable));
   std::set<BadCopy> bad;
   int64_t below = only_step ? *only_step + 1 : INT64_MAX;
   std::string* fell_back = &account->fell_back;
@@ -101,7 +134,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
   };
   while (true) {
     const std::optional<MemoryStep> found_step =
-        ChooseMemoryStep(inventories, bad, durable.complete, below);
+        ChooseMemoryStep(inventories, bad, durable.complete, below, preferred);
     gave_up(found_step ? std::optional<int64_t>(found_step->step) : std::nullopt);
     if (!found_step || (only_step && found_step->step != *only_step)) {
       return std::optional<LoadResult>();

@@ -160,7 +160,8 @@ std::optional<MemoryStep> CompleteCopy(const std::vector<Inventory>& by_host,
 
 std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host,
                                            const std::set<BadCopy>& bad,
-                                           const std::set<int64_t>& durable, int64_t below) {
+                                           const std::set<int64_t>& durable, int64_t below,
+                                           const std::map<int64_t, uint64_t>& preferred) {
   std::set<int64_t, std::greater<>> candidates;
   for (const Inventory& inv : by_host) {
     for (const StepCopy& c : inv) {
@@ -179,7 +180,10 @@ std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host
     }
     std::vector<std::pair<uint64_t, const std::vector<int>*>> order;
     for (const auto& [d, hs] : by_digest) order.emplace_back(d, &hs);
-    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    const auto pick = preferred.find(step);
+    const uint64_t first = pick == preferred.end() ? 0 : pick->second;
+    std::sort(order.begin(), order.end(), [first](const auto& a, const auto& b) {
+      if ((a.first == first) != (b.first == first)) return a.first == first;
       if (a.second->size() != b.second->size()) return a.second->size() > b.second->size();
       return a.second->front() < b.second->front();
     });
@@ -188,6 +192,20 @@ std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host
     }
   }
   return std::nullopt;
+}
+
+std::vector<int64_t> DisputedSteps(const std::vector<Inventory>& by_host) {
+  std::map<int64_t, std::set<uint64_t>> digests;
+  for (const Inventory& inv : by_host) {
+    for (const StepCopy& c : inv) {
+      if (c.metadata_digest != 0) digests[c.step].insert(c.metadata_digest);
+    }
+  }
+  std::vector<int64_t> out;
+  for (const auto& [step, ds] : digests) {
+    if (ds.size() > 1) out.push_back(step);
+  }
+  return out;
 }
 
 std::vector<int64_t> RestorableSteps(const std::vector<Inventory>& by_host,

@@ -97,13 +97,18 @@ struct MemoryStep {
 };
 
 // The newest step below `below` that the surviving tiers can restore: its metadata (the digest
-// most hosts agree on; ties to the first host in name order) and every data file it names on
-// some host with the recorded size, not among `bad`. A step in `durable` (complete in durable
-// storage) may lack files in the tiers: they come from storage. nullopt when no step qualifies.
+// `preferred` names for the step -- the durable copy's, when hosts disagree --, else the one
+// most hosts agree on; ties to the first host in name order; the next when one's files are
+// not all held) and every data file it names on some host with the recorded size, not among
+// `bad`. A step in `durable` (complete in durable storage) may lack files in the tiers: they
+// come from storage. nullopt when no step qualifies.
 std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host,
                                            const std::set<BadCopy>& bad,
                                            const std::set<int64_t>& durable,
-                                           int64_t below = INT64_MAX);
+                                           int64_t below = INT64_MAX,
+                                           const std::map<int64_t, uint64_t>& preferred = {});
+// The steps whose hosts hold more than one metadata copy (another save under the same number).
+std::vector<int64_t> DisputedSteps(const std::vector<Inventory>& by_host);
 
 // Every step the tiers could restore (ChooseMemoryStep's test, no bad copies), ascending.
 std::vector<int64_t> RestorableSteps(const std::vector<Inventory>& by_host,

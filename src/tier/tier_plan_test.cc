@@ -131,6 +131,19 @@ TEST(TierPlanTest, AnIncompleteCopyOfAStepDoesNotHideACompleteOne) {
   EXPECT_EQ(m->metadata_digest, 33u);
 }
 
+// Two complete copies of step 7 under different metadata (one of another save): the durable
+// copy's digest decides, whatever the host order.
+TEST(TierPlanTest, TheDurableCopysMetadataSettlesADispute) {
+  std::vector<Inventory> hosts{{Copy(7, 11, {0, 1, 2}), Copy(6, 5, {0, 1, 2})},
+                               {Copy(7, 33, {0, 1, 2}), Copy(6, 5, {0, 1, 2})}};
+  EXPECT_EQ(DisputedSteps(hosts), (std::vector<int64_t>{7}));
+  EXPECT_EQ(ChooseMemoryStep(hosts, {}, {7})->metadata_digest, 11u);  // the first host's
+  auto m = ChooseMemoryStep(hosts, {}, {7}, INT64_MAX, {{7, 33}});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->metadata_digest, 33u);
+  EXPECT_EQ(m->holders[0], (std::vector<int>{1}));  // the other save's files do not count
+}
+
 TEST(TierPlanTest, RestoreReadsLocalCopiesAndBalancesSenders) {
   const Hosts h = Hosts::From({"a", "b", "c"});
   MemoryStep m;
