@@ -6,7 +6,7 @@ export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
 
-.PHONY: all setup build demo test bench bench-metadata bench-simulate fuzz clean
+.PHONY: all setup build demo test bench bench-docs bench-metadata bench-simulate fuzz clean
 
 all: build
 
@@ -42,6 +42,13 @@ bench: build
 	  --storage-gibps 0.5 --dir $(BENCH_DIR) --json bench-throttled.json
 	$(BUILD)/bench/metadata_bench
 	$(MAKE) bench-simulate
+
+# `make bench`, then its two reports written into docs/benchmarks.md's current tables, each
+# stamped with its command, the version, the commit and this machine (scripts/bench_tables.py).
+bench-docs: bench
+	python3 scripts/bench_tables.py --page docs/benchmarks.md \
+	  "bench.json:mpirun -np 4 dcp bench $(BENCH_ARGS) --phases save,async,load,reshard,manager --repeat 5" \
+	  "bench-throttled.json:mpirun -np 4 dcp bench $(BENCH_ARGS) --phases load,reshard --repeat 3 --storage-gibps 0.5"
 
 # Whole-job planning at scale (README.md, "dcp simulate"): balance, collective calls per rank
 # and metadata of the three 16,384/131,072-rank jobs and of a one-rank checkpoint loaded by 64
