@@ -36,7 +36,7 @@ def pages(root: Path):
 
 def slug(heading: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to dashes."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[`*]", "", heading.strip().lower())  # GitHub keeps underscores
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 
@@ -44,7 +44,7 @@ def slug(heading: str) -> str:
 def anchors(path: Path):
     found, fence = set(), False
     for line in path.read_text().splitlines():
-        if line.startswith("```"):
+        if line.lstrip().startswith("```"):
             fence = not fence
         elif not fence and line.startswith("#"):
             found.add(slug(line.lstrip("#")))

@@ -21,16 +21,17 @@
 namespace dcp::storage {
 namespace {
 
-std::string Seconds(int64_t ms) { return std::to_string(std::max<int64_t>(0, ms) / 1000); }
+// A lock as read: its text, a version that changes with every write (the object's ETag; the
+// text itself on a file), and its age by the store's clock when the store tells it.
+using Seen = FileSystem::Versioned;
 
-// The text of the lock at `path` through `fs`, refused when longer than a lock can be.
-Result<std::string> ReadLockText(FileSystem& fs, const std::string& path) {
+// The lock at `path` through `fs`, refused when longer than a lock can be.
+Result<Seen> ReadLock(FileSystem& fs, const std::string& path) {
   auto v = fs.ReadVersioned(path, kMaxLockBytes);
   if (!v.ok() && v.status().code() == StatusCode::kDataLoss) {
     return DataLoss(path + " is not a dcp lock (too large)");
   }
-  DCP_RETURN_IF_ERROR(v.status());
-  return std::move(v->text);
+  return v;
 }
 
 // The holder in `text`; a file that is no lock is judged by its modification time.
@@ -43,13 +44,6 @@ LockHolder HolderOf(std::string_view text, int64_t mtime_ms) {
   return unknown;
 }
 
-// A lock as read: its text, a version that changes with every write (the object's ETag; the
-// text itself on a file), and its age by the store's clock when the store tells it.
-struct Seen {
-  std::string text;
-  std::string version;
-  double age_seconds = -1;
-};
 using ReadSeen = std::function<Result<Seen>()>;
 
 std::string LeaseText(const LockOptions& opts) {
@@ -95,8 +89,7 @@ Status HeldBy(const std::string& what, const std::string& path, const LockHolder
                         ? "the holder is alive (it holds the file's kernel lock); stop it first"
                         : "a holder on another host renews it every " +
                               Seconds(static_cast<int64_t>(opts.lease_seconds * 250)) +
-                              " s and it is broken once not renewed for " +
-                              Seconds(static_cast<int64_t>(opts.lease_seconds * 1000)) +
+                              " s and it is broken once not renewed for " + LeaseText(opts) +
                               " s; if that job is gone, `dcp unlock " + path +
                               "` or break_lock takes it now";
   return FailedPrecondition(what + " is in use by " + DescribeLockHolder(h) + " (" + path + "); " +
@@ -149,12 +142,7 @@ struct LeaseLock::State {
       buf.resize(static_cast<size_t>(n));
       return Seen{buf, buf, -1};
     }
-    auto v = fs->ReadVersioned(path, kMaxLockBytes);
-    if (!v.ok() && v.status().code() == StatusCode::kDataLoss) {
-      return DataLoss(path + " is not a dcp lock (too large)");
-    }
-    DCP_RETURN_IF_ERROR(v.status());
-    return Seen{std::move(v->text), std::move(v->version), v->age_seconds};
+    return ReadLock(*fs, path);
   }
 
   // Writes this holder's lock over the version it last wrote (object stores: a conditional
@@ -441,16 +429,22 @@ void LeaseLock::Release() {
 }
 
 Result<LockHolder> ReadLockHolder(FileSystem& fs, const std::string& path) {
-  DCP_ASSIGN_OR_RETURN(std::string text, ReadLockText(fs, path));
-  auto h = DecodeLockHolder(text);
+  DCP_ASSIGN_OR_RETURN(Seen lock, ReadLock(fs, path));
+  auto h = DecodeLockHolder(lock.text);
   if (!h.ok()) return DataLoss(path + " is not a dcp lock");
   return h;
 }
 
 Result<std::string> BreakLock(FileSystem& fs, const std::string& path) {
-  DCP_ASSIGN_OR_RETURN(uint64_t size, fs.FileSize(path));
-  std::string who = "an unreadable lock of " + std::to_string(size) + " bytes";
-  if (auto h = ReadLockHolder(fs, path); h.ok()) who = DescribeLockHolder(*h);
+  // One read (size, holder and version); on an object store the removal is conditional on
+  // that version, so a lock renewed or taken meanwhile is not removed.
+  auto lock = fs.ReadVersioned(path, size_t{1} << 20);
+  if (!lock.ok() && lock.status().code() != StatusCode::kDataLoss) return lock.status();
+  std::string who = "an unreadable lock";
+  if (lock.ok()) {
+    who += " of " + std::to_string(lock->text.size()) + " bytes";
+    if (auto h = DecodeLockHolder(lock->text); h.ok()) who = DescribeLockHolder(*h);
+  }
   if (!fs.IsObjectStore()) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd >= 0) {
@@ -463,7 +457,17 @@ Result<std::string> BreakLock(FileSystem& fs, const std::string& path) {
       }
     }
   }
-  DCP_RETURN_IF_ERROR(fs.Remove(path));
+  if (fs.IsObjectStore() && lock.ok()) {
+    Status removed = fs.RemoveIfVersion(path, lock->version);
+    if (removed.code() == StatusCode::kFailedPrecondition) {
+      return FailedPrecondition(path +
+                                " changed while being unlocked (renewed or taken by "
+                                "another job); look again");
+    }
+    DCP_RETURN_IF_ERROR(removed);
+  } else {
+    DCP_RETURN_IF_ERROR(fs.Remove(path));
+  }
   return who;
 }
 

@@ -16,8 +16,6 @@
 namespace dcp::storage {
 namespace {
 
-std::string Seconds(int64_t ms) { return std::to_string(std::max<int64_t>(0, ms) / 1000); }
-
 // For holders whose kernel lock cannot be seen (no flock here): is `pid` of this host alive?
 // A zombie (killed, not yet reaped) holds nothing.
 bool ProcessAlive(int64_t pid) {

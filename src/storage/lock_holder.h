@@ -42,6 +42,8 @@ Result<LockHolder> DecodeLockHolder(std::string_view text);
 // "save 1a2b of process 42 on host h (started 5 s ago, renewed 1 s ago)".
 std::string DescribeLockHolder(const LockHolder& holder);
 int64_t NowUnixMs();
+// Whole seconds of `ms` (negative: 0), for messages.
+inline std::string Seconds(int64_t ms) { return std::to_string(ms > 0 ? ms / 1000 : 0); }
 
 // Whether this process can judge `holder`'s process: same host name, same kernel (boot id) and
 // pid namespace. Then GoneHere says why it is gone, or "" while it lives; `kernel_lock`: the

@@ -262,7 +262,8 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
             BadCopy b{hosts_.host_of_rank[from], step, file};
             if (!bad.count(b) && arrived_bad.insert(b).second) {
               report_damaged(b, "arrived damaged at host " + hosts_.names[hosts_.host_of_rank[r]] +
-                                    " (rank " + std::to_string(r) + "): " + cause);
+                                    " (rank " + std::to_string(r) + ")" +
+                                    (cause.empty() ? "" : ": " + cause));
             }
           } else if (receiver_failed.empty()) {
             receiver_failed = "host " + hosts_.names[hosts_.host_of_rank[r]] + " (rank " +
@@ -322,8 +323,8 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       //    the load is done.
       if (first_of_host() && (!held || held->metadata_digest != choice->metadata_digest)) {
         const std::string path = JoinPath(dir, std::string(checkpoint::kMetadataName));
-        Status w = OkStatus();
-        if (held && held->metadata_digest != 0) {
+        Status w = Local().CreateDirs(dir);  // a host that received nothing has none yet
+        if (w.ok() && held && held->metadata_digest != 0) {
           char aside[40];
           std::snprintf(aside, sizeof(aside), ".other-%016llx",
                         static_cast<unsigned long long>(held->metadata_digest));

@@ -188,6 +188,8 @@ std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host
       return a.second->front() < b.second->front();
     });
     for (const auto& [digest, metadata_hosts] : order) {
+      // The durable copy's digest known: no other save's copy is this step.
+      if (first != 0 && digest != first) continue;
       if (auto m = CompleteCopy(by_host, bad, durable, step, digest, *metadata_hosts)) return m;
     }
   }

@@ -142,6 +142,10 @@ TEST(TierPlanTest, TheDurableCopysMetadataSettlesADispute) {
   ASSERT_TRUE(m);
   EXPECT_EQ(m->metadata_digest, 33u);
   EXPECT_EQ(m->holders[0], (std::vector<int>{1}));  // the other save's files do not count
+  // The durable copy is neither host's: no memory copy is this step (the root's is loaded).
+  m = ChooseMemoryStep(hosts, {}, {7}, INT64_MAX, {{7, 99}});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->step, 6);
 }
 
 TEST(TierPlanTest, RestoreReadsLocalCopiesAndBalancesSenders) {

@@ -1,6 +1,7 @@
 #include "storage/s3/credentials.h"
 
 #include <curl/curl.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -149,7 +150,9 @@ Result<AwsCredentials> FromWebIdentity(const AwsProfile& profile, const std::str
   if (c.access_key.empty() || c.secret_key.empty()) {
     return FailedPrecondition(what + ": STS answered no credentials");
   }
-  c.expires_unix_s = std::max<int64_t>(c.expires_unix_s, 0);
+  if (c.expires_unix_s < 0) {  // never taken as "does not expire"
+    return FailedPrecondition(what + ": STS answered an unreadable Expiration");
+  }
   return c;
 }
 
@@ -174,7 +177,8 @@ Result<AwsCredentials> FromProcess(const AwsProfile& profile) {
   }
   const int status = ::pclose(out);
   if (status != 0) {
-    return FailedPrecondition(what + ": exited with status " + std::to_string(status));
+    return FailedPrecondition(what + ": exited with status " +
+                              std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status));
   }
   auto c = CredentialsFromJson(text, "credential_process");
   if (!c.ok()) return c.status().Annotate(what + ": ");
@@ -192,10 +196,9 @@ Result<AwsCredentials> FromContainer() {
   std::vector<std::string> headers;
   if (!token.empty()) headers.push_back("Authorization: " + token);
   const std::string what = "container credentials at " + url;
-  Result<HttpReply> r = Status();
-  for (int attempt = 0; attempt < 3; ++attempt) {  // as the AWS SDKs: a few quick tries
-    r = Http("GET", url, headers, "", 2);
-    if (r.ok() && r->status < 500) break;
+  Result<HttpReply> r = Http("GET", url, headers, "", 2);
+  for (int retry = 0; retry < 2 && !(r.ok() && r->status < 500); ++retry) {
+    r = Http("GET", url, headers, "", 2);  // as the AWS SDKs: a few quick tries
   }
   return FromReply(r, what, "container");
 }
