@@ -109,3 +109,16 @@ void HostAwareBroadcast(const std::shared_ptr<Comm>& comm, const std::string& di
 void RealHostsBroadcast(const std::shared_ptr<Comm>& comm, const std::string& dir, int hosts);
 
 }  // namespace dcp::testing
+
+namespace dcp::testing {
+
+// Incremental saves: step_1 full; step_2 with step_1 as base after half the tensors changed;
+// step_3 with step_2 as base after a quarter changed again. The ranks together write exactly
+// the changed chunks (and the bytes entries), references resolve to the directory holding the
+// bytes (tensors unchanged since step_1 point at step_1, not at step_2), every step loads with
+// the values of its time under another layout, verify passes, and a flipped byte in a base
+// file fails verify of the referring step naming the base's file.
+void IncrementalSaves(const std::shared_ptr<Comm>& comm, const std::string& dir,
+                      const std::string& save_layout, const std::string& load_layout);
+
+}  // namespace dcp::testing

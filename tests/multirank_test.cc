@@ -169,6 +169,11 @@ TEST(MultiRankThreads, UnevenShardsWithEmptyTail) {
   RunRanks(4, [&](const auto& c) { SaveUnevenTensors(c, tmp.path()); });
 }
 
+TEST(MultiRankThreads, IncrementalSavesWriteOnlyWhatChanged) {
+  TempDir tmp;
+  RunRanks(4, [&](const auto& c) { IncrementalSaves(c, tmp.path(), "tp2,dp2", "tp4"); });
+}
+
 TEST(MultiRankThreads, OneRankFailingFailsEveryRank) {
   TempDir tmp;
   RunRanks(4, [&](const auto& c) { OneRankFailsToWrite(c, tmp.path(), 2); });

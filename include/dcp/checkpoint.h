@@ -53,6 +53,12 @@ struct SaveOptions {
   // Take the directory's lock from any holder not seen alive on this host (for a person who
   // knows that save is gone; `dcp unlock DIR` does the same by hand).
   bool break_lock = false;
+  // An incremental save: a committed checkpoint in a sibling directory of `dir` (same parent).
+  // A stored chunk the base holds with the same fqn, dtype and box and equal checksums is not
+  // written; the metadata references the base's bytes instead (docs/incremental.md). The base
+  // must then outlive this checkpoint: CheckpointManager's retention keeps bases of kept steps.
+  // Empty: a full save.
+  std::string incremental_base;
 };
 
 struct SaveResult {
@@ -60,6 +66,9 @@ struct SaveResult {
   uint64_t items_written = 0;  // by this rank
   uint64_t files_written = 0;  // by this rank
   uint64_t unique_bytes = 0;   // in the whole checkpoint
+  // Incremental saves: stored chunks this rank left in the base's files, and their bytes.
+  uint64_t chunks_referenced = 0;
+  uint64_t bytes_referenced = 0;
   bool plan_cache_hit = false;
   bool file_recycled = false;  // this rank's tensor data file was a recycled one
   // Planning payload this rank received (plan hashes, then each distinct plan once; with a

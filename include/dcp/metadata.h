@@ -17,8 +17,12 @@
 namespace dcp {
 
 struct FileInfo {
-  std::string name;   // relative to the checkpoint directory
+  std::string name;   // the file's name in its directory
   uint64_t size = 0;  // expected size in bytes, checked on load and verify
+  // Empty: the file is in the checkpoint's own directory. Otherwise the name of a sibling
+  // directory (same parent) holding it: an incremental save's reference to bytes a base
+  // checkpoint stored (SaveOptions::incremental_base; format version 4).
+  std::string base;
 };
 
 struct StoredChunk {

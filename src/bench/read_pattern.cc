@@ -84,7 +84,7 @@ Status Runner::RunReferencePattern(const std::string& kind, const workload::Layo
   std::string mine;
   Status st = [&]() -> Status {
     DCP_ASSIGN_OR_RETURN(metadata::Metadata md, checkpoint::ReadMetadata(*fs_, ckpt_));
-    for (const FileInfo& f : md.files) paths.push_back(ckpt_ + "/" + f.name);
+    for (const FileInfo& f : md.files) paths.push_back(checkpoint::DataFilePath(ckpt_, f));
     std::vector<uint32_t> first(md.tensors.size());
     for (size_t t = 0; t < md.tensors.size(); ++t) {
       first[t] = static_cast<uint32_t>(chunks.size());

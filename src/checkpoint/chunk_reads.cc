@@ -15,7 +15,6 @@ ChunkReads::ChunkReads(StateDict& sd, const metadata::Metadata& md, const std::s
     : sd_(sd),
       md_(md),
       ckpt_(ckpt),
-      data_dir_(DataDirOf(ckpt)),  // differs from ckpt for a single-file HF source
       verify_(opts.verify_checksums && md.has_checksums),
       max_open_(static_cast<size_t>(std::max(opts.max_open_files, 1))),
       fs_(fs),
@@ -31,7 +30,7 @@ Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
     }
   }
   const metadata::FileInfo& info = md_.files[file];
-  const std::string path = storage::JoinPath(data_dir_, info.name);
+  const std::string path = DataFilePath(ckpt_, info);
   auto f = fs_.OpenReadable(path);
   if (!f.ok()) {
     if (f.status().code() == StatusCode::kNotFound) {

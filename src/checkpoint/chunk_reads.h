@@ -26,7 +26,7 @@ namespace dcp::checkpoint {
 
 class ChunkReads {
  public:
-  // `ckpt` names the checkpoint in errors; file names resolve against DataDirOf(ckpt).
+  // `ckpt` names the checkpoint in errors; files are found by DataFilePath(ckpt, file).
   ChunkReads(StateDict& sd, const metadata::Metadata& md, const std::string& ckpt,
              const LoadOptions& opts, storage::FileSystem& fs, LoadResult* stats);
 
@@ -87,7 +87,6 @@ class ChunkReads {
   StateDict& sd_;
   const metadata::Metadata& md_;
   const std::string ckpt_;
-  const std::string data_dir_;
   const bool verify_;
   size_t max_open_;
   storage::FileSystem& fs_;

@@ -78,6 +78,14 @@ Result<std::optional<metadata::Metadata>> ReadCompleteRankSet(storage::FileSyste
 
 std::string DataDirOf(const std::string& source) { return hf::DataDirOf(source); }
 
+std::string DataFilePath(const std::string& source, const metadata::FileInfo& file) {
+  if (file.base.empty()) return storage::JoinPath(DataDirOf(source), file.name);
+  const std::string parent = storage::ParentPath(source);
+  // A checkpoint at a bucket's top has no siblings: a path no file system resolves.
+  if (parent.empty() && storage::IsObjectStorePath(source)) return "<no sibling of " + source + ">";
+  return storage::JoinPath(storage::JoinPath(parent, file.base), file.name);
+}
+
 Result<metadata::Metadata> WithRenamedTensors(metadata::Metadata md, const LoadOptions& opts,
                                               const std::string& dir) {
   Status s = metadata::RenameTensors(md, opts.strip_prefix, opts.add_prefix);

@@ -38,6 +38,10 @@ Result<MetadataSource> FindMetadata(storage::FileSystem& fs, const std::string& 
 // parent directory of a single-file HuggingFace source.
 std::string DataDirOf(const std::string& source);
 
+// Where a data file of the checkpoint `source` is: in DataDirOf(source), or for a reference
+// (FileInfo::base) in that sibling directory of `source`.
+std::string DataFilePath(const std::string& source, const metadata::FileInfo& file);
+
 // `md` with opts.strip_prefix / opts.add_prefix applied to its names (metadata/rename.h);
 // errors name `dir`.
 Result<metadata::Metadata> WithRenamedTensors(metadata::Metadata md, const LoadOptions& opts,

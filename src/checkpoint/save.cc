@@ -11,6 +11,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "checkpoint/incremental.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/names.h"
 #include "checkpoint/plan_cache.h"
@@ -42,6 +43,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 // What this rank writes, in global plan order, with its own memory.
 struct MyWrites {
   std::vector<storage::TensorToWrite> tensors;
+  std::vector<const planner::GlobalSavePlan::Chunk*> chunks;  // each tensor's planned chunk
+  std::vector<const std::string*> fqns;
   std::vector<std::span<const std::byte>> bytes;
 };
 
@@ -67,6 +70,8 @@ Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSaveP
     const uint64_t offset = runs->num_runs() == 1 ? runs->src_offset(0) : 0;
     w.tensors.push_back({std::move(p.key), t.dtype, c.box.lengths,
                          std::span<const std::byte>(tc->view.bytes() + offset, c.nbytes)});
+    w.chunks.push_back(&c);
+    w.fqns.push_back(&t.fqn);
   }
   for (const auto& b : plan.bytes) {
     if (b.writer != rank) continue;
@@ -83,24 +88,41 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
                  int rank, uint64_t save_id, const SaveOptions& opts, storage::FileSystem& fs,
                  Written* out, SaveResult* result) {
   DCP_ASSIGN_OR_RETURN(MyWrites mine, CollectMyWrites(sd, plan, rank));
+  if (!opts.incremental_base.empty() && !mine.tensors.empty()) {
+    // Chunks the base holds unchanged stay where they are; the rest is written.
+    DCP_ASSIGN_OR_RETURN(BaseChunks base, BaseChunks::Open(fs, dir, opts.incremental_base));
+    std::vector<storage::TensorToWrite> changed;
+    for (size_t i = 0; i < mine.tensors.size(); ++i) {
+      storage::TensorToWrite& t = mine.tensors[i];
+      if (auto r = base.Find(*mine.fqns[i], t.dtype, mine.chunks[i]->box, t.data)) {
+        r->index = static_cast<uint32_t>(i);
+        result->bytes_referenced += r->byte_length;
+        ++result->chunks_referenced;
+        out->reused.push_back(std::move(*r));
+      } else {
+        changed.push_back(std::move(t));
+      }
+    }
+    mine.tensors = std::move(changed);
+  }
   if (!mine.tensors.empty()) {
     const std::string recycle = opts.recycle_dir.empty()
                                     ? std::string()
                                     : storage::JoinPath(opts.recycle_dir, RecycledFileName(rank));
-    DCP_ASSIGN_OR_RETURN(out->first,
+    DCP_ASSIGN_OR_RETURN(out->tensors,
                          storage::WriteSafetensorsFile(
                              fs, storage::JoinPath(dir, DataFileName(save_id, rank)), mine.tensors,
                              metadata::kChecksumBlockSize, recycle, &result->file_recycled));
     ++result->files_written;
   }
   if (!mine.bytes.empty()) {
-    DCP_ASSIGN_OR_RETURN(out->second,
+    DCP_ASSIGN_OR_RETURN(out->bytes,
                          storage::WriteBytesFile(
                              fs, storage::JoinPath(dir, BytesFileName(save_id, rank)), mine.bytes));
     ++result->files_written;
   }
-  result->items_written = out->first.ranges.size() + out->second.ranges.size();
-  for (const auto* f : {&out->first, &out->second}) {
+  result->items_written = out->tensors.ranges.size() + out->bytes.ranges.size();
+  for (const auto* f : {&out->tensors, &out->bytes}) {
     for (const auto& r : f->ranges) result->bytes_written += r.byte_length;
   }
   return OkStatus();
@@ -115,6 +137,9 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   SaveResult result;
   const auto t0 = Clock::now();
   const std::string where = "save to " + dir + " (rank " + std::to_string(rank) + "): ";
+  if (!opts.incremental_base.empty()) {
+    return InvalidArgument(where + "incremental saves need collectives (use_collectives=true)");
+  }
   auto local = planner::BuildLocalSavePlan(sd);
   if (!local.ok()) return local.status().Annotate(where);
   std::vector<std::vector<int>> holders{{rank}};
@@ -397,6 +422,11 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   //    sees the directory.
   auto local = Guarded("save plan: ", [&] { return planner::BuildLocalSavePlan(sd); });
   Status st = local.status();
+  if (st.ok() && !opts.incremental_base.empty()) {
+    st = opts.per_host_directory
+             ? InvalidArgument("incremental saves into per-host directories are not supported")
+             : CheckIncrementalBase(dir, opts.incremental_base);
+  }
   const uint64_t my_id = RandomSaveId();
   storage::LeaseLock lock;  // rank 0's; released on every return
   if (rank == 0) {

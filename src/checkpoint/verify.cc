@@ -59,8 +59,9 @@ std::vector<std::vector<Range>> RangesByFile(const metadata::Metadata& md) {
 // A dcp tensor data file is also a safetensors file other tools read: its header must parse
 // and describe every stored chunk where the metadata puts it, with its dtype and shape. Loads
 // never read the header and the chunk checksums do not cover it, so only a verify sees it.
+// A base's file referenced by an incremental checkpoint holds its chunks under the base's keys.
 Status VerifySafetensorsHeader(storage::FileSystem& fs, const std::string& path,
-                               std::span<const Range> ranges) {
+                               std::span<const Range> ranges, bool check_keys) {
   auto header = hf::ReadSafetensorsHeader(fs, path);
   if (!header.ok()) {
     return DataLoss("data file " + path +
@@ -77,7 +78,7 @@ Status VerifySafetensorsHeader(storage::FileSystem& fs, const std::string& path,
     auto it = at.find(c.byte_offset);
     const hf::HeaderTensor* h = it == at.end() ? nullptr : it->second;
     if (!h || h->end - h->begin != c.byte_length || h->dtype != t.dtype ||
-        !(h->shape == c.box.lengths) || h->name != r.key) {
+        !(h->shape == c.box.lengths) || (check_keys && h->name != r.key)) {
       return DataLoss("data file " + path + ": its safetensors header does not describe tensor '" +
                       t.fqn + "' chunk " + c.box.ToString() + " at byte " +
                       std::to_string(c.byte_offset) + " as the metadata does");
@@ -162,11 +163,11 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
   report.chunks = md.TotalChunks();
   const std::vector<std::vector<Range>> by_file = RangesByFile(md);
   for (uint32_t f = 0; f < md.files.size(); ++f) {
-    const std::string path = storage::JoinPath(DataDirOf(dir), md.files[f].name);
+    const std::string path = DataFilePath(dir, md.files[f]);
     DCP_RETURN_IF_ERROR(VerifyRanges(fs, path, md, f, by_file[f], &report.bytes_checked));
     // dcp's own tensor data files (a HuggingFace source's metadata was built from its headers).
     if (TensorDataFileRank(md.files[f].name) >= 0) {
-      DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, by_file[f]));
+      DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, by_file[f], md.files[f].base.empty()));
     }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,5 +1,6 @@
 #include "checkpoint/write_results.h"
 
+#include <map>
 #include <unordered_map>
 
 #include "checkpoint/names.h"
@@ -13,7 +14,7 @@ namespace dcp::checkpoint {
 std::string EncodeWritten(const Written& written) {
   std::string out;
   wire::Writer w(out);
-  for (const auto* f : {&written.first, &written.second}) {
+  for (const auto* f : {&written.tensors, &written.bytes}) {
     w.Varint(f->size);
     w.Varint(f->ranges.size());
     for (const auto& r : f->ranges) {
@@ -24,13 +25,25 @@ std::string EncodeWritten(const Written& written) {
       for (uint64_t h : r.block_xxh3) w.Fixed64(h);
     }
   }
+  w.Varint(written.reused.size());
+  for (const Reused& r : written.reused) {
+    w.Varint(r.index);
+    w.String(r.file.name);
+    w.String(r.file.base);
+    w.Varint(r.file.size);
+    w.Varint(r.byte_offset);
+    w.Varint(r.byte_length);
+    w.Fixed64(r.xxh3);
+    w.Varint(r.block_xxh3.size());
+    for (uint64_t h : r.block_xxh3) w.Fixed64(h);
+  }
   return out;
 }
 
 Result<Written> DecodeWritten(std::string_view in) {
   wire::Reader r(in);
   Written out;
-  for (auto* f : {&out.first, &out.second}) {
+  for (auto* f : {&out.tensors, &out.bytes}) {
     f->size = r.Varint();
     f->ranges.resize(r.Count(10));
     for (auto& x : f->ranges) {
@@ -40,6 +53,18 @@ Result<Written> DecodeWritten(std::string_view in) {
       x.block_xxh3.resize(r.Count(8));
       for (uint64_t& h : x.block_xxh3) h = r.Fixed64();
     }
+  }
+  out.reused.resize(r.Count(16));
+  for (Reused& x : out.reused) {
+    x.index = static_cast<uint32_t>(r.Varint());
+    x.file.name = std::string(r.String());
+    x.file.base = std::string(r.String());
+    x.file.size = r.Varint();
+    x.byte_offset = r.Varint();
+    x.byte_length = r.Varint();
+    x.xxh3 = r.Fixed64();
+    x.block_xxh3.resize(r.Count(8));
+    for (uint64_t& h : x.block_xxh3) h = r.Fixed64();
   }
   if (!r.ok() || !r.AtEnd()) return DataLoss("corrupt write result received");
   return out;
@@ -56,36 +81,68 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, ui
   std::vector<int> tensor_file(n, -1), bytes_file(n, -1);
   for (int r = 0; r < n; ++r) {
     const Written& w = written[r];
-    if (!w.first.ranges.empty()) {
+    if (!w.tensors.ranges.empty()) {
       tensor_file[r] = static_cast<int>(md.files.size());
-      md.files.push_back({DataFileName(save_id, r), w.first.size});
+      md.files.push_back({DataFileName(save_id, r), w.tensors.size, {}});
     }
-    if (!w.second.ranges.empty()) {
+    if (!w.bytes.ranges.empty()) {
       bytes_file[r] = static_cast<int>(md.files.size());
-      md.files.push_back({BytesFileName(save_id, r), w.second.size});
+      md.files.push_back({BytesFileName(save_id, r), w.bytes.size, {}});
     }
   }
-  std::vector<size_t> next_tensor(n, 0), next_bytes(n, 0);
+  // Files of bases, numbered in the order first referenced (ranks in order): one entry each.
+  std::map<std::pair<std::string, std::string>, uint32_t> referenced;  // (base, name)
+  auto file_of = [&](const Reused& r) -> Result<uint32_t> {
+    auto [it, added] =
+        referenced.try_emplace({r.file.base, r.file.name}, static_cast<uint32_t>(md.files.size()));
+    if (added) {
+      md.files.push_back(r.file);
+    } else if (md.files[it->second].size != r.file.size) {
+      return Internal("ranks disagree on the size of the base's file " + r.file.name);
+    }
+    return it->second;
+  };
+  std::vector<size_t> next_tensor(n, 0), next_bytes(n, 0), next_reused(n, 0), planned(n, 0);
   for (const auto& t : plan.tensors) {
     metadata::TensorMeta tm{t.fqn, t.dtype, t.global_shape, {}, t.path};
     for (const auto& c : t.chunks) {
-      const auto& ranges = written[c.writer].first.ranges;
-      if (next_tensor[c.writer] >= ranges.size()) {
-        return Internal("rank " + std::to_string(c.writer) + " reported too few written chunks");
+      const int w = c.writer;
+      const std::string who = "rank " + std::to_string(w);
+      const std::vector<Reused>& reused = written[w].reused;
+      if (next_reused[w] < reused.size() && reused[next_reused[w]].index == planned[w]) {
+        const Reused& r = reused[next_reused[w]++];
+        ++planned[w];
+        if (r.byte_length != c.nbytes || r.block_xxh3.size() != md.NumBlocks(r.byte_length)) {
+          return Internal(who + " reported a reference of the wrong size for '" + t.fqn +
+                          "' chunk " + c.box.ToString());
+        }
+        DCP_ASSIGN_OR_RETURN(uint32_t file, file_of(r));
+        tm.chunks.push_back({c.box, file, r.byte_offset, r.byte_length, r.xxh3, r.block_xxh3});
+        continue;
       }
-      const auto& wr = ranges[next_tensor[c.writer]++];
+      ++planned[w];
+      const auto& ranges = written[w].tensors.ranges;
+      if (next_tensor[w] >= ranges.size()) {
+        return Internal(who + " reported too few written chunks");
+      }
+      const auto& wr = ranges[next_tensor[w]++];
       if (wr.block_xxh3.size() != md.NumBlocks(wr.byte_length)) {
-        return Internal("rank " + std::to_string(c.writer) + " reported " +
-                        std::to_string(wr.block_xxh3.size()) + " block checksums for '" + t.fqn +
-                        "' chunk " + c.box.ToString());
+        return Internal(who + " reported " + std::to_string(wr.block_xxh3.size()) +
+                        " block checksums for '" + t.fqn + "' chunk " + c.box.ToString());
       }
-      tm.chunks.push_back({c.box, static_cast<uint32_t>(tensor_file[c.writer]), wr.byte_offset,
+      tm.chunks.push_back({c.box, static_cast<uint32_t>(tensor_file[w]), wr.byte_offset,
                            wr.byte_length, wr.xxh3, wr.block_xxh3});
     }
     md.tensors.push_back(std::move(tm));
   }
+  for (int r = 0; r < n; ++r) {
+    if (next_reused[r] != written[r].reused.size()) {
+      return Internal("rank " + std::to_string(r) +
+                      " reported references to chunks it did not plan");
+    }
+  }
   for (const auto& b : plan.bytes) {
-    const auto& ranges = written[b.writer].second.ranges;
+    const auto& ranges = written[b.writer].bytes.ranges;
     if (next_bytes[b.writer] >= ranges.size()) {
       return Internal("rank " + std::to_string(b.writer) + " reported too few bytes entries");
     }
@@ -142,7 +199,7 @@ std::vector<Written> LayOutWrites(const planner::GlobalSavePlan& plan, int world
       const auto& c = t.chunks[p.chunk];
       header.Add(p.key, t.dtype, c.box.lengths, c.nbytes);
     }
-    storage::WrittenFile& f = out[r].first;
+    storage::WrittenFile& f = out[r].tensors;
     f.size = std::move(header).Finish().size();
     for (const PlannedChunk& p : planned[r]) {
       const uint64_t n = plan.tensors[p.tensor].chunks[p.chunk].nbytes;
@@ -156,7 +213,7 @@ std::vector<Written> LayOutWrites(const planner::GlobalSavePlan& plan, int world
     }
   }
   for (const auto& b : plan.bytes) {
-    storage::WrittenFile& f = out[b.writer].second;
+    storage::WrittenFile& f = out[b.writer].bytes;
     f.ranges.push_back({f.size, b.nbytes, checksum(), {}});
     f.size += b.nbytes;
   }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/incremental.h"
 #include "dcp/status.h"
 #include "metadata/metadata.h"
 #include "planner/save_plan.h"
@@ -17,8 +18,14 @@
 
 namespace dcp::checkpoint {
 
-// One rank's data files as written: its tensor file, then its bytes file.
-using Written = std::pair<storage::WrittenFile, storage::WrittenFile>;
+// What one rank wrote: its tensor file, its bytes file and, in an incremental save, the planned
+// chunks it left in a base's files (the tensor file then holds the other planned chunks, in
+// order).
+struct Written {
+  storage::WrittenFile tensors;
+  storage::WrittenFile bytes;
+  std::vector<Reused> reused;  // ascending Reused::index
+};
 
 std::string EncodeWritten(const Written& written);
 Result<Written> DecodeWritten(std::string_view in);

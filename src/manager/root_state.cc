@@ -30,10 +30,11 @@ Status CheckComplete(FileSystem& fs, const std::string& dir) {
   auto md = checkpoint::ReadMetadata(fs, dir);
   if (!md.ok()) return md.status();
   for (const auto& f : md->files) {
-    auto size = fs.FileSize(JoinPath(dir, f.name));
+    const std::string path = checkpoint::DataFilePath(dir, f);
+    auto size = fs.FileSize(path);
     if (!size.ok()) return size.status().Annotate(dir + ": ");
     if (*size != f.size) {
-      return DataLoss(dir + ": data file " + f.name + " has " + std::to_string(*size) +
+      return DataLoss(dir + ": data file " + path + " has " + std::to_string(*size) +
                       " bytes, the metadata says " + std::to_string(f.size));
     }
   }

@@ -61,7 +61,10 @@ bool ValidBlockSize(uint64_t block_size) {
 }  // namespace
 
 std::string Encode(const Metadata& md, uint32_t version) {
+  if (version == 0) version = VersionFor(md);
   DCP_CHECK(version >= kLegacyVersion && version <= kFormatVersion);
+  // Only version 4 on says where a file lives.
+  DCP_CHECK(version >= kFirstReferenceVersion || VersionFor(md) < kFirstReferenceVersion);
   // Versions 1 and 2 have no block checksums, and their chunk checksums cover the bytes.
   DCP_CHECK(version >= kFirstBlockVersion || md.block_size == 0);
   std::string out(kHeaderSize, '\0');
@@ -74,6 +77,7 @@ std::string Encode(const Metadata& md, uint32_t version) {
   for (const auto& f : md.files) {
     w.String(f.name);
     w.Varint(f.size);
+    if (version >= kFirstReferenceVersion) w.String(f.base);
   }
   w.Varint(md.tensors.size());
   for (const auto& t : md.tensors) {
@@ -173,8 +177,13 @@ Result<Metadata> Decode(std::string_view data) {
   for (auto& f : md.files) {
     f.name = std::string(r.String());
     f.size = r.Varint();
+    if (version >= kFirstReferenceVersion) f.base = std::string(r.String());
     if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.') {
       if (r.ok()) return Corrupt("bad file name '" + f.name + "'");
+    }
+    // A reference names a sibling directory, never a path that climbs or descends further.
+    if (!f.base.empty() && !ValidBaseName(f.base)) {
+      if (r.ok()) return Corrupt("file '" + f.name + "' has a bad base directory '" + f.base + "'");
     }
   }
   md.tensors.resize(r.Count(4));

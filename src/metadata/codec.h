@@ -23,7 +23,8 @@ inline constexpr uint32_t kFlagNoChecksums = 1;  // Metadata::has_checksums == f
 // without paths stay readable by builds that predate it, which refuse ones with paths.
 inline constexpr uint32_t kFlagPaths = 2;
 // Version 1 hashed the body only (its header was unprotected); Decode still reads it. Version 2
-// hashes header bytes 0..23 and the body; version 3 (kFormatVersion) adds block checksums.
+// hashes header bytes 0..23 and the body; version 3 adds block checksums; version 4
+// (kFormatVersion) the directory of each file (FileInfo::base).
 inline constexpr uint32_t kLegacyVersion = 1;
 inline constexpr uint32_t kFirstBlockVersion = 3;
 // Bounds of Metadata::block_size (a power of two; 0: no block checksums).
@@ -36,9 +37,9 @@ inline constexpr size_t kBodyHashOffset = 24;
 // bytes 0..23 followed by the body for every later version.
 uint64_t SealHash(std::string_view header, std::string_view body, uint32_t version);
 
-// Writes `version` (default: the current one). Older versions are for tests and tools that
-// must produce them; they need md.block_size == 0.
-std::string Encode(const Metadata& md, uint32_t version = kFormatVersion);
+// Writes `version` (default, 0: VersionFor(md), the oldest that holds `md`). Versions 1 and 2
+// are for tests and tools that must produce them; they need md.block_size == 0.
+std::string Encode(const Metadata& md, uint32_t version = 0);
 
 // Errors: kDataLoss for a corrupt or truncated encoding or a foreign file,
 // kFailedPrecondition for a version or header flags this build does not read.

@@ -57,7 +57,8 @@ void PutLE(std::string& out, size_t at, uint64_t v, int n) {
 // A complete encoding around `body`: header with the right length and XXH3-64, computed here
 // from the text of docs/format.md (not with the codec's own SealHash): version 1 hashes the body,
 // every later version header bytes 0..23 followed by the body.
-std::string Seal(std::string_view body, uint32_t version = kFormatVersion, uint32_t flags = 0) {
+// Version 3 unless told: what a save without references writes (metadata::VersionFor).
+std::string Seal(std::string_view body, uint32_t version = 3, uint32_t flags = 0) {
   std::string out(kHeaderSize, '\0');
   for (int i = 0; i < 8; ++i) out[i] = kMagic[i];
   PutLE(out, 8, version, 4);
@@ -82,6 +83,7 @@ void ExpectSameMetadata(const Metadata& a, const Metadata& b) {
   for (size_t i = 0; i < a.files.size(); ++i) {
     EXPECT_EQ(a.files[i].name, b.files[i].name);
     EXPECT_EQ(a.files[i].size, b.files[i].size);
+    EXPECT_EQ(a.files[i].base, b.files[i].base);
   }
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
   for (size_t i = 0; i < a.tensors.size(); ++i) {
@@ -408,9 +410,48 @@ TEST(CodecTest, RejectsBadMagic) {
 TEST(CodecTest, RejectsOtherVersions) {
   // Intact files of another version (sealed by the version-2 rule every later version keeps).
   std::string body = Body(Encode(SmallMetadata()));
-  ExpectError(Seal(body, 4), StatusCode::kFailedPrecondition, "metadata format version 4");
+  ExpectError(Seal(body, 5), StatusCode::kFailedPrecondition, "metadata format version 5");
   ExpectError(Seal(body, 0), StatusCode::kFailedPrecondition, "metadata format version 0");
   ExpectError(Seal(body, 0x01000000), StatusCode::kFailedPrecondition, "16777216");
+}
+
+// Version 4: each file's name and size are followed by its directory (empty: the checkpoint's
+// own; else a sibling's name). Written only when some file lies in a base's directory, so every
+// checkpoint without references stays readable by builds that read version 3.
+TEST(CodecTest, ReferencesToBaseFilesMatchSpecAndRoundTrip) {
+  Metadata md = SmallMetadata();
+  EXPECT_EQ(VersionFor(md), 3u);
+  md.files[0].base = "step_000000100";
+  EXPECT_EQ(VersionFor(md), 4u);
+  BodyBuilder b;
+  b.Fixed64(0x1122334455667788ULL).Varint(2).Varint(0);
+  b.Varint(2)
+      .String("data-1122334455667788-r00000.safetensors")
+      .Varint(64)
+      .String("step_000000100")
+      .String("data-1122334455667788-r00000.bytes")
+      .Varint(5)
+      .String("");
+  b.Varint(1).String("w").Byte(static_cast<uint8_t>(DType::kF32)).Byte(2).Varint(4).Varint(2);
+  b.Varint(2);
+  b.Varint(0).Varint(16).Fixed64(0xAB).Varint(0).Varint(0).Varint(2).Varint(2);
+  b.Varint(0).Varint(32).Fixed64(0xCD).Varint(2).Varint(0).Varint(2).Varint(2);
+  b.Varint(1).String("step").Varint(1).Varint(0).Varint(5).Fixed64(0xEF);
+  const std::string enc = Encode(md);
+  EXPECT_EQ(enc, Seal(b.body(), 4));
+  auto back = Decode(enc);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ExpectSameMetadata(md, *back);
+  // A base is one sibling's name: nothing that climbs, descends or is empty-but-dotted.
+  const std::vector<std::string> bads = {".", "..", "a/b", "/abs", std::string("a\0b", 3)};
+  for (const std::string& bad : bads) {
+    Metadata m = SmallMetadata();
+    m.files[1].base = bad;
+    BodyBuilder x;
+    x.Fixed64(1).Varint(1).Varint(0).Varint(1).String("f").Varint(0).String(bad);
+    x.Varint(0).Varint(0);
+    ExpectError(Seal(x.body(), 4), StatusCode::kDataLoss, "bad base directory");
+  }
 }
 
 TEST(CodecTest, ReadsVersion1And2Files) {
@@ -475,10 +516,10 @@ TEST(CodecTest, RejectsEveryFlippedBit) {
 TEST(CodecTest, RejectsUnknownFlags) {
   std::string body = Body(Encode(SmallMetadata()));
   // Intact (correctly sealed) files with flags this build does not know.
-  ExpectError(Seal(body, kFormatVersion, 4), StatusCode::kFailedPrecondition, "flags 4");
-  ExpectError(Seal(body, kFormatVersion, 5), StatusCode::kFailedPrecondition, "flags 5");
+  ExpectError(Seal(body, 3, 4), StatusCode::kFailedPrecondition, "flags 4");
+  ExpectError(Seal(body, 3, 5), StatusCode::kFailedPrecondition, "flags 5");
   // The paths flag over a body without the paths section: the body ends early.
-  ExpectError(Seal(body, kFormatVersion, kFlagPaths), StatusCode::kDataLoss, "ends early");
+  ExpectError(Seal(body, 3, kFlagPaths), StatusCode::kDataLoss, "ends early");
 }
 
 TEST(CodecTest, PathsRoundTripAndOnlyThenSetTheFlag) {

@@ -11,8 +11,6 @@
 namespace dcp {
 namespace {
 
-using metadata::kFormatVersion;
-
 nlohmann::json ShapeToJson(const Shape& s) {
   nlohmann::json out = nlohmann::json::array();
   for (int64_t d : s) out.push_back(d);
@@ -31,16 +29,30 @@ uint64_t TensorBytes(const TensorMeta& t) {
   return n;
 }
 
-// The file name for an index; the decoder guarantees it is in range, but a Metadata built
-// in memory may not have gone through it.
-const std::string& FileName(const Metadata& md, uint32_t file) {
-  static const std::string kMissing = "<missing file>";
-  return file < md.files.size() ? md.files[file].name : kMissing;
+// The file for an index, as "../<base>/<name>" when it lies in a base's directory; the decoder
+// guarantees the index is in range, but a Metadata built in memory may not have gone through it.
+std::string FileName(const Metadata& md, uint32_t file) {
+  if (file >= md.files.size()) return "<missing file>";
+  const FileInfo& f = md.files[file];
+  return f.base.empty() ? f.name : "../" + f.base + "/" + f.name;
+}
+
+// The name of file `file` as files[] lists it (its directory, when a base's, is a key of its own).
+std::string FileEntryName(const Metadata& md, uint32_t file) {
+  return file < md.files.size() ? md.files[file].name : "<missing file>";
 }
 
 nlohmann::json ToJson(const Metadata& md) {
   nlohmann::json files = nlohmann::json::array();
-  for (const auto& f : md.files) files.push_back({{"name", f.name}, {"size", f.size}});
+  uint64_t referenced = 0;
+  for (const auto& f : md.files) {
+    nlohmann::json file = {{"name", f.name}, {"size", f.size}};
+    if (!f.base.empty()) {
+      file["base"] = f.base;
+      referenced += f.size;
+    }
+    files.push_back(std::move(file));
+  }
 
   nlohmann::json tensors = nlohmann::json::array();
   for (const auto& t : md.tensors) {
@@ -48,8 +60,11 @@ nlohmann::json ToJson(const Metadata& md) {
     for (const auto& c : t.chunks) {
       nlohmann::json chunk = {
           {"offsets", ShapeToJson(c.box.offsets)}, {"lengths", ShapeToJson(c.box.lengths)},
-          {"file", FileName(md, c.file)},          {"byte_offset", c.byte_offset},
+          {"file", FileEntryName(md, c.file)},     {"byte_offset", c.byte_offset},
           {"byte_length", c.byte_length},          {"xxh3", Hex16(c.xxh3)}};
+      if (c.file < md.files.size() && !md.files[c.file].base.empty()) {
+        chunk["base"] = md.files[c.file].base;
+      }
       if (!c.block_xxh3.empty()) {
         nlohmann::json blocks = nlohmann::json::array();
         for (uint64_t h : c.block_xxh3) blocks.push_back(Hex16(h));
@@ -68,15 +83,18 @@ nlohmann::json ToJson(const Metadata& md) {
   nlohmann::json bytes = nlohmann::json::array();
   for (const auto& b : md.bytes) {
     nlohmann::json entry = {{"fqn", b.fqn},
-                            {"file", FileName(md, b.file)},
+                            {"file", FileEntryName(md, b.file)},
                             {"byte_offset", b.byte_offset},
                             {"byte_length", b.byte_length},
                             {"xxh3", Hex16(b.xxh3)}};
     if (!b.path.empty()) entry["path"] = b.path;
+    if (b.file < md.files.size() && !md.files[b.file].base.empty()) {
+      entry["base"] = md.files[b.file].base;
+    }
     bytes.push_back(std::move(entry));
   }
 
-  return {{"format_version", kFormatVersion},
+  return {{"format_version", metadata::VersionFor(md)},
           {"save_id", Hex16(md.save_id)},
           {"world_size", md.world_size},
           {"block_size", md.block_size},
@@ -89,7 +107,8 @@ nlohmann::json ToJson(const Metadata& md) {
             {"bytes_entries", md.bytes.size()},
             {"files", md.files.size()},
             {"data_bytes", md.TotalDataBytes()},
-            {"file_bytes", TotalFileBytes(md)}}}};
+            {"file_bytes", TotalFileBytes(md)},
+            {"referenced_file_bytes", referenced}}}};
 }
 
 }  // namespace
@@ -113,9 +132,9 @@ std::string MetadataSummary(const Metadata& md, bool list_chunks) {
   std::string out =
       !md.has_checksums
           ? std::string("HuggingFace source: no checksums, sizes checked\n")
-          : "save " + Hex16(md.save_id) + ", format version " + std::to_string(kFormatVersion) +
-                ", written by " + std::to_string(md.world_size) +
-                (md.world_size == 1 ? " rank" : " ranks") +
+          : "save " + Hex16(md.save_id) + ", format version " +
+                std::to_string(metadata::VersionFor(md)) + ", written by " +
+                std::to_string(md.world_size) + (md.world_size == 1 ? " rank" : " ranks") +
                 (md.block_size ? ", checksums per " + HumanBytes(md.block_size) + " block\n"
                                : std::string("\n"));
   if (!md.tensors.empty()) out += "tensors:\n";
@@ -147,6 +166,23 @@ std::string MetadataSummary(const Metadata& md, bool list_chunks) {
          " bytes entries, " + std::to_string(md.files.size()) + " files, " +
          HumanBytes(md.TotalDataBytes()) + " of data in " + HumanBytes(TotalFileBytes(md)) +
          " of files\n";
+  // An incremental checkpoint: what it leaves in its bases' directories.
+  std::vector<std::string> bases;
+  uint64_t files = 0, bytes = 0;
+  for (const auto& f : md.files) {
+    if (f.base.empty()) continue;
+    ++files;
+    bytes += f.size;
+    if (std::find(bases.begin(), bases.end(), f.base) == bases.end()) bases.push_back(f.base);
+  }
+  if (files > 0) {
+    std::sort(bases.begin(), bases.end());
+    std::string names;
+    for (const auto& b : bases) names += (names.empty() ? "" : ", ") + b;
+    out += "references: " + std::to_string(files) + (files == 1 ? " file" : " files") + " (" +
+           HumanBytes(bytes) + ") in the base " +
+           (bases.size() == 1 ? "directory " : "directories ") + names + "\n";
+  }
   return out;
 }
 

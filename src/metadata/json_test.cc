@@ -90,7 +90,31 @@ TEST(MetadataToJsonTest, FollowsTheSchema) {
                                          {"bytes_entries", 1},
                                          {"files", 3},
                                          {"data_bytes", 32 + 32 + 1 + 8},
-                                         {"file_bytes", 4096 + 4096 + 8}}));
+                                         {"file_bytes", 4096 + 4096 + 8},
+                                         {"referenced_file_bytes", 0}}));
+}
+
+// An incremental checkpoint: files in a base's directory carry "base", as do the chunks in
+// them; the format version is 4; the summary says what is referenced and where.
+TEST(MetadataToJsonTest, ShowsReferencesToBases) {
+  Metadata md = SampleMetadata();
+  md.files[1].base = "step_000000100";
+  nlohmann::json j = nlohmann::json::parse(MetadataToJson(md));
+  EXPECT_EQ(j["format_version"], 4);
+  EXPECT_EQ(j["files"][1]["base"], "step_000000100");
+  EXPECT_FALSE(j["files"][0].contains("base"));
+  EXPECT_EQ(j["tensors"][0]["chunks"][1]["file"], "data-00ab00000000cd01-r00001.safetensors");
+  EXPECT_EQ(j["tensors"][0]["chunks"][1]["base"], "step_000000100");
+  EXPECT_FALSE(j["tensors"][0]["chunks"][0].contains("base"));
+  EXPECT_EQ(j["totals"]["referenced_file_bytes"], 4096);
+  const std::string summary = MetadataSummary(md, /*list_chunks=*/true);
+  EXPECT_NE(summary.find("format version 4"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("../step_000000100/data-00ab00000000cd01-r00001.safetensors"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("references: 1 file (4.0 KiB) in the base directory step_000000100"),
+            std::string::npos)
+      << summary;
 }
 
 TEST(MetadataToJsonTest, ShowsBlockChecksums) {

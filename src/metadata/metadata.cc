@@ -33,3 +33,19 @@ const TensorMeta* Metadata::FindTensor(std::string_view fqn) const {
 const BytesMeta* Metadata::FindBytes(std::string_view fqn) const { return FindByFqn(bytes, fqn); }
 
 }  // namespace dcp
+
+namespace dcp::metadata {
+
+uint32_t VersionFor(const Metadata& md) {
+  for (const auto& f : md.files) {
+    if (!f.base.empty()) return kFirstReferenceVersion;
+  }
+  return kFirstReferenceVersion - 1;
+}
+
+bool ValidBaseName(std::string_view name) {
+  return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+         name.find('/') == std::string_view::npos && name.find('\0') == std::string_view::npos;
+}
+
+}  // namespace dcp::metadata

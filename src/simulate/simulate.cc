@@ -138,7 +138,7 @@ Result<metadata::Metadata> BuildMetadata(const planner::GlobalSavePlan& plan, in
   bytes_written->assign(n, 0);
   *gather_bytes = 0;
   for (int r = 0; r < n; ++r) {
-    for (const auto* f : {&written[r].first, &written[r].second}) {
+    for (const auto* f : {&written[r].tensors, &written[r].bytes}) {
       for (const auto& range : f->ranges) (*bytes_written)[r] += range.byte_length;
     }
     *gather_bytes += 1 + checkpoint::EncodeWritten(written[r]).size();  // + the status tag

@@ -134,5 +134,10 @@ bool IsObjectStorePath(const std::string& path);
 Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path);
 
 std::string JoinPath(const std::string& dir, const std::string& name);
+// The directory holding `path` and `path`'s last component, trailing slashes ignored:
+// "/a/b/" -> "/a" and "b", "s3://bucket/a" -> "s3://bucket" and "a", "b" -> "" and "b";
+// "s3://bucket" -> "" and "" (a bucket is no one's sibling).
+std::string ParentPath(const std::string& path);
+std::string LastComponent(const std::string& path);
 
 }  // namespace dcp::storage

@@ -325,6 +325,33 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
+namespace {
+std::string_view TrimSlashes(std::string_view p) {
+  while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+  return p;
+}
+}  // namespace
+
+std::string ParentPath(const std::string& path) {
+  std::string_view p = TrimSlashes(path);
+  const size_t slash = p.rfind('/');
+  if (slash == std::string_view::npos) return "";
+  // "s3://bucket": a bucket has no parent directory.
+  if (const size_t scheme = p.find("://");
+      scheme != std::string_view::npos && slash <= scheme + 2) {
+    return "";
+  }
+  if (slash == 0) return "/";
+  return std::string(TrimSlashes(p.substr(0, slash)));
+}
+
+std::string LastComponent(const std::string& path) {
+  std::string_view p = TrimSlashes(path);
+  if (ParentPath(path).empty() && p.find("://") != std::string_view::npos) return "";
+  const size_t slash = p.rfind('/');
+  return std::string(slash == std::string_view::npos ? p : p.substr(slash + 1));
+}
+
 Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
   DCP_ASSIGN_OR_RETURN(auto file, fs.OpenReadable(path));
   std::string data(file->size(), '\0');

@@ -55,6 +55,11 @@ TEST(MultiRankMpi, ExpertParallel) {
   SaveThenReshard(World(), d.path(), "ep4", {"tp2,dp2", "ep2"});
 }
 
+TEST(MultiRankMpi, IncrementalSavesWriteOnlyWhatChanged) {
+  SharedDir d;
+  IncrementalSaves(World(), d.path(), "tp2,dp2", "ep4");
+}
+
 TEST(MultiRankMpi, UnevenShardsWithEmptyTail) {
   SharedDir d;
   SaveUnevenTensors(World(), d.path());

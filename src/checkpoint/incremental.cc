@@ -1,0 +1,83 @@
+#include "checkpoint/incremental.h"
+
+#include <algorithm>
+
+#include "checkpoint/metadata_io.h"
+#include "core/checksum.h"
+
+namespace dcp::checkpoint {
+
+Status CheckIncrementalBase(const std::string& dir, const std::string& base) {
+  const std::string name = storage::LastComponent(base), parent = storage::ParentPath(base);
+  auto refuse = [&](const std::string& why) {
+    return InvalidArgument("incremental base " + base + " for " + dir + ": " + why);
+  };
+  if (name.empty() || !metadata::ValidBaseName(name)) return refuse("not a directory's name");
+  if (parent != storage::ParentPath(dir) || (parent.empty() && storage::IsObjectStorePath(dir))) {
+    return refuse(
+        "the base must be a sibling of the checkpoint (the same parent directory, given the "
+        "same way: both absolute or both relative), since references name it by its "
+        "directory name");
+  }
+  if (name == storage::LastComponent(dir)) {
+    return refuse(
+        "a checkpoint cannot be its own base (its previous files are removed once it "
+        "commits)");
+  }
+  return OkStatus();
+}
+
+bool SameBytes(const metadata::StoredChunk& chunk, uint64_t block_size,
+               std::span<const std::byte> data) {
+  if (chunk.byte_length != data.size()) return false;
+  if (chunk.block_xxh3.empty()) return Xxh3(data) == chunk.xxh3;
+  for (size_t b = 0; b < chunk.block_xxh3.size(); ++b) {
+    const uint64_t at = b * block_size;
+    if (Xxh3(data.subspan(at, std::min<uint64_t>(block_size, data.size() - at))) !=
+        chunk.block_xxh3[b]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Result<BaseChunks> BaseChunks::Open(storage::FileSystem& fs, const std::string& dir,
+                                    const std::string& base) {
+  auto md = ReadMetadata(fs, base);
+  if (!md.ok()) return md.status().Annotate("incremental base: ");
+  if (!md->has_checksums) {
+    return InvalidArgument("incremental base " + base +
+                           " has no checksums (a HuggingFace source): a save cannot tell which "
+                           "of its bytes are unchanged");
+  }
+  BaseChunks b;
+  b.md_ = std::move(md).value();
+  b.base_name_ = storage::LastComponent(base);
+  b.dir_name_ = storage::LastComponent(dir);
+  return b;
+}
+
+std::optional<Reused> BaseChunks::Find(const std::string& fqn, DType dtype, const Box& box,
+                                       std::span<const std::byte> data) const {
+  const metadata::TensorMeta* t = md_.FindTensor(fqn);
+  if (!t || t->dtype != dtype) return std::nullopt;
+  auto it =
+      std::lower_bound(t->chunks.begin(), t->chunks.end(), box,
+                       [](const metadata::StoredChunk& c, const Box& b) { return c.box < b; });
+  if (it == t->chunks.end() || !(it->box == box)) return std::nullopt;
+  if (!SameBytes(*it, md_.block_size, data)) return std::nullopt;
+  Reused r;
+  r.file = md_.files[it->file];
+  // Where the bytes are, relative to the common parent: the base's own files are in the base;
+  // a file the base referenced stays where it is (in this saving directory itself, when the
+  // base referenced files of an earlier save here).
+  if (r.file.base.empty()) r.file.base = base_name_;
+  if (r.file.base == dir_name_) r.file.base.clear();
+  r.byte_offset = it->byte_offset;
+  r.byte_length = it->byte_length;
+  r.xxh3 = it->xxh3;
+  r.block_xxh3 = it->block_xxh3;
+  return r;
+}
+
+}  // namespace dcp::checkpoint

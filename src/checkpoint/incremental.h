@@ -1,0 +1,55 @@
+// Incremental saves (SaveOptions::incremental_base): a stored chunk whose bytes a base
+// checkpoint already holds -- same fqn, dtype and box, every block checksum equal -- is not
+// written again; the new metadata references the base's file and byte range instead
+// (FileInfo::base, docs/format.md). References are resolved at save time: a chunk the base
+// itself referenced points at the directory that holds its bytes, never at another reference.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dcp/status.h"
+#include "metadata/metadata.h"
+#include "storage/file_system.h"
+
+namespace dcp::checkpoint {
+
+// OK when `base` may be the base of a save into `dir`: a sibling directory of it (the same
+// parent; references name the base by its directory name), not `dir` itself.
+Status CheckIncrementalBase(const std::string& dir, const std::string& base);
+
+// A planned chunk left where a base stores it.
+struct Reused {
+  uint32_t index = 0;       // among the rank's planned chunks, in plan order
+  metadata::FileInfo file;  // in the directory `file.base` (empty: the saving directory's own)
+  uint64_t byte_offset = 0;
+  uint64_t byte_length = 0;
+  uint64_t xxh3 = 0;
+  std::vector<uint64_t> block_xxh3;
+};
+
+// Whether `data` is the bytes `chunk` stores, judged by its checksums: block by block,
+// stopping at the first that differs (a changed chunk costs about one block's hashing).
+bool SameBytes(const metadata::StoredChunk& chunk, uint64_t block_size,
+               std::span<const std::byte> data);
+
+class BaseChunks {
+ public:
+  // The committed metadata of `base`, a checkpoint saved with checksums; errors name it.
+  static Result<BaseChunks> Open(storage::FileSystem& fs, const std::string& dir,
+                                 const std::string& base);
+
+  // The base's copy of chunk `box` of tensor `fqn` when it holds exactly `data`.
+  std::optional<Reused> Find(const std::string& fqn, DType dtype, const Box& box,
+                             std::span<const std::byte> data) const;
+
+ private:
+  metadata::Metadata md_;
+  std::string base_name_;  // the base's directory name
+  std::string dir_name_;   // the saving directory's name
+};
+
+}  // namespace dcp::checkpoint

@@ -1,0 +1,112 @@
+// Incremental saves as pure functions: which bases are allowed, the byte-equality rule, and
+// how write reports with references become metadata.
+#include "checkpoint/incremental.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "checkpoint/write_results.h"
+#include "core/checksum.h"
+#include "storage/file_system.h"
+
+namespace dcp::checkpoint {
+namespace {
+
+TEST(Incremental, TheBaseIsASiblingOfTheCheckpoint) {
+  EXPECT_TRUE(CheckIncrementalBase("/ckpt/step_2", "/ckpt/step_1").ok());
+  EXPECT_TRUE(CheckIncrementalBase("/ckpt/step_2/", "/ckpt//step_1").ok());
+  EXPECT_TRUE(CheckIncrementalBase("step_2", "step_1").ok());
+  EXPECT_TRUE(CheckIncrementalBase("s3://b/run/step_2", "s3://b/run/step_1").ok());
+  for (auto [dir, base] : std::vector<std::pair<std::string, std::string>>{
+           {"/ckpt/step_2", "/other/step_1"},   // another parent
+           {"/ckpt/step_2", "/ckpt/a/step_1"},  // below a sibling
+           {"/ckpt/step_2", "/ckpt/step_2"},    // itself
+           {"/ckpt/step_2", "ckpt/step_1"},     // relative against absolute
+           {"s3://b/step_2", "s3://c/step_2"},  // another bucket
+           {"s3://b", "s3://c"},                // buckets have no siblings
+           {"/ckpt/step_2", "/ckpt/.."}}) {
+    Status s = CheckIncrementalBase(dir, base);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << dir << " <- " << base;
+    EXPECT_NE(s.message().find("incremental base " + base), std::string::npos) << s.message();
+  }
+}
+
+TEST(Incremental, PathsSplitIntoParentAndName) {
+  EXPECT_EQ(storage::ParentPath("/a/b/"), "/a");
+  EXPECT_EQ(storage::LastComponent("/a/b/"), "b");
+  EXPECT_EQ(storage::ParentPath("/b"), "/");
+  EXPECT_EQ(storage::ParentPath("b"), "");
+  EXPECT_EQ(storage::LastComponent("b"), "b");
+  EXPECT_EQ(storage::ParentPath("s3://bucket/run/step"), "s3://bucket/run");
+  EXPECT_EQ(storage::ParentPath("s3://bucket/step"), "s3://bucket");
+  EXPECT_EQ(storage::ParentPath("s3://bucket"), "");
+  EXPECT_EQ(storage::LastComponent("s3://bucket"), "");
+}
+
+// Bytes are the same when every block checksum is; a chunk of one block has one checksum.
+TEST(Incremental, SameBytesComparesEveryBlockAndStopsAtTheFirstThatDiffers) {
+  const uint64_t block = 4096;
+  std::vector<std::byte> data(3 * block + 100);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7);
+  metadata::StoredChunk c;
+  c.byte_length = data.size();
+  StreamHasher h(block);
+  h.Update(data);
+  c.xxh3 = h.Finish(&c.block_xxh3);
+  ASSERT_EQ(c.block_xxh3.size(), 4u);
+  EXPECT_TRUE(SameBytes(c, block, data));
+  for (size_t at : {size_t{0}, block + 5, data.size() - 1}) {
+    auto changed = data;
+    changed[at] ^= std::byte{1};
+    EXPECT_FALSE(SameBytes(c, block, changed)) << at;
+  }
+  EXPECT_FALSE(SameBytes(c, block, std::span(data).first(data.size() - 1)));
+  metadata::StoredChunk small;
+  small.byte_length = 100;
+  small.xxh3 = Xxh3(std::span(data).first(100));
+  EXPECT_TRUE(SameBytes(small, block, std::span(data).first(100)));
+  EXPECT_FALSE(SameBytes(small, block, std::span(data).subspan(1, 100)));
+}
+
+// Two ranks; rank 0 writes one chunk and leaves one in the base; rank 1 leaves its only chunk
+// in a file the base itself referenced. The metadata lists each base file once, after the
+// checkpoint's own, and keeps every reference's range and checksums.
+TEST(Incremental, ReferencesBecomeFilesOfTheirBases) {
+  planner::GlobalSavePlan plan;
+  plan.tensors.push_back({"a", DType::kU8, Shape{30}, {}, ""});
+  plan.tensors[0].chunks = {{Box{Shape{0}, Shape{10}}, 10, 0},
+                            {Box{Shape{10}, Shape{10}}, 10, 0},
+                            {Box{Shape{20}, Shape{10}}, 10, 1}};
+  std::vector<Written> written(2);
+  written[0].tensors.size = 120;
+  written[0].tensors.ranges = {{100, 10, 0x11, {}}};
+  written[0].reused = {{1, {"data-b-r00000.safetensors", 500, "step_1"}, 300, 10, 0x22, {}}};
+  written[1].reused = {{0, {"data-c-r00003.safetensors", 700, "step_0"}, 600, 10, 0x33, {}}};
+  auto md = BuildMetadata(plan, 0xabc, written, 2);
+  ASSERT_TRUE(md.ok()) << md.status().ToString();
+  ASSERT_EQ(md->files.size(), 3u);
+  EXPECT_EQ(md->files[0].base, "");
+  EXPECT_EQ(md->files[1].base, "step_1");
+  EXPECT_EQ(md->files[2].base, "step_0");
+  const auto& chunks = md->tensors[0].chunks;
+  EXPECT_EQ(chunks[0].file, 0u);
+  EXPECT_EQ(chunks[0].byte_offset, 100u);
+  EXPECT_EQ(chunks[1].file, 1u);
+  EXPECT_EQ(chunks[1].byte_offset, 300u);
+  EXPECT_EQ(chunks[1].xxh3, 0x22u);
+  EXPECT_EQ(chunks[2].file, 2u);
+  EXPECT_EQ(chunks[2].xxh3, 0x33u);
+  // The report survives the trip to rank 0.
+  auto back = DecodeWritten(EncodeWritten(written[0]));
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->reused.size(), 1u);
+  EXPECT_EQ(back->reused[0].file.base, "step_1");
+  EXPECT_EQ(back->reused[0].byte_offset, 300u);
+  // A reference to a chunk the rank did not plan is refused.
+  written[1].reused[0].index = 1;
+  EXPECT_FALSE(BuildMetadata(plan, 0xabc, written, 2).ok());
+}
+
+}  // namespace
+}  // namespace dcp::checkpoint
