@@ -69,6 +69,9 @@ void AddLs(CLI::App& app, int* exit_code) {
       total += s.bytes;
       std::string state = s.complete ? "complete" : "INCOMPLETE: " + s.problem;
       if (s.complete && info.latest == s.step) state += " (latest: a resume loads it)";
+      // Incremental steps: what each references, and which steps keep it as their base.
+      if (!s.bases.empty()) state += "; references " + JoinSteps(s.bases);
+      if (!s.referenced_by.empty()) state += "; base of " + JoinSteps(s.referenced_by);
       std::printf("%-14lld %12s  %s\n", static_cast<long long>(s.step), HumanBytes(s.bytes).c_str(),
                   state.c_str());
     }
@@ -91,7 +94,7 @@ void AddLs(CLI::App& app, int* exit_code) {
       if (a->keep_last > 0) p.keep_last = a->keep_last;
       if (a->keep_every > 0) p.keep_every = a->keep_every;
       std::printf("retention would remove: %s\n",
-                  JoinSteps(StepsToRemove(complete, info.latest, p)).c_str());
+                  JoinSteps(StepsToRemove(complete, info.latest, p, {}, info.bases())).c_str());
     }
     if (!a->memory_tier.empty()) PrintMemoryTier(a->root, a->memory_tier);
     *exit_code = 0;

@@ -33,7 +33,7 @@ void AddPrune(CLI::App& app, int* exit_code) {
     if (a->dry_run) {
       // Read-only: no lock, no clean-up of incomplete directories.
       const RootInfo info = inspect_root(a->root);
-      removed = StepsToRemove(info.complete_steps(), info.latest, p);
+      removed = StepsToRemove(info.complete_steps(), info.latest, p, {}, info.bases());
     } else {
       CheckpointManager mgr(a->root, p);  // refused while a job holds the root
       removed = mgr.Prune();

@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -69,13 +70,20 @@ struct RetentionPolicy {
 // The manager refuses such a policy when it is created.
 Status ValidateRetention(const RetentionPolicy& policy);
 
+// The steps whose files each step of an incremental root references (SaveOptions::
+// incremental_base): step -> its bases. Steps without references have no entry.
+using StepBases = std::map<int64_t, std::set<int64_t>>;
+
 // The pure retention rule: which of `steps` (complete steps on disk, any order) to remove,
-// given the step `latest` durably names, the policy and the steps kept on demand. Removes
-// only steps older than `latest` (nothing when latest is unset or not among `steps`), never
-// the newest step, never one the policy or `keeps` keeps. Sorted ascending.
+// given the step `latest` durably names, the policy, the steps kept on demand and the bases
+// of incremental steps. Removes only steps older than `latest` (nothing when latest is unset
+// or not among `steps`), never the newest step, never one the policy or `keeps` keeps, never
+// a base of a step kept (nor, so that it stays loadable, a base of that base). Sorted
+// ascending.
 std::vector<int64_t> StepsToRemove(const std::vector<int64_t>& steps, std::optional<int64_t> latest,
                                    const RetentionPolicy& policy,
-                                   const std::set<int64_t>& keeps = {});
+                                   const std::set<int64_t>& keeps = {},
+                                   const StepBases& bases = {});
 
 // "step_000000100": the directory name of a step (zero-padded so names sort; 9 digits or more).
 std::string StepDirName(int64_t step);
@@ -89,6 +97,10 @@ struct StepInfo {
   uint64_t bytes = 0;  // sum of the sizes of the files in the directory
   bool complete = false;
   std::string problem;  // why not complete (empty when complete)
+  // Incremental steps: the steps whose files this one references, and the steps referencing
+  // this one's (it is kept as their base while they are).
+  std::vector<int64_t> bases;
+  std::vector<int64_t> referenced_by;
 };
 struct RootInfo {
   std::vector<StepInfo> steps;           // every step directory, ascending
@@ -98,6 +110,7 @@ struct RootInfo {
   uint64_t recycle_bytes = 0;
 
   std::vector<int64_t> complete_steps() const;  // ascending
+  StepBases bases() const;                      // of the steps with references
 };
 RootInfo inspect_root(const std::string& root);
 
@@ -139,6 +152,14 @@ struct ManagerOptions {
   AsyncSaverOptions async;
   // Unset: no memory tier; every save goes to the root.
   std::optional<MemoryTierOptions> memory_tier;
+  // Incremental saves (docs/incremental.md): each save writes only the stored chunks that
+  // changed since the newest complete step, which it references for the rest; retention keeps
+  // a step while a kept step references it. Not with a memory tier.
+  bool incremental = false;
+  // With `incremental`: every full_every-th save is a full one (at most full_every - 1
+  // incremental saves follow a full save), so a damaged base costs at most that many saves.
+  // 1: every save full.
+  int64_t full_every = 10;
   // The root's lock (ROOT/.dcp-manager.lock) and every step's save lock: a holder on another
   // host renews it every lease/4 seconds while it runs; one not renewed for this long is gone
   // and the next manager breaks its lock with a warning naming it (docs/failure-modes.md).

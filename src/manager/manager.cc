@@ -57,6 +57,15 @@ uint64_t StateBytesBound(const StateDict& sd) {
 
 }  // namespace
 
+// Whether some step of `entries` references files of `step` (a base whose metadata is gone
+// still holds bytes its referrers need: they decide, not the cleanup).
+bool IsBase(const std::vector<manager::Scan::Entry>& entries, int64_t step) {
+  for (const auto& e : entries) {
+    if (e.bases.count(step)) return true;
+  }
+  return false;
+}
+
 struct CheckpointManager::Impl {
   std::string root;
   ManagerOptions opts;
@@ -78,6 +87,12 @@ struct CheckpointManager::Impl {
   std::future<TierOutcome> tier_job;
   std::vector<int64_t> memory_steps;  // restorable from the tiers, ascending
   std::set<int64_t> saved_in_memory;  // by this manager (it can drain them)
+  // Incremental roots: rank 0's account of which steps reference which (retention keeps the
+  // bases of kept steps); on every rank, the incremental saves since the newest full one, and
+  // whether the save being finished is one.
+  StepBases bases;
+  int64_t incrementals_in_a_row = 0;
+  bool saving_incremental = false;
 
   Impl(std::string r, ManagerOptions o, FileSystem& f)
       : root(std::move(r)), opts(std::move(o)), fs(f) {
@@ -114,9 +129,10 @@ struct CheckpointManager::Impl {
         if (st.ok()) {
           std::vector<int64_t> complete;
           for (const auto& e : scan->entries) {
+            if (!e.bases.empty()) bases[e.step] = e.bases;
             if (e.status.ok()) {
               complete.push_back(e.step);
-            } else if (HasNoMetadata(fs, Dir(e.step))) {
+            } else if (HasNoMetadata(fs, Dir(e.step)) && !IsBase(scan->entries, e.step)) {
               // Deleted, never recycled: a straggling rank of a killed job may still be
               // writing through an open descriptor; a recycled file would carry its writes
               // into a later step.
@@ -137,11 +153,19 @@ struct CheckpointManager::Impl {
                            w.message().c_str());
             }
           }
-          payload = EncodeSteps(complete);
+          // The incremental saves since the newest full one, counted down from the newest.
+          int64_t chain = 0;
+          for (auto it = complete.rbegin(); it != complete.rend() && bases.count(*it); ++it)
+            ++chain;
+          payload = EncodeSteps(complete) + "/ " + std::to_string(chain);
         }
       }
     }
-    steps = DecodeSteps(ValueOrThrow(BroadcastOrFail(*comm, 0, st, payload)));
+    const std::string agreed = ValueOrThrow(BroadcastOrFail(*comm, 0, st, payload));
+    const size_t slash = agreed.find('/');
+    steps = DecodeSteps(agreed.substr(0, slash));
+    if (slash != std::string::npos)
+      incrementals_in_a_row = DecodeSteps(agreed.substr(slash + 1))[0];
     if (opts.memory_tier) {
       tier = ValueOrThrow(tier::MemoryTier::Open(root, *opts.memory_tier, *comm));
       fg_groups = std::make_unique<tier::PairGroups>(comm);
@@ -280,6 +304,16 @@ struct CheckpointManager::Impl {
     }
   }
 
+  // The options of a save into the root: incremental against the newest complete
+  // step when that is on and the chain is not yet full_every - 1 long.
+  SaveOptions RootSaveOptions() {
+    SaveOptions o = opts.save;
+    saving_incremental =
+        opts.incremental && !steps.empty() && incrementals_in_a_row + 1 < opts.full_every;
+    if (saving_incremental) o.incremental_base = Dir(steps.back());
+    return o;
+  }
+
   Status WriteLatest(int64_t step) {
     return fs.WriteAtomic(JoinPath(root, manager::kLatestName), std::to_string(step) + "\n", ".tmp")
         .Annotate("update " + JoinPath(root, manager::kLatestName) + ": ");
@@ -303,9 +337,17 @@ struct CheckpointManager::Impl {
     }
     std::vector<int64_t> next = steps;
     next.push_back(step);
+    incrementals_in_a_row = saving_incremental ? incrementals_in_a_row + 1 : 0;
     Status st;
     std::string payload;
-    if (rank == 0) {
+    if (rank == 0 && saving_incremental) {
+      // What the new step references: it keeps those steps from retention.
+      auto mine = manager::ReadStepBases(fs, Dir(step));
+      if (mine.ok() && !mine->empty()) bases[step] = std::move(mine).value();
+      if (!mine.ok()) st = mine.status().Annotate("step saved, but its bases are unknown: ");
+    }
+    saving_incremental = false;
+    if (rank == 0 && st.ok()) {
       // Another job took the root (`dcp unlock`, an expired lease): `latest` and retention
       // are its business now.
       st = lock.Check();
@@ -326,7 +368,11 @@ struct CheckpointManager::Impl {
   // Best effort (a failure leaves a step more, never fewer); returns the steps removed.
   std::vector<int64_t> Retire(const std::vector<int64_t>& complete, int64_t latest) {
     std::vector<int64_t> removed;
-    for (int64_t s : StepsToRemove(complete, latest, opts.policy, keeps)) {
+    // Newest first: a step is removed only after every step referencing it (always newer) that
+    // goes too, so a removal cut short never leaves a step whose base is half gone.
+    const std::vector<int64_t> gone = StepsToRemove(complete, latest, opts.policy, keeps, bases);
+    for (auto it = gone.rbegin(); it != gone.rend(); ++it) {
+      const int64_t s = *it;
       Status rm = RemoveStepDir(fs, Dir(s), RetiredFilesTo());
       if (!rm.ok()) {
         std::fprintf(stderr, "dcp manager: retention could not remove %s: %s\n", Dir(s).c_str(),
@@ -334,7 +380,9 @@ struct CheckpointManager::Impl {
         break;
       }
       removed.push_back(s);
+      bases.erase(s);
     }
+    std::sort(removed.begin(), removed.end());
     return removed;
   }
 
@@ -353,8 +401,18 @@ struct CheckpointManager::Impl {
 };
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
-  ThrowIfError(
-      ValidateRetention(impl_->opts.policy).Annotate("checkpoint manager " + impl_->root + ": "));
+  const ManagerOptions& o = impl_->opts;
+  const std::string where = "checkpoint manager " + impl_->root + ": ";
+  ThrowIfError(ValidateRetention(o.policy).Annotate(where));
+  if (o.incremental && o.full_every < 1) {
+    ThrowIfError(InvalidArgument(where + "full_every=" + std::to_string(o.full_every) +
+                                 " is not a number of saves (1: every save full)"));
+  }
+  if (o.incremental && o.memory_tier) {
+    ThrowIfError(InvalidArgument(where +
+                                 "incremental saves are not supported with a memory tier (its "
+                                 "steps are whole copies in host memory)"));
+  }
   impl_->Open();
 }
 
@@ -390,7 +448,7 @@ SaveResult CheckpointManager::Save(int64_t step, const StateDict& sd) {
   }
   // Save creates the step's directory; `latest`'s atomic write syncs the root, which makes the
   // directory's entry durable before `latest` names it.
-  auto r = checkpoint::Save(sd, m.Dir(step), m.opts.save, m.fs);
+  auto r = checkpoint::Save(sd, m.Dir(step), m.RootSaveOptions(), m.fs);
   m.Finalize(step, r.status());
   return std::move(r).value();
 }
@@ -419,7 +477,7 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
     });
     return;
   }
-  m.pending = async::SaveWithFileSystem(*m.saver, sd, m.Dir(step), m.opts.save, {}, m.fs);
+  m.pending = async::SaveWithFileSystem(*m.saver, sd, m.Dir(step), m.RootSaveOptions(), {}, m.fs);
   m.pending_step = step;
 }
 
@@ -502,7 +560,7 @@ std::vector<int64_t> CheckpointManager::Prune(bool dry_run) {
   std::string payload;
   if (m.rank == 0) {
     if (dry_run) {
-      payload = EncodeSteps(StepsToRemove(m.steps, latest, m.opts.policy, m.keeps));
+      payload = EncodeSteps(StepsToRemove(m.steps, latest, m.opts.policy, m.keeps, m.bases));
     } else {
       // Open() pointed `latest` at the newest complete step; make sure it still does.
       if (ReadLatestRecord(m.fs, m.root) != latest) st = m.WriteLatest(latest);

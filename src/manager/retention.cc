@@ -16,7 +16,7 @@ std::optional<int64_t> ParseStepDirName(const std::string& name) {
 
 std::vector<int64_t> StepsToRemove(const std::vector<int64_t>& steps_in,
                                    std::optional<int64_t> latest, const RetentionPolicy& policy,
-                                   const std::set<int64_t>& keeps) {
+                                   const std::set<int64_t>& keeps, const StepBases& bases) {
   std::vector<int64_t> steps = steps_in;
   std::sort(steps.begin(), steps.end());
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
@@ -32,6 +32,17 @@ std::vector<int64_t> StepsToRemove(const std::vector<int64_t>& steps_in,
   }
   for (int64_t s : steps) {
     if (policy.keep_every && *policy.keep_every > 0 && s % *policy.keep_every == 0) kept.insert(s);
+  }
+  // The bases of kept steps hold some of their bytes; a base's own bases keep it loadable.
+  std::vector<int64_t> todo(kept.begin(), kept.end());
+  while (!todo.empty()) {
+    const int64_t s = todo.back();
+    todo.pop_back();
+    auto it = bases.find(s);
+    if (it == bases.end()) continue;
+    for (int64_t b : it->second) {
+      if (kept.insert(b).second) todo.push_back(b);
+    }
   }
   for (int64_t s : steps) {
     if (s < *latest && !kept.count(s)) out.push_back(s);

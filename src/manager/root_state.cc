@@ -19,7 +19,23 @@ using storage::JoinPath;
 
 // Whether `dir` holds a complete checkpoint: committed metadata that decodes, and every data
 // file it names present with its recorded size. OK, or why not.
-Status CheckComplete(FileSystem& fs, const std::string& dir) {
+namespace {
+void AddStepBases(const metadata::Metadata& md, std::set<int64_t>* bases) {
+  for (const auto& f : md.files) {
+    if (f.base.empty()) continue;
+    if (auto step = checkpoint::ParseStepDirName(f.base)) bases->insert(*step);
+  }
+}
+}  // namespace
+
+Result<std::set<int64_t>> ReadStepBases(FileSystem& fs, const std::string& dir) {
+  DCP_ASSIGN_OR_RETURN(metadata::Metadata md, checkpoint::ReadMetadata(fs, dir));
+  std::set<int64_t> bases;
+  AddStepBases(md, &bases);
+  return bases;
+}
+
+Status CheckComplete(FileSystem& fs, const std::string& dir, std::set<int64_t>* bases) {
   if (auto bad = fs.FileSize(JoinPath(dir, manager::kBadName)); bad.ok()) {
     auto why = *bad <= 4096 ? storage::ReadWholeFile(fs, JoinPath(dir, manager::kBadName))
                             : Result<std::string>(DataLoss("too long to show"));
@@ -29,6 +45,7 @@ Status CheckComplete(FileSystem& fs, const std::string& dir) {
   }
   auto md = checkpoint::ReadMetadata(fs, dir);
   if (!md.ok()) return md.status();
+  if (bases) AddStepBases(*md, bases);
   for (const auto& f : md->files) {
     const std::string path = checkpoint::DataFilePath(dir, f);
     auto size = fs.FileSize(path);
@@ -76,7 +93,9 @@ Result<Scan> ScanRoot(FileSystem& fs, const std::string& root) {
   Scan scan;
   for (const auto& n : names) {
     if (auto step = ParseStepDirName(n)) {
-      scan.entries.push_back({*step, CheckComplete(fs, JoinPath(root, n))});
+      Scan::Entry e{*step, OkStatus(), {}};
+      e.status = CheckComplete(fs, JoinPath(root, n), &e.bases);
+      scan.entries.push_back(std::move(e));
     } else if (n.rfind(std::string(manager::kLatestName) + ".tmp", 0) == 0) {
       scan.latest_tmps.push_back(n);
     }
@@ -174,6 +193,14 @@ using manager::ScanRoot;
 using storage::FileSystem;
 using storage::JoinPath;
 
+StepBases RootInfo::bases() const {
+  StepBases out;
+  for (const StepInfo& s : steps) {
+    if (!s.bases.empty()) out[s.step].insert(s.bases.begin(), s.bases.end());
+  }
+  return out;
+}
+
 std::vector<int64_t> RootInfo::complete_steps() const {
   std::vector<int64_t> out;
   for (const StepInfo& s : steps) {
@@ -199,7 +226,15 @@ RootInfo inspect_root(const std::string& root) {
       }
     }
     if (s.complete) info.latest = s.step;
+    s.bases.assign(e.bases.begin(), e.bases.end());
     info.steps.push_back(std::move(s));
+  }
+  for (const StepInfo& s : info.steps) {
+    for (int64_t b : s.bases) {
+      for (StepInfo& t : info.steps) {
+        if (t.step == b) t.referenced_by.push_back(s.step);
+      }
+    }
   }
   const std::string pool = JoinPath(root, manager::kRecycleName);
   if (auto names = fs.List(pool); names.ok()) {

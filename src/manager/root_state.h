@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,14 @@
 namespace dcp::manager {
 
 // Whether `dir` holds a complete checkpoint: committed metadata that decodes, and every data
-// file it names present with its recorded size. OK, or why not.
-Status CheckComplete(storage::FileSystem& fs, const std::string& dir);
+// file it names present with its recorded size (in its base's directory for a reference).
+// OK, or why not. With `bases`, the steps whose files it references (sibling step
+// directories; other bases are not steps of the root).
+Status CheckComplete(storage::FileSystem& fs, const std::string& dir,
+                     std::set<int64_t>* bases = nullptr);
+
+// The steps whose files the committed checkpoint in `dir` references.
+Result<std::set<int64_t>> ReadStepBases(storage::FileSystem& fs, const std::string& dir);
 
 // True when `dir` holds no committed metadata at all (a save that never committed, or a step
 // whose removal was cut short): only such directories are cleaned up.
@@ -24,7 +31,8 @@ bool HasNoMetadata(storage::FileSystem& fs, const std::string& dir);
 struct Scan {
   struct Entry {
     int64_t step;
-    Status status;  // OK: complete
+    Status status;            // OK: complete
+    std::set<int64_t> bases;  // steps whose files it references
   };
   std::vector<Entry> entries;  // ascending
   std::vector<std::string> latest_tmps;

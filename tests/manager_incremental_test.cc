@@ -1,0 +1,209 @@
+// Incremental roots (ManagerOptions::incremental): saves write only what changed, retention
+// keeps every base a kept step references, full_every bounds the chains, and a crash at any
+// operation leaves every kept step loadable.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "dcp/checkpoint.h"
+#include "dcp/manager.h"
+#include "manager/manager.h"
+#include "storage/file_system.h"
+#include "test_util.h"
+#include "testfs/fault_file_system.h"
+
+namespace dcp {
+namespace {
+
+using testing::TempDir;
+
+// A LoRA-like state: a frozen base that never changes, a small adapter and a step counter
+// that change every step.
+struct Tuned {
+  static constexpr int64_t kFrozenRows = 256, kCols = 256, kAdapterRows = 4;
+  std::vector<float> frozen, adapter;
+  StateDict sd;
+  Tuned() : frozen(kFrozenRows * kCols), adapter(kAdapterRows * kCols) {
+    for (size_t i = 0; i < frozen.size(); ++i) frozen[i] = static_cast<float>(i) * 0.5f;
+    sd.add("base.weight", TensorView(frozen.data(), DType::kF32, Shape{kFrozenRows, kCols}));
+    sd.add("lora.weight", TensorView(adapter.data(), DType::kF32, Shape{kAdapterRows, kCols}));
+    sd.add_bytes("step", std::string_view("none"));
+  }
+  static uint64_t AdapterBytes() { return kAdapterRows * kCols * 4; }
+  static uint64_t FrozenBytes() { return kFrozenRows * kCols * 4; }
+  void Fill(int64_t step) {
+    for (size_t i = 0; i < adapter.size(); ++i) adapter[i] = static_cast<float>(step * 7 + i);
+    const std::string s = std::to_string(step);
+    sd.mutable_bytes(2).assign(reinterpret_cast<const std::byte*>(s.data()),
+                               reinterpret_cast<const std::byte*>(s.data()) + s.size());
+  }
+  ::testing::AssertionResult LoadsAs(CheckpointManager& mgr, int64_t step) {
+    Tuned got;
+    std::fill(got.frozen.begin(), got.frozen.end(), -1.0f);
+    try {
+      mgr.Load(got.sd, step);
+    } catch (const Error& e) {
+      return ::testing::AssertionFailure() << "step " << step << ": " << e.what();
+    }
+    Tuned want;
+    want.Fill(step);
+    if (got.frozen != want.frozen) return ::testing::AssertionFailure() << "frozen of " << step;
+    if (got.adapter != want.adapter) return ::testing::AssertionFailure() << "adapter of " << step;
+    if (got.sd.find("step")->bytes != want.sd.find("step")->bytes) {
+      return ::testing::AssertionFailure() << "bytes entry of " << step;
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+TEST(IncrementalRetention, BasesOfKeptStepsAndTheirBasesStay) {
+  const StepBases bases = {{3, {1}}, {4, {1, 3}}, {5, {1, 4}}};
+  EXPECT_EQ(StepsToRemove({1, 2, 3, 4, 5}, 5, {.keep_last = 2}, {}, bases),
+            (std::vector<int64_t>{2}));
+  // Once nothing kept references them, bases go like any step.
+  EXPECT_EQ(StepsToRemove({1, 2, 3, 4, 5, 6}, 6, {.keep_last = 1}, {}, bases),
+            (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(StepsToRemove({1, 2, 3, 4, 5, 6}, 6, {.keep_last = 1}, {}, {{6, {4}}, {4, {1}}}),
+            (std::vector<int64_t>{2, 3, 5}));
+}
+
+TEST(IncrementalManager, WritesWhatChangedAndKeepsItsBases) {
+  TempDir d;
+  Tuned st;
+  std::vector<uint64_t> written, referenced;
+  {
+    CheckpointManager mgr(
+        d.path(), ManagerOptions{.policy = {.keep_last = 2}, .incremental = true, .full_every = 3});
+    for (int64_t step = 1; step <= 5; ++step) {
+      st.Fill(step);
+      SaveResult r = mgr.Save(step, st.sd);
+      written.push_back(r.bytes_written);
+      referenced.push_back(r.bytes_referenced);
+    }
+    // Steps 1 and 4 full; 2, 3 and 5 wrote the adapter and the bytes entry only.
+    for (int i : {0, 3}) {
+      EXPECT_GE(written[i], Tuned::FrozenBytes()) << i;
+      EXPECT_EQ(referenced[i], 0u) << i;
+    }
+    for (int i : {1, 2, 4}) {
+      EXPECT_LT(written[i], Tuned::AdapterBytes() + 64) << i;
+      EXPECT_EQ(referenced[i], Tuned::FrozenBytes()) << i;
+    }
+    // keep_last=2 keeps 4 and 5; 5 references 4, which is full: 1..3 went.
+    EXPECT_EQ(mgr.steps(), (std::vector<int64_t>{4, 5}));
+    for (int64_t s : mgr.steps()) EXPECT_TRUE(st.LoadsAs(mgr, s));
+  }
+  const RootInfo info = inspect_root(d.path());
+  ASSERT_EQ(info.steps.size(), 2u);
+  EXPECT_EQ(info.steps[0].referenced_by, (std::vector<int64_t>{5}));
+  EXPECT_EQ(info.steps[1].bases, (std::vector<int64_t>{4}));
+  // A restarted manager continues the chain: 6 is incremental (the second after 4), 7 full.
+  CheckpointManager again(
+      d.path(), ManagerOptions{.policy = {.keep_last = 2}, .incremental = true, .full_every = 3});
+  st.Fill(6);
+  EXPECT_EQ(again.Save(6, st.sd).bytes_referenced, Tuned::FrozenBytes());
+  // keep_last=2 keeps 5 and 6; 4 stays as their base.
+  EXPECT_EQ(again.steps(), (std::vector<int64_t>{4, 5, 6}));
+  st.Fill(7);
+  EXPECT_EQ(again.Save(7, st.sd).bytes_referenced, 0u);
+  // 6 still references 4 (its frozen bytes resolve to where they are stored).
+  EXPECT_EQ(again.steps(), (std::vector<int64_t>{4, 6, 7}));
+  st.Fill(8);
+  EXPECT_EQ(again.Save(8, st.sd).bytes_referenced, Tuned::FrozenBytes());
+  EXPECT_EQ(again.steps(), (std::vector<int64_t>{7, 8}));
+  EXPECT_FALSE(std::filesystem::exists(d.path() + "/step_000000004"));
+  for (int64_t s : again.steps()) EXPECT_TRUE(st.LoadsAs(again, s));
+}
+
+TEST(IncrementalManager, RefusedWithAMemoryTierAndBadFullEvery) {
+  TempDir d;
+  EXPECT_THROW(CheckpointManager(d.path(), ManagerOptions{.incremental = true, .full_every = 0}),
+               Error);
+  try {
+    CheckpointManager(d.path(), ManagerOptions{.memory_tier = MemoryTierOptions{.dir = d.Sub("t")},
+                                               .incremental = true});
+    ADD_FAILURE() << "incremental with a memory tier was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory tier"), std::string::npos) << e.what();
+  }
+}
+
+// Random sequences of saves (sync and async), prunes under random policies and restarts:
+// after each, every step the manager lists loads with its own values.
+TEST(IncrementalManager, EveryListedStepLoadsOverRandomSequences) {
+  std::mt19937 rng(20261205);
+  for (int run = 0; run < 6; ++run) {
+    TempDir d;
+    Tuned st;
+    int64_t step = 0;
+    auto open = [&] {
+      RetentionPolicy p;
+      if (rng() % 3) p.keep_last = 1 + static_cast<int64_t>(rng() % 3);
+      if (rng() % 3 == 0) p.keep_every = 2 + static_cast<int64_t>(rng() % 3);
+      return std::make_unique<CheckpointManager>(
+          d.path(), ManagerOptions{.policy = p,
+                                   .recycle_files = rng() % 2 == 0,
+                                   .incremental = rng() % 5 != 0,
+                                   .full_every = 1 + static_cast<int64_t>(rng() % 4)});
+    };
+    auto mgr = open();
+    for (int op = 0; op < 14; ++op) {
+      const unsigned what = rng() % 10;
+      if (what < 6) {
+        st.Fill(++step);
+        mgr->Save(step, st.sd);
+      } else if (what < 8) {
+        st.Fill(++step);
+        mgr->AsyncSave(step, st.sd);
+        mgr->Wait();
+      } else if (what == 8) {
+        mgr->Prune();
+      } else {
+        mgr.reset();
+        mgr = open();
+      }
+      for (int64_t s : mgr->steps()) {
+        ASSERT_TRUE(st.LoadsAs(*mgr, s)) << "run " << run << " op " << op;
+      }
+    }
+  }
+}
+
+// A crash at every storage operation of five incremental saves (keep_last=2, full_every=3):
+// a fresh manager resumes a step no older than the last save that returned, and every step
+// it lists loads with its own values.
+TEST(IncrementalManager, CrashAtEveryOperation) {
+  const ManagerOptions opts{.policy = {.keep_last = 2}, .incremental = true, .full_every = 3};
+  auto run = [&](int64_t fail_at, int64_t* ops) {
+    TempDir d;
+    Tuned st;
+    testfs::FaultFileSystem fs(storage::PosixFileSystem());
+    fs.FailAt(fail_at);
+    int64_t last_ok = 0;
+    try {
+      auto mgr = manager::NewManager(d.path(), opts, fs);
+      for (int64_t step = 1; step <= 5; ++step) {
+        st.Fill(step);
+        mgr->Save(step, st.sd);
+        last_ok = step;
+      }
+    } catch (const Error&) {
+    }
+    if (ops) *ops = fs.ops();
+    CheckpointManager mgr(d.path(), opts);
+    const std::string where = "failing at operation " + std::to_string(fail_at);
+    if (last_ok > 0) {
+      ASSERT_TRUE(mgr.latest_step()) << where;
+      EXPECT_GE(*mgr.latest_step(), last_ok) << where;
+    }
+    for (int64_t s : mgr.steps()) EXPECT_TRUE(st.LoadsAs(mgr, s)) << where;
+  };
+  int64_t total = 0;
+  run(-1, &total);
+  ASSERT_GT(total, 20);
+  for (int64_t k = 0; k < total; ++k) run(k, nullptr);
+}
+
+}  // namespace
+}  // namespace dcp
