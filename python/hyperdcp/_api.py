@@ -13,10 +13,11 @@ from typing import Any, Dict, Optional
 
 from . import _boundary, _dcp, _delegate
 from ._comm import comm_for
-from ._errors import DcpError, error
+from ._errors import DcpError, error, invalid_argument
 from ._formats import COMMITTED, PROBE, holds_torch_format
+from ._optimizers import fill_empty_optimizers
 from ._prepare import Prepared, failure_text, finish_load, prepare_on_every_rank, release
-from ._torch_args import Delegate, load_source, save_target, staging
+from ._torch_args import Delegate, load_source, location, save_target, staging
 
 
 
@@ -61,7 +62,8 @@ def _finite(timeout: Optional[float]) -> Optional[float]:
 def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" = None, *,
          storage_writer: Any = None, planner: Any = None, process_group: Any = None,
          no_dist: bool = False, use_collectives: bool = True, step: int = 0,
-         overwrite: Optional[bool] = None, allow_pickle: bool = False) -> _dcp.SaveResult:
+         overwrite: Optional[bool] = None, allow_pickle: bool = False,
+         incremental_base: "os.PathLike | str | None" = None) -> _dcp.SaveResult:
     """Saves `state_dict` into the directory `checkpoint_id`; every rank of the group calls it.
 
     torch.distributed.checkpoint.save's signature and meaning (Stateful objects saved through
@@ -69,12 +71,15 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     own memory (CPU) or one host copy (device memory); non-tensor values are stored typed,
     never pickled unless `allow_pickle`. `overwrite=False` (or FileSystemWriter(...,
     overwrite=False)) refuses a directory holding a committed checkpoint, before any write.
-    `step`: without collectives, the save's identity (docs/python.md, "Without collectives"). Returns this rank's
+    `step`: without collectives, the save's identity (docs/python.md, "Without collectives").
+    `incremental_base`: a committed checkpoint in a sibling directory; tensors' chunks it holds
+    unchanged are referenced, not written again (docs/incremental.md). Returns this rank's
     SaveResult (`call_seconds`: the whole call as the caller waited; `python_seconds`: the
-    Python side's share).
+    Python side's share; `bytes_referenced`: left in the base).
     """
     started = time.perf_counter()
     target = save_target(checkpoint_id, storage_writer, planner)
+    base = _base_of(incremental_base, target)
     if isinstance(target, Delegate):
         return _delegate.save(target, state_dict, checkpoint_id, storage_writer, planner,
                               process_group, no_dist, use_collectives)
@@ -83,10 +88,28 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     comm = comm_for(process_group, no_dist)
     p = _prepare_save(state_dict, comm, directory, overwrite, use_collectives, allow_pickle)
     try:
-        result = _boundary.call(comm, _dcp.save, p.sd, directory, comm, use_collectives, step)
+        result = _boundary.call(comm, _dcp.save, p.sd, directory, comm, use_collectives, step,
+                                base)
     finally:
         release(p)
     return _timed(result, p, started)
+
+
+def _base_of(incremental_base: Any, target: Any) -> str:
+    """The incremental base as the engine takes it (resolved as checkpoint ids are, local paths
+    spelled as the checkpoint's own: both absolute or both relative); "": none."""
+    if incremental_base is None:
+        return ""
+    if isinstance(target, Delegate):
+        raise invalid_argument(f"incremental_base needs a save hyperdcp serves ({target.reason})")
+    base = location(incremental_base)
+    if isinstance(base, Delegate):
+        raise invalid_argument(f"incremental_base: {base.reason}")
+    directory = target[0]
+    if "://" not in base and "://" not in directory and \
+            os.path.isabs(base) != os.path.isabs(directory):
+        base = os.path.abspath(base) if os.path.isabs(directory) else os.path.relpath(base)
+    return base
 
 
 def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" = None, *,
@@ -120,7 +143,7 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
         return _delegate.load(source, state_dict, checkpoint_id, storage_reader, planner,
                               process_group, no_dist, allow_partial)
     directory, allow_partial = source
-    _fill_empty_optimizers(state_dict, directory)
+    fill_empty_optimizers(state_dict, directory)
     comm = comm_for(process_group, no_dist)
     if max_broadcast_buffer_bytes is not None and not max_broadcast_buffer_bytes > 0:
         raise ValueError("max_broadcast_buffer_bytes must be positive, not "
@@ -150,32 +173,6 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     for line in result.warnings:  # values saved per rank, of which this rank got another's
         logging.getLogger("hyperdcp").warning("hyperdcp: load from %s: %s", directory, line)
     return _timed(result, p, started)
-
-
-def _fill_empty_optimizers(state_dict: Any, directory: str) -> None:
-    """A freshly built optimizer (no state yet) handed as a Stateful template would load
-    nothing of the checkpoint's state: its state is created first (torch's get_state_dict
-    does the same), when the checkpoint holds state for it, so the load fills it or fails
-    naming what it cannot place. Never an empty success."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(state_dict, dict):
-        return
-    # Only optimizers whose state_dict() is torch's own: a container that overrides it
-    # (torchtitan's OptimizersContainer: torch's get_optimizer_state_dict) creates the state
-    # itself, and its own `state` stays empty.
-    optimizer = torch.optim.Optimizer
-    empty = [k for k, v in state_dict.items() if isinstance(v, optimizer) and not v.state
-             and type(v).state_dict is optimizer.state_dict]
-    if not empty:
-        return
-    from ._metadata import read_metadata
-
-    stored = read_metadata(directory).tensors
-    for key in empty:
-        if any(name.startswith(f"{key}.state.") for name in stored):
-            from torch.distributed.checkpoint.state_dict import _init_optim_state
-
-            _init_optim_state(state_dict[key])
 
 
 def _torch_format(directory: str) -> bool:
@@ -320,7 +317,8 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
                *, storage_writer: Any = None, planner: Any = None, process_group: Any = None,
                async_checkpointer_type: Any = None, async_stager: Any = None,
                no_dist: bool = False, use_collectives: bool = True, step: int = 0,
-               overwrite: Optional[bool] = None, allow_pickle: bool = False) -> SaveFuture:
+               overwrite: Optional[bool] = None, allow_pickle: bool = False,
+               incremental_base: "os.PathLike | str | None" = None) -> SaveFuture:
     """Like `save`, but returns once the state is copied to host staging memory.
 
     The tensors may be changed as soon as it returns. Planning, writing and the commit run
@@ -331,12 +329,13 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
     staging pool (whatever its options; the caller keeps closing it), and with
     use_async_staging the answer is torch's AsyncSaveResponse (staging_completion done, as
     staging ends before this returns; upload_completion this save's SaveFuture); any other
-    stager goes to torch's own async_save.
+    stager goes to torch's own async_save. `incremental_base`: as save's.
     """
     started = time.perf_counter()
     response = staging(async_stager)
     target = response if isinstance(response, Delegate) else \
         save_target(checkpoint_id, storage_writer, planner)
+    base = _base_of(incremental_base, target)
     if isinstance(target, Delegate):
         return _delegate.async_save(target, state_dict, checkpoint_id, storage_writer, planner,
                                     process_group, async_checkpointer_type, async_stager,
@@ -360,7 +359,7 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
         raise
     try:  # staged before it returns: the state dict is not used afterwards
         handle = _boundary.call(comm, process_saver().save, p.sd, directory, comm,
-                                use_collectives, step)
+                                use_collectives, step, base)
     finally:
         release(p)
     future = SaveFuture(handle, time.perf_counter() - started)

@@ -26,6 +26,8 @@ from typing import Any, Dict, List, Optional, Union
 
 from . import _boundary, _dcp
 from ._comm import comm_for
+from ._errors import DcpError
+from ._optimizers import fill_empty_optimizers
 from ._prepare import finish_load, prepare_on_every_rank, release
 
 
@@ -77,7 +79,8 @@ class CheckpointManager:
                  staging_threads: int = 0, persist_nice: int = 10,
                  allow_pickle: bool = False,
                  memory_tier: "Union[MemoryTier, Dict[str, Any], bool, None]" = None,
-                 lock_lease_seconds: float = 300.0, break_lock: bool = False) -> None:
+                 lock_lease_seconds: float = 300.0, break_lock: bool = False,
+                 incremental: bool = False, full_every: int = 10) -> None:
         """`allow_partial`, `verify_checksums`, `max_open_files`: as load's, for every load of
         the manager; `max_staging_bytes`, `staging_threads`, `persist_nice`: its async
         saver's (docs/manager.md, "File recycling"); `allow_pickle`: as save's and load's; `memory_tier`: a
@@ -85,7 +88,10 @@ class CheckpointManager:
         the hosts' memory; `lock_lease_seconds`: a job on another host holding the root
         that has not renewed its lock for this long is gone, and its lock is broken with a
         warning; `break_lock`: take the root's lock from a holder not alive on this host
-        (`dcp unlock ROOT` by hand)."""
+        (`dcp unlock ROOT` by hand); `incremental`: each save writes only the tensor chunks
+        that changed since the newest complete step and references that step for the rest
+        (retention keeps such bases while kept steps need them); `full_every`: every
+        full_every-th save is a full one (docs/incremental.md)."""
         if not lock_lease_seconds > 0:
             raise ValueError(f"lock_lease_seconds must be positive, not {lock_lease_seconds!r}")
         tier = _tier_options(memory_tier)
@@ -95,7 +101,8 @@ class CheckpointManager:
         self._mgr = _boundary.call(
             self._comm, _dcp.CheckpointManager, self._root, keep_last, keep_every, self._comm,
             recycle_files, allow_partial, verify_checksums, max_open_files, max_staging_bytes,
-            staging_threads, persist_nice, tier, float(lock_lease_seconds), bool(break_lock))
+            staging_threads, persist_nice, tier, float(lock_lease_seconds), bool(break_lock),
+            bool(incremental), int(full_every))
         _boundary.register_closable(self)
 
     def _call(self, fn: Any, *args: Any) -> Any:
@@ -164,7 +171,16 @@ class CheckpointManager:
         self._call(self._mgr.persist)
 
     def load(self, state_dict: Dict[str, Any], step: Optional[int] = None) -> _dcp.LoadResult:
-        """Loads `step` (default: the newest complete one) into `state_dict`, in place."""
+        """Loads `step` (default: the newest complete one) into `state_dict`, in place.
+
+        As `load`: Stateful objects get load_state_dict(), and a freshly built optimizer's
+        state is created first when the step holds state for it."""
+        target = self.latest_step() if step is None else step
+        if target is not None:
+            try:
+                fill_empty_optimizers(state_dict, self.step_dir(target))
+            except DcpError:  # a step the root lacks (in the memory tier only): as torch does
+                pass
         p = self._prepare(state_dict, for_load=True)
         try:
             result = self._call(self._mgr.load, p.sd, step)

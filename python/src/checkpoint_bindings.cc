@@ -47,11 +47,12 @@ class Saver {
  public:
   explicit Saver(AsyncSaverOptions opts = {}) : opts_(opts) {}
   AsyncSave Save(const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,
-                 bool use_collectives, uint64_t step) {
+                 bool use_collectives, uint64_t step, const std::string& incremental_base) {
     SaveOptions opts;
     opts.comm = std::move(comm);
     opts.use_collectives = use_collectives;
     opts.step = step;
+    opts.incremental_base = incremental_base;
     py::gil_scoped_release release;
     if (!saver_) saver_ = std::make_unique<AsyncSaver>(opts_);
     return saver_->Save(sd, dir, opts);
@@ -138,6 +139,8 @@ void BindCheckpoint(py::module_& m) {
       .def_readonly("bytes_written", &SaveResult::bytes_written)
       .def_readonly("items_written", &SaveResult::items_written)
       .def_readonly("files_written", &SaveResult::files_written)
+      .def_readonly("chunks_referenced", &SaveResult::chunks_referenced)
+      .def_readonly("bytes_referenced", &SaveResult::bytes_referenced)
       .def_readonly("unique_bytes", &SaveResult::unique_bytes)
       .def_readonly("plan_cache_hit", &SaveResult::plan_cache_hit)
       .def_readonly("file_recycled", &SaveResult::file_recycled)
@@ -192,16 +195,17 @@ void BindCheckpoint(py::module_& m) {
   m.def(
       "save",
       [](const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,
-         bool use_collectives, uint64_t step) {
+         bool use_collectives, uint64_t step, const std::string& incremental_base) {
         SaveOptions opts;
         opts.comm = std::move(comm);
         opts.use_collectives = use_collectives;
         opts.step = step;
+        opts.incremental_base = incremental_base;
         py::gil_scoped_release release;
         return save(sd, dir, opts);
       },
       py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("use_collectives"),
-      py::arg("step") = 0);
+      py::arg("step") = 0, py::arg("incremental_base") = "");
 
   m.def(
       "load",
@@ -270,7 +274,7 @@ void BindCheckpoint(py::module_& m) {
           py::arg("max_staging_bytes") = 0, py::arg("staging_threads") = 0,
           py::arg("persist_nice") = 10)
       .def("save", &Saver::Save, py::arg("state_dict"), py::arg("dir"), py::arg("comm"),
-           py::arg("use_collectives"), py::arg("step") = 0)
+           py::arg("use_collectives"), py::arg("step") = 0, py::arg("incremental_base") = "")
       .def("fail", &Saver::Fail, py::arg("dir"), py::arg("comm"), py::arg("use_collectives"),
            py::arg("code"), py::arg("message"),
            "In place of save on a rank whose preparation failed: every rank's save fails with "

@@ -22,7 +22,7 @@ class Manager {
   Manager(const std::string& root, std::optional<int64_t> keep_last,
           std::optional<int64_t> keep_every, std::shared_ptr<Comm> comm, bool recycle_files,
           LoadOptions load, AsyncSaverOptions async, std::optional<MemoryTierOptions> tier,
-          double lock_lease_seconds, bool break_lock)
+          double lock_lease_seconds, bool break_lock, bool incremental, int64_t full_every)
       : persist_at_close_(tier && tier->persist_at_exit) {
     ManagerOptions o{.policy = {.keep_last = keep_last, .keep_every = keep_every},
                      .comm = std::move(comm),
@@ -30,6 +30,8 @@ class Manager {
                      .load = load,
                      .async = async,
                      .memory_tier = std::move(tier),
+                     .incremental = incremental,
+                     .full_every = full_every,
                      .lock_lease_seconds = lock_lease_seconds,
                      .break_lock = break_lock};
     py::gil_scoped_release release;
@@ -86,7 +88,8 @@ void BindManager(py::module_& m) {
                        bool recycle_files, bool allow_partial, bool verify_checksums,
                        int max_open_files, uint64_t max_staging_bytes, int staging_threads,
                        int persist_nice, std::optional<MemoryTierOptions> tier,
-                       double lock_lease_seconds, bool break_lock) {
+                       double lock_lease_seconds, bool break_lock, bool incremental,
+                       int64_t full_every) {
              LoadOptions load;
              load.allow_partial = allow_partial;
              load.verify_checksums = verify_checksums;
@@ -96,13 +99,13 @@ void BindManager(py::module_& m) {
                  AsyncSaverOptions{.max_staging_bytes = max_staging_bytes,
                                    .staging_threads = staging_threads,
                                    .persist_nice = persist_nice},
-                 std::move(tier), lock_lease_seconds, break_lock);
+                 std::move(tier), lock_lease_seconds, break_lock, incremental, full_every);
            }),
            py::arg("root"), py::arg("keep_last"), py::arg("keep_every"), py::arg("comm"),
            py::arg("recycle_files"), py::arg("allow_partial"), py::arg("verify_checksums"),
            py::arg("max_open_files"), py::arg("max_staging_bytes"), py::arg("staging_threads"),
            py::arg("persist_nice"), py::arg("memory_tier"), py::arg("lock_lease_seconds"),
-           py::arg("break_lock"))
+           py::arg("break_lock"), py::arg("incremental") = false, py::arg("full_every") = 10)
       .def(
           "save",
           [](Manager& self, int64_t step, const StateDict& sd) {

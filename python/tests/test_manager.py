@@ -215,3 +215,25 @@ def test_memory_tier_in_one_process(tmp_path):
         assert torch.equal(got["w"], state(2)["w"])
     with pytest.raises(TypeError, match="memory_tier must be"):
         dcp.CheckpointManager(tmp_path / "other", memory_tier="yes")
+
+
+def test_a_fresh_optimizer_loads_its_state_through_the_manager(tmp_path):
+    """As dcp.load: a Stateful optimizer with no state yet gets the step's state, never an
+    empty success."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    with dcp.CheckpointManager(tmp_path / "root", no_dist=True) as mgr:
+        mgr.save(1, {"model": model, "optim": opt})
+    fresh_model = torch.nn.Linear(4, 4)
+    fresh = torch.optim.AdamW(fresh_model.parameters(), lr=0.1)
+    with dcp.CheckpointManager(tmp_path / "root", no_dist=True) as mgr:
+        mgr.load({"model": fresh_model, "optim": fresh})
+    want = opt.state_dict()["state"]
+    got = fresh.state_dict()["state"]
+    assert got.keys() == want.keys() and len(got) == 2
+    for p in want:
+        for k in want[p]:
+            assert torch.equal(got[p][k], want[p][k]), (p, k)
