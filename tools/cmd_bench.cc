@@ -58,7 +58,7 @@ void AddBench(CLI::App& app, int* exit_code) {
   AddWorkloadFlags(cmd, &o.workload, "e.g. dp4, tp2,dp2 (default dp<ranks>)",
                    "reshard phase layout (default tp<ranks>)");
   cmd->add_option("--phases", a->phases,
-                  "comma-separated: save, load, reshard, async, manager, tier")
+                  "comma-separated: save, load, reshard, async, manager, tier, incremental")
       ->capture_default_str();
   cmd->add_option("--cache", a->cache, "cold (dropped, checked with mincore) or warm (just read)")
       ->capture_default_str();
@@ -67,6 +67,10 @@ void AddBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--storage-gibps", o.storage_gibps,
                   "emulate slow shared storage: cap reads at this aggregate GiB/s");
   cmd->add_option("--tier-dir", o.tier_dir, "tier phase: the tmpfs the hosts' memory tier lives in")
+      ->capture_default_str();
+  cmd->add_option("--incremental-changed", o.incremental_changed,
+                  "incremental phase: fraction of the bytes trained between the two saves")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--pause", o.pause_seconds, "seconds to settle after delete + sync")
       ->capture_default_str();

@@ -79,9 +79,9 @@ Status Runner::Setup() {
   report_.backend = std::string(comm_.backend());
   for (const std::string& p : o_.phases) {
     if (p != "save" && p != "load" && p != "reshard" && p != "async" && p != "manager" &&
-        p != "tier") {
+        p != "tier" && p != "incremental") {
       return InvalidArgument("bench: unknown phase '" + p +
-                             "' (save, load, reshard, async, manager, tier)");
+                             "' (save, load, reshard, async, manager, tier, incremental)");
     }
   }
   if (o_.repeat < 1) return InvalidArgument("bench: --repeat must be >= 1");
@@ -337,6 +337,15 @@ Result<BenchReport> Runner::Run() {
   PhaseReport tier_root{
       .name = "tier.restore_root", .kind = "tier_restore", .layout = report_.load_layout};
   if (Wants("tier")) DCP_RETURN_IF_ERROR(RunTierPhase(&tier_save, &tier_memory, &tier_root));
+  PhaseReport inc_full{
+      .name = "incremental.full_save", .kind = "save", .layout = report_.save_layout};
+  PhaseReport inc_save{.name = "incremental.save", .kind = "save", .layout = report_.save_layout};
+  PhaseReport inc_load_full{
+      .name = "incremental.load_full", .kind = "load", .layout = report_.save_layout};
+  PhaseReport inc_load{.name = "incremental.load", .kind = "load", .layout = report_.save_layout};
+  if (Wants("incremental")) {
+    DCP_RETURN_IF_ERROR(RunIncrementalPhase(&inc_full, &inc_save, &inc_load_full, &inc_load));
+  }
   if (Wants("save")) report_.phases.push_back(std::move(save));
   if (!async.seconds.empty()) report_.phases.push_back(std::move(async));
   if (Wants("manager")) {
@@ -344,6 +353,11 @@ Result<BenchReport> Runner::Run() {
     report_.phases.push_back(std::move(plain));
   }
   for (PhaseReport& p : loads) report_.phases.push_back(std::move(p));
+  if (Wants("incremental")) {
+    for (PhaseReport* p : {&inc_full, &inc_save, &inc_load_full, &inc_load}) {
+      report_.phases.push_back(std::move(*p));
+    }
+  }
   if (!tier_save.seconds.empty()) {
     report_.phases.push_back(std::move(tier_save));
     report_.phases.push_back(std::move(tier_memory));

@@ -22,7 +22,8 @@ struct BenchOptions {
   workload::WorkloadOptions workload{.layers = 2, .width_scale = 0.1};
   // and/or "async", "manager" (sequences of saves with retention, with/without recycling),
   // "tier" (async saves to the memory tier with replication; restore after losing the last
-  // host's memory, from memory and from the root)
+  // host's memory, from memory and from the root), "incremental" (a full save, then one
+  // against it after --incremental-changed of the bytes changed; loads of both)
   std::vector<std::string> phases = {"save", "load", "reshard"};
   bool cold = true;  // cold page cache before loads (else warm: read just before)
   int repeat = 1;
@@ -38,6 +39,9 @@ struct BenchOptions {
   bool async_prepare = true;
   // Loads: LoadOptions::max_broadcast_buffer_bytes, in MiB.
   uint64_t load_max_broadcast_buffer_mib = 256;
+  // incremental: the fraction of the checkpoint's bytes trained between the full save and the
+  // incremental one (whole tensors in name order, each that still fits); the rest is frozen.
+  double incremental_changed = 0.01;
 };
 
 struct PhaseReport {
@@ -83,6 +87,10 @@ struct PhaseReport {
   // the rank holds (its state; a load's destination). 0 when the kernel gives no peak.
   uint64_t peak_rss_extra_bytes = 0;
   uint64_t held_bytes = 0;
+  // incremental: the bytes of the tensors trained since the base, and what the save left in
+  // the base's files (sums over ranks).
+  uint64_t bytes_changed = 0;
+  uint64_t bytes_referenced = 0;
 };
 
 struct ReferenceReport {

@@ -15,6 +15,38 @@ using internal::GiBps;
 
 namespace {
 
+// The incremental phase's lines: bytes written against bytes changed, time against the full
+// save's, loads of both steps.
+std::string IncrementalSummary(const BenchReport& r) {
+  const PhaseReport *full = nullptr, *inc = nullptr, *load_full = nullptr, *load = nullptr;
+  for (const PhaseReport& p : r.phases) {
+    if (p.name == "incremental.full_save") full = &p;
+    if (p.name == "incremental.save") inc = &p;
+    if (p.name == "incremental.load_full") load_full = &p;
+    if (p.name == "incremental.load") load = &p;
+  }
+  if (!full || !inc || !load_full || !load) return "";
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  char line[640];
+  std::snprintf(line, sizeof(line),
+                "incremental: %s of %s changed (%.2f%%); the save wrote %s = %.3fx the changed "
+                "bytes, left %s in the base, and took %.4f s = 1/%.1f of the full save's "
+                "%.4f s\n",
+                HumanBytes(inc->bytes_changed).c_str(), HumanBytes(full->bytes_written).c_str(),
+                100 * ratio(double(inc->bytes_changed), double(full->bytes_written)),
+                HumanBytes(inc->bytes_written).c_str(),
+                ratio(double(inc->bytes_written), double(inc->bytes_changed)),
+                HumanBytes(inc->bytes_referenced).c_str(), inc->median_seconds,
+                ratio(full->median_seconds, inc->median_seconds), full->median_seconds);
+  std::string out = line;
+  std::snprintf(line, sizeof(line),
+                "incremental: load of the incremental step %.4f s = %.2fx the full step's "
+                "%.4f s (%s cache)\n",
+                load->median_seconds, ratio(load->median_seconds, load_full->median_seconds),
+                load_full->median_seconds, r.options.cold ? "cold" : "warm");
+  return out + line;
+}
+
 // The memory tier's lines: blocking against memcpy, the copies in memory, restore speed-up.
 std::string TierSummary(const BenchReport& r) {
   const PhaseReport *save = nullptr, *memory = nullptr, *root = nullptr;
@@ -177,6 +209,7 @@ std::string FormatTable(const BenchReport& r) {
   }
   out += PatternSummary(r);
   out += TierSummary(r);
+  out += IncrementalSummary(r);
   out +=
       "\nGiB/s = unique bytes / seconds; ratio = seconds / reference seconds (1.00 = at the "
       "physical limit)\n";
@@ -263,6 +296,10 @@ std::string ReportJson(const BenchReport& r) {
                       {"requests", p.requests},
                       {"peak_rss_extra_bytes", p.peak_rss_extra_bytes},
                       {"held_bytes", p.held_bytes}};
+    if (p.name == "incremental.save") {
+      phases[p.name]["bytes_changed"] = p.bytes_changed;
+      phases[p.name]["bytes_referenced"] = p.bytes_referenced;
+    }
   }
   j["phases"] = phases;
   j["notes"] = r.notes;

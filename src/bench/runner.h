@@ -159,6 +159,8 @@ class Runner {
   Status RunAsyncSave(PhaseReport* p);
   Status RunManagerSequences(PhaseReport* recycled, PhaseReport* plain);
   Status RunTierPhase(PhaseReport* save, PhaseReport* from_memory, PhaseReport* from_root);
+  Status RunIncrementalPhase(PhaseReport* full, PhaseReport* incremental, PhaseReport* load_full,
+                             PhaseReport* load_incremental);
   Result<double> MemcpyStagedBytes();
   Status RunReferenceWrite();
   Status RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layout);
