@@ -875,19 +875,19 @@ void RealHostsBroadcast(const std::shared_ptr<Comm>& comm, const std::string& di
 namespace dcp::testing {
 namespace {
 
-// Flips every byte of the chunks of every tensor whose index (in name order) is in `pick`:
-// the same change on every rank holding a replica.
-uint64_t ChangeTensors(workload::OwnedStateDict& sd, const std::function<bool(size_t)>& pick) {
-  std::vector<std::string> names;
-  for (const StateEntry& e : sd.sd.entries()) {
-    if (e.kind == StateEntry::Kind::kTensor) names.push_back(e.fqn);
-  }
-  std::sort(names.begin(), names.end());
+// A number of a tensor's name, the same in every process and layout (FNV-1a).
+uint64_t NameKey(const std::string& fqn) {
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : fqn) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
+  return h >> 7;
+}
+
+// Flips every byte of the chunks of every tensor whose NameKey `pick` chooses: the same change
+// on every rank holding a replica, whatever the layout.
+uint64_t ChangeTensors(workload::OwnedStateDict& sd, const std::function<bool(uint64_t)>& pick) {
   uint64_t changed = 0;
   for (const StateEntry& e : sd.sd.entries()) {
-    if (e.kind != StateEntry::Kind::kTensor) continue;
-    const size_t index = std::lower_bound(names.begin(), names.end(), e.fqn) - names.begin();
-    if (!pick(index)) continue;
+    if (e.kind != StateEntry::Kind::kTensor || !pick(NameKey(e.fqn))) continue;
     for (const TensorChunk& c : e.chunks) {
       std::byte* p = c.view.bytes();
       for (uint64_t i = 0; i < c.view.NumBytes(); ++i) p[i] ^= std::byte{0x5a};
@@ -935,12 +935,12 @@ void IncrementalSaves(const std::shared_ptr<Comm>& comm, const std::string& dir,
 
   // Step 2: half the tensors change. Bytes changed on a rank count once per replica; the
   // checkpoint's changed bytes are the metadata's own files' tensor chunks.
-  ChangeTensors(*sd, [](size_t i) { return i % 2 == 0; });
+  ChangeTensors(*sd, [](uint64_t i) { return i % 2 == 0; });
   SaveResult r2;
   ASSERT_NO_THROW(r2 = save(sd->sd, step(2), {.comm = comm, .incremental_base = step(1)}));
   states.push_back(Snapshot(sd->sd));
   // Step 3: a quarter change again (half of those that changed for step 2).
-  ChangeTensors(*sd, [](size_t i) { return i % 4 == 0; });
+  ChangeTensors(*sd, [](uint64_t i) { return i % 4 == 0; });
   SaveResult r3;
   ASSERT_NO_THROW(r3 = save(sd->sd, step(3), {.comm = comm, .incremental_base = step(2)}));
   states.push_back(Snapshot(sd->sd));
@@ -949,20 +949,19 @@ void IncrementalSaves(const std::shared_ptr<Comm>& comm, const std::string& dir,
   auto md3 = checkpoint::ReadMetadata(storage::PosixFileSystem(), step(3));
   ASSERT_TRUE(md2.ok() && md3.ok());
   // What each step stores itself: exactly the chunks of the tensors that changed for it.
-  std::vector<std::string> names;
-  for (const auto& t : md1->tensors) names.push_back(t.fqn);
   for (int s : {2, 3}) {
     SCOPED_TRACE("step " + std::to_string(s));
     const metadata::Metadata& md = s == 2 ? *md2 : *md3;
     const SaveResult& r = s == 2 ? r2 : r3;
     uint64_t own = 0, referenced = 0;
-    for (size_t i = 0; i < md.tensors.size(); ++i) {
+    for (size_t t = 0; t < md.tensors.size(); ++t) {
+      const uint64_t i = NameKey(md.tensors[t].fqn);
       const bool changed = s == 2 ? i % 2 == 0 : i % 4 == 0;
-      for (const auto& c : md.tensors[i].chunks) {
+      for (const auto& c : md.tensors[t].chunks) {
         const std::string& base = md.files[c.file].base;
-        // Unchanged since step 1 (odd indices): step_1; changed for step 2 only: step_2.
+        // Unchanged since step 1 (odd keys): step_1; changed for step 2 only: step_2.
         const std::string want = changed ? "" : (i % 2 == 1 || s == 2) ? "step_1" : "step_2";
-        EXPECT_EQ(base, want) << md.tensors[i].fqn;
+        EXPECT_EQ(base, want) << md.tensors[t].fqn;
         (base.empty() ? own : referenced) += c.byte_length;
       }
     }
@@ -984,8 +983,8 @@ void IncrementalSaves(const std::shared_ptr<Comm>& comm, const std::string& dir,
       SCOPED_TRACE("load step " + std::to_string(s));
       auto want = workload::PopulateStateDict(model, load_layout_spec, (*group)->rank());
       ASSERT_TRUE(want.ok());
-      if (s >= 2) ChangeTensors(*want, [](size_t i) { return i % 2 == 0; });
-      if (s >= 3) ChangeTensors(*want, [](size_t i) { return i % 4 == 0; });
+      if (s >= 2) ChangeTensors(*want, [](uint64_t i) { return i % 2 == 0; });
+      if (s >= 3) ChangeTensors(*want, [](uint64_t i) { return i % 4 == 0; });
       auto got = workload::MakeEmptyLike(model, load_layout_spec, (*group)->rank());
       ASSERT_TRUE(got.ok());
       ASSERT_NO_THROW(load(got->sd, step(s), {.comm = *group}));
@@ -996,18 +995,25 @@ void IncrementalSaves(const std::shared_ptr<Comm>& comm, const std::string& dir,
 
   if (comm->rank() == 0) {
     for (int s : {1, 2, 3}) EXPECT_NO_THROW(verify(step(s)));
-    // A flipped byte in step_1's file that step 3 references: verify of step 3 names it.
+    // A flipped byte of a chunk step 3 references in step_1's files: verify of step 3 names
+    // the base's file.
     const metadata::FileInfo* in_base = nullptr;
-    for (const auto& f : md3->files) {
-      if (f.base == "step_1") in_base = &f;
+    uint64_t at = 0;
+    for (const auto& t : md3->tensors) {
+      for (const auto& c : t.chunks) {
+        if (!in_base && md3->files[c.file].base == "step_1" && c.byte_length > 0) {
+          in_base = &md3->files[c.file];
+          at = c.byte_offset;
+        }
+      }
     }
     ASSERT_NE(in_base, nullptr);
     {
       std::fstream f(step(1) + "/" + in_base->name,
                      std::ios::in | std::ios::out | std::ios::binary);
-      f.seekg(static_cast<std::streamoff>(in_base->size - 1));
+      f.seekg(static_cast<std::streamoff>(at));
       const char c = static_cast<char>(f.get() ^ 0x01);
-      f.seekp(static_cast<std::streamoff>(in_base->size - 1));
+      f.seekp(static_cast<std::streamoff>(at));
       f.put(c);
       ASSERT_TRUE(f.good());
     }
