@@ -1,6 +1,8 @@
 #include "checkpoint/save_cleanup.h"
 
 #include <cstdio>
+#include <optional>
+#include <vector>
 
 #include "checkpoint/names.h"
 #include "metadata/codec.h"
@@ -13,6 +15,61 @@ namespace {
 // data files, temporary metadata, stale locks.
 bool IsGarbageName(const std::string& n) {
   return IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n);
+}
+
+// The files of `dir` that incremental checkpoints in its sibling directories reference (their
+// metadata names `dir` as a file's base): never garbage, whatever `dir`'s own metadata says.
+// Read only when `dir` has data files to remove (a checkpoint saved over in place), so a save
+// into a fresh directory never lists its siblings. Nullopt when a sibling's metadata could not
+// be read: then nothing may be removed.
+std::optional<std::unordered_set<std::string>> ReferencedBySiblings(storage::FileSystem& fs,
+                                                                    const std::string& dir) {
+  std::unordered_set<std::string> out;
+  const std::string parent = storage::ParentPath(dir), me = storage::LastComponent(dir);
+  if (me.empty()) return out;
+  auto siblings = fs.List(parent.empty() ? std::string(".") : parent);
+  if (!siblings.ok()) return std::nullopt;
+  for (const std::string& s : *siblings) {
+    if (s == me) continue;
+    const std::string path = storage::JoinPath(parent, s);
+    auto data = storage::ReadWholeFile(fs, storage::JoinPath(path, std::string(kMetadataName)));
+    if (!data.ok()) {
+      if (data.status().code() == StatusCode::kNotFound ||
+          data.status().code() == StatusCode::kFailedPrecondition) {
+        continue;  // not a checkpoint (or not a directory)
+      }
+      return std::nullopt;
+    }
+    auto md = metadata::Decode(*data);
+    if (!md.ok()) return std::nullopt;
+    for (const auto& f : md->files) {
+      if (f.base == me) out.insert(f.name);
+    }
+  }
+  return out;
+}
+
+// Removes the garbage among `names` of `dir` (those `remove` chooses), except files a sibling
+// references.
+template <typename F>
+void RemoveGarbage(storage::FileSystem& fs, const std::string& dir,
+                   const std::vector<std::string>& names, F&& remove) {
+  std::vector<std::string> victims;
+  bool data = false;
+  for (const std::string& n : names) {
+    if (!remove(n)) continue;
+    victims.push_back(n);
+    data = data || IsDcpDataFileName(n);
+  }
+  std::unordered_set<std::string> referenced;
+  if (data) {
+    auto r = ReferencedBySiblings(fs, dir);
+    if (!r) return;
+    referenced = std::move(*r);
+  }
+  for (const std::string& n : victims) {
+    if (!referenced.count(n)) (void)fs.Remove(storage::JoinPath(dir, n));
+  }
 }
 
 }  // namespace
@@ -34,18 +91,18 @@ void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
       if (ParseRankMetadataName(n) >= 0 && !fs.Remove(storage::JoinPath(dir, n)).ok()) return;
     }
   }
-  for (const std::string& n : *names) {
-    if (keep.count(n)) continue;
-    if (only_rank < 0 ? IsGarbageName(n)
-                      : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos) {
-      (void)fs.Remove(storage::JoinPath(dir, n));
-    }
-  }
+  RemoveGarbage(fs, dir, *names, [&](const std::string& n) {
+    if (keep.count(n)) return false;
+    return only_rank < 0 ? IsGarbageName(n)
+                         : IsDcpDataFileName(n) && n.find(suffix) != std::string::npos;
+  });
 }
 
 std::unordered_set<std::string> FileNames(const metadata::Metadata& md) {
   std::unordered_set<std::string> names;
-  for (const auto& f : md.files) names.insert(f.name);
+  for (const auto& f : md.files) {
+    if (f.base.empty()) names.insert(f.name);  // a base's files are not this directory's
+  }
   return names;
 }
 
@@ -69,10 +126,8 @@ void RemoveFilesOfDeadSaves(storage::FileSystem& fs, const std::string& dir) {
     if (!md.ok()) return;
     keep.merge(FileNames(*md));
   }
-  for (const std::string& n : *names) {
-    if (keep.count(n)) continue;
-    if (IsGarbageName(n)) (void)fs.Remove(storage::JoinPath(dir, n));
-  }
+  RemoveGarbage(fs, dir, *names,
+                [&](const std::string& n) { return !keep.count(n) && IsGarbageName(n); });
 }
 
 // Whether the data files of a save whose commit failed may be removed: yes unless the
