@@ -511,6 +511,32 @@ def test_manager_retention_and_resume(s3, dcp_cli):
     assert [line.split()[0] for line in ls.stdout.splitlines()[1:3]] == ["3", "4"], ls.stdout
 
 
+def test_incremental_steps_reference_sibling_prefixes(s3, dcp_cli):
+    """An incremental manager on S3: unchanged chunks stay in the base step's objects, every
+    kept step loads and verifies, and retention keeps the base a kept step references."""
+    _, client = s3
+    root = f"s3://{BUCKET}/inc"
+    frozen = torch.arange(1 << 18, dtype=torch.float32)
+    with dcp.CheckpointManager(root, keep_last=2, incremental=True, full_every=5,
+                               no_dist=True) as mgr:
+        written = [mgr.save(s, {"frozen": frozen, "adapter": torch.full((64,), float(s)),
+                                "step": s}).bytes_written for s in range(1, 5)]
+        assert written[0] > frozen.numel() * 4 and all(w < 4096 for w in written[1:])
+        assert mgr.steps() == [1, 3, 4]  # 1 holds the frozen bytes 3 and 4 reference
+    assert any(k.startswith("inc/step_000000001/data-") for k in keys(client, "inc/"))
+    assert not any(k.startswith("inc/step_000000002/") for k in keys(client, "inc/"))
+    for step in (3, 4):
+        ckpt = f"{root}/step_{step:09d}"
+        got = {"frozen": torch.zeros(1 << 18), "adapter": torch.zeros(64), "step": 0}
+        dcp.load(got, ckpt, no_dist=True)
+        assert torch.equal(got["frozen"], frozen) and got["step"] == step
+        assert torch.equal(got["adapter"], torch.full((64,), float(step)))
+        v = run([dcp_cli, "verify", ckpt])
+        assert v.returncode == 0, v.stdout + v.stderr
+    ls = run([dcp_cli, "ls", root])
+    assert "base of 3 4" in ls.stdout and "references 1" in ls.stdout, ls.stdout
+
+
 def test_bench_against_the_server(s3, dcp_cli, tmp_path):
     """`dcp bench --dir s3://...`: every phase next to the raw PUT/GET references of the same
     bytes, with request counts; loads ask for whole extents, not one request per chunk."""
