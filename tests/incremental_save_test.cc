@@ -5,8 +5,11 @@
 
 #include <filesystem>
 
+#include "checkpoint/metadata_io.h"
 #include "checkpoint/save.h"
+#include "core/checksum.h"
 #include "dcp/checkpoint.h"
+#include "metadata/codec.h"
 #include "storage/file_system.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
@@ -122,6 +125,56 @@ TEST(IncrementalSave, ABaseSavedOverKeepsWhatItsReferrersNeed) {
   save(s.sd, d.Sub("a"));
   EXPECT_EQ(testing::ListFiles(d.Sub("a"), "data-").size(), 1u);
   EXPECT_TRUE(Small().Loads(d.Sub("a"), 5, 6));
+}
+
+// One rank writing two chunks of a tensor, one of them unchanged: the new file holds the other
+// under the key a file of one chunk of that tensor has, and verify accepts it.
+TEST(IncrementalSave, AChunkLeftInTheBaseLeavesTheFileKeysTrue) {
+  TempDir d;
+  std::vector<float> top(1024, 1.0f), bottom(1024, 2.0f);
+  StateDict sd;
+  sd.add("w", TensorView(top.data(), DType::kF32, Shape{1, 1024}), Chunk{{2, 1024}, {0, 0}});
+  sd.add("w", TensorView(bottom.data(), DType::kF32, Shape{1, 1024}), Chunk{{2, 1024}, {1, 0}});
+  save(sd, d.Sub("a"));
+  bottom.assign(1024, 3.0f);
+  EXPECT_EQ(save(sd, d.Sub("b"), {.incremental_base = d.Sub("a")}).chunks_referenced, 1u);
+  EXPECT_NO_THROW(verify(d.Sub("b")));
+  EXPECT_NO_THROW(verify(d.Sub("a")));
+}
+
+// A base written by an older build (format 2: one checksum per chunk): chunks of one block are
+// referenced, larger ones written again (their checksums would not be this format's).
+TEST(IncrementalSave, ABaseOfAnOlderFormatIsUsedWhereItsChecksumsServe) {
+  TempDir d;
+  std::vector<float> big(512 * 1024, 1.0f), small(256, 2.0f);  // 2 MiB and 1 KiB
+  StateDict sd;
+  sd.add("big", TensorView(big.data(), DType::kF32, Shape{512 * 1024}));
+  sd.add("small", TensorView(small.data(), DType::kF32, Shape{256}));
+  save(sd, d.Sub("a"));
+  auto md = checkpoint::ReadMetadata(storage::PosixFileSystem(), d.Sub("a"));
+  ASSERT_TRUE(md.ok());
+  md->block_size = 0;
+  for (auto& t : md->tensors) {
+    for (auto& c : t.chunks) {
+      c.block_xxh3.clear();
+      c.xxh3 = Xxh3(std::as_bytes(std::span(t.fqn == "big" ? big : small)));
+    }
+  }
+  ASSERT_TRUE(storage::PosixFileSystem()
+                  .WriteAtomic(d.Sub("a/dcp.metadata"), metadata::Encode(*md, 2), ".tmp")
+                  .ok());
+  SaveResult r;
+  ASSERT_NO_THROW(r = save(sd, d.Sub("b"), {.incremental_base = d.Sub("a")}));
+  EXPECT_EQ(r.chunks_referenced, 1u);
+  EXPECT_EQ(r.bytes_referenced, 1024u);
+  EXPECT_NO_THROW(verify(d.Sub("b")));
+  std::vector<float> got_big(big.size()), got_small(small.size());
+  StateDict got;
+  got.add("big", TensorView(got_big.data(), DType::kF32, Shape{512 * 1024}));
+  got.add("small", TensorView(got_small.data(), DType::kF32, Shape{256}));
+  load(got, d.Sub("b"));
+  EXPECT_EQ(got_big, big);
+  EXPECT_EQ(got_small, small);
 }
 
 }  // namespace

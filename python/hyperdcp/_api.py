@@ -96,8 +96,7 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
 
 
 def _base_of(incremental_base: Any, target: Any) -> str:
-    """The incremental base as the engine takes it (resolved as checkpoint ids are, local paths
-    spelled as the checkpoint's own: both absolute or both relative); "": none."""
+    """The incremental base as the engine takes it (resolved as checkpoint ids are); "": none."""
     if incremental_base is None:
         return ""
     if isinstance(target, Delegate):
@@ -105,10 +104,6 @@ def _base_of(incremental_base: Any, target: Any) -> str:
     base = location(incremental_base)
     if isinstance(base, Delegate):
         raise invalid_argument(f"incremental_base: {base.reason}")
-    directory = target[0]
-    if "://" not in base and "://" not in directory and \
-            os.path.isabs(base) != os.path.isabs(directory):
-        base = os.path.abspath(base) if os.path.isabs(directory) else os.path.relpath(base)
     return base
 
 

@@ -109,3 +109,34 @@ def test_a_lora_job_killed_at_random_points_resumes_bit_for_bit(tmp_path):
     code, out = run_job(root, steps=40)
     assert code == 0, out
     assert "resumed" in out or "saved 1\n" in out
+
+
+def test_every_reader_follows_references_and_exports_are_self_contained(tmp_path, dcp_cli):
+    import shutil
+
+    import torch.distributed.checkpoint as tdcp
+    from safetensors.torch import load_file
+
+    dcp.save(frozen_and_trained(1), tmp_path / "step_1", no_dist=True)
+    dcp.save(frozen_and_trained(2), tmp_path / "step_2", no_dist=True,
+             incremental_base=tmp_path / "step_1")
+    want = frozen_and_trained(2)
+    opened = dcp.load_all(tmp_path / "step_2", no_dist=True)
+    assert all(torch.equal(opened["frozen"][k], want["frozen"][k]) for k in want["frozen"])
+    assert opened["step"] == 2
+    shown = subprocess.run([dcp_cli, "inspect", str(tmp_path / "step_2")], capture_output=True,
+                           text=True)
+    assert "references: 1 file" in shown.stdout and "step_1" in shown.stdout, shown.stdout
+    dcp.to_torch_dcp(tmp_path / "step_2", tmp_path / "torch")
+    hf = subprocess.run([dcp_cli, "convert", str(tmp_path / "step_2"), str(tmp_path / "hf"),
+                         "--to", "hf", "--quiet"], capture_output=True, text=True)
+    assert hf.returncode == 0, hf.stdout + hf.stderr
+    shutil.rmtree(tmp_path / "step_1")  # the exports reference nothing
+    got = frozen_and_trained(0)
+    tdcp.load(got, checkpoint_id=str(tmp_path / "torch"))
+    assert all(torch.equal(got["frozen"][k], want["frozen"][k]) for k in want["frozen"])
+    tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert torch.equal(tensors["frozen.layer3"], want["frozen"]["layer3"])
+    # The incremental step itself now fails, naming its base's missing file.
+    with pytest.raises(dcp.DcpError, match="step_1"):
+        dcp.load(frozen_and_trained(0), tmp_path / "step_2", no_dist=True)

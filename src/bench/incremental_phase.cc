@@ -4,7 +4,6 @@
 // the full one; and loads of both steps with the same cache state. Every byte of both loads
 // is checked.
 #include <algorithm>
-#include <filesystem>
 #include <set>
 
 #include "bench/runner.h"
@@ -46,8 +45,9 @@ void Flip(StateDict& sd, const std::set<std::string>& trained) {
 
 Status Runner::RunIncrementalPhase(PhaseReport* full, PhaseReport* incremental,
                                    PhaseReport* load_full, PhaseReport* load_incremental) {
-  const std::string parent = std::filesystem::path(ckpt_).parent_path().string();
-  const std::string base = parent + "/incremental_base", step = parent + "/incremental_step";
+  const std::string parent = storage::ParentPath(ckpt_);
+  const std::string base = storage::JoinPath(parent, "incremental_base");
+  const std::string step = storage::JoinPath(parent, "incremental_step");
   std::set<std::string> trained;
   for (int rep = 0; rep < o_.repeat; ++rep) {
     DCP_RETURN_IF_ERROR(DeleteAndSettle(step));

@@ -7,17 +7,18 @@
 
 namespace dcp::checkpoint {
 
-Status CheckIncrementalBase(const std::string& dir, const std::string& base) {
+Status CheckIncrementalBase(const std::string& dir_in, const std::string& base_in) {
+  const std::string dir = storage::NormalPath(dir_in), base = storage::NormalPath(base_in);
   const std::string name = storage::LastComponent(base), parent = storage::ParentPath(base);
   auto refuse = [&](const std::string& why) {
-    return InvalidArgument("incremental base " + base + " for " + dir + ": " + why);
+    return InvalidArgument("incremental base " + base_in + " for " + dir_in + ": " + why);
   };
   if (name.empty() || !metadata::ValidBaseName(name)) return refuse("not a directory's name");
-  if (parent != storage::ParentPath(dir) || (parent.empty() && storage::IsObjectStorePath(dir))) {
+  // (Normal local paths are absolute: only a bucket has no parent.)
+  if (parent != storage::ParentPath(dir) || parent.empty()) {
     return refuse(
-        "the base must be a sibling of the checkpoint (the same parent directory, given the "
-        "same way: both absolute or both relative), since references name it by its "
-        "directory name");
+        "the base must be a sibling of the checkpoint (the same parent directory), since "
+        "references name it by its directory name");
   }
   if (name == storage::LastComponent(dir)) {
     return refuse(
@@ -52,8 +53,8 @@ Result<BaseChunks> BaseChunks::Open(storage::FileSystem& fs, const std::string& 
   }
   BaseChunks b;
   b.md_ = std::move(md).value();
-  b.base_name_ = storage::LastComponent(base);
-  b.dir_name_ = storage::LastComponent(dir);
+  b.base_name_ = storage::LastComponent(storage::NormalPath(base));
+  b.dir_name_ = storage::LastComponent(storage::NormalPath(dir));
   return b;
 }
 
@@ -65,6 +66,13 @@ std::optional<Reused> BaseChunks::Find(const std::string& fqn, DType dtype, cons
       std::lower_bound(t->chunks.begin(), t->chunks.end(), box,
                        [](const metadata::StoredChunk& c, const Box& b) { return c.box < b; });
   if (it == t->chunks.end() || !(it->box == box)) return std::nullopt;
+  // The reference keeps the base's checksums, which must be what this save would record: block
+  // checksums of kChecksumBlockSize (a base of format 1 or 2 has one checksum per chunk, which
+  // serves only for chunks of one block).
+  if (it->block_xxh3.size() != NumBlocks(metadata::kChecksumBlockSize, it->byte_length) ||
+      (!it->block_xxh3.empty() && md_.block_size != metadata::kChecksumBlockSize)) {
+    return std::nullopt;
+  }
   if (!SameBytes(*it, md_.block_size, data)) return std::nullopt;
   Reused r;
   r.file = md_.files[it->file];

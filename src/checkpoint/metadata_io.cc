@@ -80,9 +80,10 @@ std::string DataDirOf(const std::string& source) { return hf::DataDirOf(source);
 
 std::string DataFilePath(const std::string& source, const metadata::FileInfo& file) {
   if (file.base.empty()) return storage::JoinPath(DataDirOf(source), file.name);
-  const std::string parent = storage::ParentPath(source);
-  // A checkpoint at a bucket's top has no siblings: a path no file system resolves.
-  if (parent.empty() && storage::IsObjectStorePath(source)) return "<no sibling of " + source + ">";
+  const std::string parent = storage::ParentPath(storage::NormalPath(source));
+  // A bucket has no siblings (a normal local path always has a parent): a path no file system
+  // resolves.
+  if (parent.empty()) return "<no sibling of " + source + ">";
   return storage::JoinPath(storage::JoinPath(parent, file.base), file.name);
 }
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "checkpoint/incremental.h"
@@ -92,6 +93,7 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
     // Chunks the base holds unchanged stay where they are; the rest is written.
     DCP_ASSIGN_OR_RETURN(BaseChunks base, BaseChunks::Open(fs, dir, opts.incremental_base));
     std::vector<storage::TensorToWrite> changed;
+    std::vector<const std::string*> fqns;
     for (size_t i = 0; i < mine.tensors.size(); ++i) {
       storage::TensorToWrite& t = mine.tensors[i];
       if (auto r = base.Find(*mine.fqns[i], t.dtype, mine.chunks[i]->box, t.data)) {
@@ -101,7 +103,15 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
         out->reused.push_back(std::move(*r));
       } else {
         changed.push_back(std::move(t));
+        fqns.push_back(mine.fqns[i]);
       }
+    }
+    // Keys as the metadata implies them (ChunkKey): over the chunks of a tensor this file holds.
+    std::unordered_map<std::string_view, uint64_t> count, next;
+    for (const std::string* f : fqns) ++count[*f];
+    for (size_t i = 0; i < changed.size(); ++i) {
+      const uint64_t n = count[*fqns[i]];
+      changed[i].key = ChunkKey(*fqns[i], n > 1, n > 1 ? next[*fqns[i]]++ : 0);
     }
     mine.tensors = std::move(changed);
   }

@@ -23,8 +23,9 @@ bool IsGarbageName(const std::string& n) {
 // into a fresh directory never lists its siblings. Nullopt when a sibling's metadata could not
 // be read: then nothing may be removed.
 std::optional<std::unordered_set<std::string>> ReferencedBySiblings(storage::FileSystem& fs,
-                                                                    const std::string& dir) {
+                                                                    const std::string& dir_in) {
   std::unordered_set<std::string> out;
+  const std::string dir = storage::NormalPath(dir_in);
   const std::string parent = storage::ParentPath(dir), me = storage::LastComponent(dir);
   if (me.empty()) return out;
   auto siblings = fs.List(parent.empty() ? std::string(".") : parent);
@@ -34,10 +35,18 @@ std::optional<std::unordered_set<std::string>> ReferencedBySiblings(storage::Fil
     const std::string path = storage::JoinPath(parent, s);
     auto data = storage::ReadWholeFile(fs, storage::JoinPath(path, std::string(kMetadataName)));
     if (!data.ok()) {
-      if (data.status().code() == StatusCode::kNotFound ||
-          data.status().code() == StatusCode::kFailedPrecondition) {
-        continue;  // not a checkpoint (or not a directory)
+      // Not a checkpoint, or not a directory ("latest", a lock file); a sibling that cannot
+      // be read might reference this directory: then nothing is removed.
+      const Status& why = data.status();
+      const bool permission = why.message().find("permission") != std::string::npos;
+      if (why.code() == StatusCode::kNotFound ||
+          (why.code() == StatusCode::kFailedPrecondition && !permission)) {
+        continue;
       }
+      std::fprintf(stderr,
+                   "dcp: %s: files of earlier saves kept: cannot tell whether %s references "
+                   "them (%s)\n",
+                   dir_in.c_str(), path.c_str(), why.message().c_str());
       return std::nullopt;
     }
     auto md = metadata::Decode(*data);

@@ -167,7 +167,13 @@ Result<VerifyResult> Verify(storage::FileSystem& fs, const std::string& dir) {
     DCP_RETURN_IF_ERROR(VerifyRanges(fs, path, md, f, by_file[f], &report.bytes_checked));
     // dcp's own tensor data files (a HuggingFace source's metadata was built from its headers).
     if (TensorDataFileRank(md.files[f].name) >= 0) {
-      DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, by_file[f], md.files[f].base.empty()));
+      // Keys follow from this metadata only in files this save wrote; in an incremental
+      // checkpoint a file of a base (or of an earlier save here) holds its chunks under that
+      // save's keys.
+      const bool own = md.files[f].base.empty() &&
+                       (metadata::VersionFor(md) < metadata::kFirstReferenceVersion ||
+                        md.files[f].name.rfind("data-" + SaveIdHex(md.save_id) + "-", 0) == 0);
+      DCP_RETURN_IF_ERROR(VerifySafetensorsHeader(fs, path, by_file[f], own));
     }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

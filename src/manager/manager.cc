@@ -55,8 +55,6 @@ uint64_t StateBytesBound(const StateDict& sd) {
   return n;
 }
 
-}  // namespace
-
 // Whether some step of `entries` references files of `step` (a base whose metadata is gone
 // still holds bytes its referrers need: they decide, not the cleanup).
 bool IsBase(const std::vector<manager::Scan::Entry>& entries, int64_t step) {
@@ -65,6 +63,8 @@ bool IsBase(const std::vector<manager::Scan::Entry>& entries, int64_t step) {
   }
   return false;
 }
+
+}  // namespace
 
 struct CheckpointManager::Impl {
   std::string root;
@@ -295,6 +295,9 @@ struct CheckpointManager::Impl {
   // step directory (never deleting it) and points `latest` at the newest step left.
   void MarkBad(int64_t step, const std::string& why) {
     RemoveFromSteps({step});
+    // The next save is full: an incremental one would compare against the base's recorded
+    // checksums and reference its bytes, damaged or not (every rank marks alike).
+    incrementals_in_a_row = opts.full_every;
     if (rank != 0) return;
     Status st = fs.WriteAtomic(JoinPath(Dir(step), manager::kBadName), why + "\n", ".tmp");
     if (st.ok() && !steps.empty()) st = WriteLatest(steps.back());
@@ -343,8 +346,13 @@ struct CheckpointManager::Impl {
     if (rank == 0 && saving_incremental) {
       // What the new step references: it keeps those steps from retention.
       auto mine = manager::ReadStepBases(fs, Dir(step));
-      if (mine.ok() && !mine->empty()) bases[step] = std::move(mine).value();
-      if (!mine.ok()) st = mine.status().Annotate("step saved, but its bases are unknown: ");
+      if (mine.ok()) {
+        if (!mine->empty()) bases[step] = std::move(mine).value();
+      } else {
+        // Unknown bases: every older step may be one, until a restart reads them again.
+        bases[step] = std::set<int64_t>(steps.begin(), steps.end());
+        st = mine.status().Annotate("step saved, but its bases are unknown: ");
+      }
     }
     saving_incremental = false;
     if (rank == 0 && st.ok()) {
@@ -407,6 +415,10 @@ CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::mo
   if (o.incremental && o.full_every < 1) {
     ThrowIfError(InvalidArgument(where + "full_every=" + std::to_string(o.full_every) +
                                  " is not a number of saves (1: every save full)"));
+  }
+  if (!o.save.incremental_base.empty()) {
+    ThrowIfError(InvalidArgument(where + "save.incremental_base is the manager's to choose: set "
+                                         "ManagerOptions::incremental instead"));
   }
   if (o.incremental && o.memory_tier) {
     ThrowIfError(InvalidArgument(where +

@@ -17,9 +17,8 @@ namespace dcp::manager {
 using storage::FileSystem;
 using storage::JoinPath;
 
-// Whether `dir` holds a complete checkpoint: committed metadata that decodes, and every data
-// file it names present with its recorded size. OK, or why not.
 namespace {
+// The steps among the directories `md`'s files lie in.
 void AddStepBases(const metadata::Metadata& md, std::set<int64_t>* bases) {
   for (const auto& f : md.files) {
     if (f.base.empty()) continue;
@@ -35,6 +34,8 @@ Result<std::set<int64_t>> ReadStepBases(FileSystem& fs, const std::string& dir) 
   return bases;
 }
 
+// Whether `dir` holds a complete checkpoint: committed metadata that decodes, and every data
+// file it names present with its recorded size. OK, or why not.
 Status CheckComplete(FileSystem& fs, const std::string& dir, std::set<int64_t>* bases) {
   if (auto bad = fs.FileSize(JoinPath(dir, manager::kBadName)); bad.ok()) {
     auto why = *bad <= 4096 ? storage::ReadWholeFile(fs, JoinPath(dir, manager::kBadName))

@@ -21,8 +21,7 @@ inline constexpr uint32_t kFirstReferenceVersion = 4;
 // bytes it needs, large enough that hashing and metadata stay cheap (8 bytes per block).
 inline constexpr uint64_t kChecksumBlockSize = uint64_t{1} << 20;
 
-// The version a save writes `md` in: 4 when some file lies in a base's directory, else 3 (2
-// for metadata without block checksums).
+// The version a save writes `md` in: 4 when some file lies in a base's directory, else 3.
 uint32_t VersionFor(const Metadata& md);
 // Whether `name` may be FileInfo::base: one path component, neither "." nor "..".
 bool ValidBaseName(std::string_view name);

@@ -139,5 +139,9 @@ std::string JoinPath(const std::string& dir, const std::string& name);
 // "s3://bucket" -> "" and "" (a bucket is no one's sibling).
 std::string ParentPath(const std::string& path);
 std::string LastComponent(const std::string& path);
+// `path` spelled so that its parent and last component mean what they name: a local path made
+// absolute and lexically normal ("ckpt/./a/" -> "/cwd/ckpt/a", "." -> "/cwd"); an object
+// store's path as given.
+std::string NormalPath(const std::string& path);
 
 }  // namespace dcp::storage

@@ -352,6 +352,17 @@ std::string LastComponent(const std::string& path) {
   return std::string(slash == std::string_view::npos ? p : p.substr(slash + 1));
 }
 
+std::string NormalPath(const std::string& path) {
+  // A URL ("s3://bucket/key") is an object store's path, used as given.
+  if (path.empty() || path.find("://") != std::string::npos) return path;
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) return path;
+  std::string out = p.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
 Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
   DCP_ASSIGN_OR_RETURN(auto file, fs.OpenReadable(path));
   std::string data(file->size(), '\0');
