@@ -15,6 +15,7 @@
 #include "bench/runner.h"
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/wire.h"
 #include "storage/s3/s3_client.h"
@@ -178,6 +179,7 @@ Status Runner::RunReferenceWrite() {
   DCP_ASSIGN_OR_RETURN(double s,
                        Timed([&] { return WriteSequential(*fs_, ref_dir_ + "/" + name, share); }));
   report_.reference.write_seconds.push_back(s);
+  report_.reference.write_cpu_seconds.push_back(last_cpu_);
   report_.reference.write_requests += last_requests_;
   return OkStatus();
 }
@@ -200,6 +202,7 @@ Status Runner::RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layo
                          return res.status();
                        }));
   p->seconds.push_back(s);
+  p->cpu_seconds.push_back(last_cpu_);
   p->requests += last_requests_;
   DCP_RETURN_IF_ERROR(RecordMemory(p, dst->tensor_bytes));
   if (rep == 0 && o_.verify) {
@@ -232,8 +235,26 @@ Status Runner::RunReferenceReads(int rep) {
   uint64_t n = 0;
   DCP_ASSIGN_OR_RETURN(double cold, Timed([&] { return ReadSequential(*fs_, mine, &n); }));
   ref.read_requests += last_requests_;
+  ref.read_cold_cpu_seconds.push_back(last_cpu_);
   // Warm means just read (docs/benchmarks.md).
   DCP_ASSIGN_OR_RETURN(double warm, Timed([&] { return ReadSequential(*fs_, mine, &n); }));
+  ref.read_warm_cpu_seconds.push_back(last_cpu_);
+  // One XXH3 pass over every rank's own state, from memory, all ranks at once.
+  uint64_t hashed = 0, sink = 0;
+  DCP_RETURN_IF_ERROR(Timed([&] {
+                        for (const StateEntry& e : source_.sd.entries()) {
+                          for (const TensorChunk& c : e.chunks) {
+                            sink ^= Xxh3({c.view.bytes(), c.view.NumBytes()});
+                            hashed += c.view.NumBytes();
+                          }
+                        }
+                        return OkStatus();
+                      }).status());
+  asm volatile("" : : "r"(sink) : "memory");
+  DCP_ASSIGN_OR_RETURN(auto all_hashed, SumAtRoot(comm_, {hashed}));
+  if (rank_ == 0 && all_hashed[0] > 0) {
+    ref.hash_cpu_seconds_per_gib.push_back(last_cpu_ / (double(all_hashed[0]) / kGiB));
+  }
   ref.read_cold_seconds.push_back(cold);
   ref.read_warm_seconds.push_back(warm);
   if (LogEnabled()) {  // beside the loads' lines, to compare what the disk did in each
@@ -289,7 +310,34 @@ void Runner::Finish() {
       p.reference_seconds = p.median_memcpy_seconds;
       p.ratio_to_reference = p.blocked_ratio_to_memcpy;
     }
+    CpuAgainstFloor(p);
   }
+}
+
+// The CPU time of all ranks in phase `p` against its floor: what the same bytes cost the
+// references of this run (docs/benchmarks.md, "CPU against the floor").
+void Runner::CpuAgainstFloor(PhaseReport& p) const {
+  const auto& ref = report_.reference;
+  p.median_cpu_seconds = Median(p.cpu_seconds);
+  if (p.cpu_seconds.empty() || ref.bytes == 0) return;
+  const double bytes = double(ref.bytes), gib = bytes / kGiB;
+  const double write = Median(ref.write_cpu_seconds) / bytes;  // per byte
+  const double read =
+      Median(o_.cold ? ref.read_cold_cpu_seconds : ref.read_warm_cpu_seconds) / bytes;
+  const double hash = Median(ref.hash_cpu_seconds_per_gib) / kGiB;
+  const double copy = ref.memcpy_gibps_median > 0 ? 1.0 / (ref.memcpy_gibps_median * kGiB) : 0;
+  double floor = 0;
+  if (p.name == "incremental.save") {  // every byte hashed, the changed ones written
+    floor = write * double(p.bytes_written) + hash * bytes;
+  } else if (p.kind == "save") {
+    floor = (write + hash) * double(p.bytes_written);
+  } else if (p.kind == "load" || p.kind == "reshard") {
+    floor = (read + hash) * double(p.bytes_read_storage) + copy * double(p.bytes_sent);
+  }
+  if (floor <= 0) return;
+  p.cpu_seconds_per_gib = p.median_cpu_seconds / gib;
+  p.floor_cpu_seconds_per_gib = floor / gib;
+  p.cpu_ratio_to_floor = p.median_cpu_seconds / floor;
 }
 
 Result<BenchReport> Runner::Run() {

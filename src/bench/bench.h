@@ -91,6 +91,15 @@ struct PhaseReport {
   // the base's files (sums over ranks).
   uint64_t bytes_changed = 0;
   uint64_t bytes_referenced = 0;
+  // CPU time of all ranks inside the timed window (user + system, every thread), one per
+  // repetition; per GiB of the checkpoint; and the floor's: the reference I/O of the bytes the
+  // phase moved, one XXH3 pass over them, and a memcpy of what a broadcast carried, from CPU
+  // costs measured in the same run (docs/benchmarks.md, "CPU against the floor").
+  std::vector<double> cpu_seconds;
+  double median_cpu_seconds = 0;
+  double cpu_seconds_per_gib = 0;
+  double floor_cpu_seconds_per_gib = 0;
+  double cpu_ratio_to_floor = 0;
 };
 
 struct ReferenceReport {
@@ -100,6 +109,10 @@ struct ReferenceReport {
   // The write reference's spread: the slowest and fastest of its measurements (right after
   // every save repetition, and right before every one but the first).
   double write_gibps_min = 0, write_gibps_max = 0;
+  // CPU time of all ranks in each reference (as PhaseReport::cpu_seconds), and of one XXH3
+  // pass over every rank's own state from memory, all ranks at once, per GiB hashed.
+  std::vector<double> write_cpu_seconds, read_cold_cpu_seconds, read_warm_cpu_seconds;
+  std::vector<double> hash_cpu_seconds_per_gib;
   double resident_fraction_before_cold_read = 0;  // max over repetitions
   // The read patterns of the load layouts (bench/read_pattern.h), read raw with the loads'
   // cache state every repetition: "load" (the save layout) and "reshard" (--load-layout), for

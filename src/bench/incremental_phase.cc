@@ -60,6 +60,7 @@ Status Runner::RunIncrementalPhase(PhaseReport* full, PhaseReport* incremental,
                            return res.status();
                          }));
     full->seconds.push_back(s);
+    full->cpu_seconds.push_back(last_cpu_);
     DCP_ASSIGN_OR_RETURN(auto full_sums, SumAtRoot(comm_, {r.bytes_written}));
     if (rank_ == 0) full->bytes_written = full_sums[0];
     if (trained.empty()) {
@@ -84,6 +85,7 @@ Status Runner::RunIncrementalPhase(PhaseReport* full, PhaseReport* incremental,
                            return res.status();
                          }));
     incremental->seconds.push_back(s);
+    incremental->cpu_seconds.push_back(last_cpu_);
     DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {r.bytes_written, r.bytes_referenced}));
     if (rank_ == 0) {
       incremental->bytes_written = sums[0];
@@ -106,6 +108,7 @@ Status Runner::RunIncrementalPhase(PhaseReport* full, PhaseReport* incremental,
                              return res.status();
                            }));
       p->seconds.push_back(ls);
+      p->cpu_seconds.push_back(last_cpu_);
       if (inc) Flip(dst->sd, trained);  // back to the pattern, to check every byte
       DCP_RETURN_IF_ERROR(AgreeOnStatus(
           comm_, workload::VerifyStateDict(dst->sd).Annotate("bench: " + p->name + ": ")));

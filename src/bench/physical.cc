@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -117,6 +118,13 @@ Result<std::vector<std::string>> FilesIn(const std::string& dir) {
   if (ec) return Unavailable("list " + dir + ": " + ec.message());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+double ProcessCpuSeconds() {
+  struct rusage u {};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto sec = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
 double MemcpyGiBps(uint64_t bytes, int reps) {

@@ -54,4 +54,7 @@ Result<std::vector<std::string>> FilesIn(const std::string& dir);
 // faults the pages in); the best repetition, in GiB/s.
 double MemcpyGiBps(uint64_t bytes = uint64_t{256} << 20, int reps = 4);
 
+// CPU time this process has spent so far, user + system, all threads (getrusage).
+double ProcessCpuSeconds();
+
 }  // namespace dcp::bench

@@ -15,6 +15,27 @@ using internal::GiBps;
 
 namespace {
 
+// CPU time of all ranks per GiB of the checkpoint, phase by phase, against its floor.
+std::string CpuSummary(const BenchReport& r) {
+  std::string out;
+  char line[320];
+  for (const PhaseReport& p : r.phases) {
+    if (p.floor_cpu_seconds_per_gib <= 0) continue;
+    if (out.empty()) {
+      std::snprintf(line, sizeof(line),
+                    "cpu (all ranks, user + system; floor: the references' I/O of the same bytes "
+                    "+ one XXH3 pass %.3f s/GiB + memcpy of broadcast bytes):\n",
+                    internal::Median(r.reference.hash_cpu_seconds_per_gib));
+      out += line;
+    }
+    std::snprintf(line, sizeof(line), "  %-24s %7.3f s = %6.3f s/GiB, floor %6.3f s/GiB: %.2fx\n",
+                  p.name.c_str(), p.median_cpu_seconds, p.cpu_seconds_per_gib,
+                  p.floor_cpu_seconds_per_gib, p.cpu_ratio_to_floor);
+    out += line;
+  }
+  return out;
+}
+
 // The incremental phase's lines: bytes written against bytes changed, time against the full
 // save's, loads of both steps.
 std::string IncrementalSummary(const BenchReport& r) {
@@ -210,6 +231,7 @@ std::string FormatTable(const BenchReport& r) {
   out += PatternSummary(r);
   out += TierSummary(r);
   out += IncrementalSummary(r);
+  out += CpuSummary(r);
   out +=
       "\nGiB/s = unique bytes / seconds; ratio = seconds / reference seconds (1.00 = at the "
       "physical limit)\n";
@@ -252,6 +274,10 @@ std::string ReportJson(const BenchReport& r) {
                     {"read_warm_seconds", ref.read_warm_seconds},
                     {"resident_fraction_before_cold_read", ref.resident_fraction_before_cold_read},
                     {"write_requests", ref.write_requests},
+                    {"write_cpu_seconds", ref.write_cpu_seconds},
+                    {"read_cold_cpu_seconds", ref.read_cold_cpu_seconds},
+                    {"read_warm_cpu_seconds", ref.read_warm_cpu_seconds},
+                    {"hash_cpu_seconds_per_gib", internal::Median(ref.hash_cpu_seconds_per_gib)},
                     {"read_cold_requests", ref.read_requests}};
   json patterns = json::object();
   for (const ReferenceReport::Pattern& p : ref.patterns) {
@@ -295,7 +321,12 @@ std::string ReportJson(const BenchReport& r) {
                       {"ratio_to_pattern", p.ratio_to_pattern},
                       {"requests", p.requests},
                       {"peak_rss_extra_bytes", p.peak_rss_extra_bytes},
-                      {"held_bytes", p.held_bytes}};
+                      {"held_bytes", p.held_bytes},
+                      {"cpu_seconds", p.median_cpu_seconds},
+                      {"cpu_seconds_each", p.cpu_seconds},
+                      {"cpu_seconds_per_gib", p.cpu_seconds_per_gib},
+                      {"floor_cpu_seconds_per_gib", p.floor_cpu_seconds_per_gib},
+                      {"cpu_ratio_to_floor", p.cpu_ratio_to_floor}};
     if (p.name == "incremental.save") {
       phases[p.name]["bytes_changed"] = p.bytes_changed;
       phases[p.name]["bytes_referenced"] = p.bytes_referenced;

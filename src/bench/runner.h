@@ -51,16 +51,21 @@ class Runner {
     return std::find(o_.phases.begin(), o_.phases.end(), phase) != o_.phases.end();
   }
   // Barrier to barrier around `fn`; every rank learns whether every rank succeeded. On
-  // object storage, the requests all ranks made meanwhile go to last_requests_ (rank 0).
+  // object storage, the requests all ranks made meanwhile go to last_requests_ (rank 0); the
+  // CPU time all ranks spent in `fn` (user + system, every thread) to last_cpu_ (rank 0).
   Result<double> Timed(const std::function<Status()>& fn) {
     DCP_RETURN_IF_ERROR(comm_.Barrier());
     const uint64_t r0 = Requests();
     StartMemory();
+    const double c0 = ProcessCpuSeconds();
     const auto t0 = Clock::now();
     Status st = fn();
+    const double cpu = ProcessCpuSeconds() - c0;
     StopMemory();
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    DCP_ASSIGN_OR_RETURN(auto cpu_us, SumAtRoot(comm_, {static_cast<uint64_t>(cpu * 1e6)}));
+    last_cpu_ = rank_ == 0 ? double(cpu_us[0]) * 1e-6 : 0;
     if (report_.object_store) {
       DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {Requests() - r0}));
       last_requests_ = rank_ == 0 ? sums[0] : 0;
@@ -168,6 +173,7 @@ class Runner {
   // The read pattern of loads into `layout`, recorded under `kind` (read_pattern.cc).
   Status RunReferencePattern(const std::string& kind, const workload::LayoutSpec& layout);
   void Finish();
+  void CpuAgainstFloor(PhaseReport& p) const;
 
   std::shared_ptr<Comm> comm_ptr_;
   Comm& comm_;
@@ -181,6 +187,7 @@ class Runner {
   std::unique_ptr<testfs::ThrottledFileSystem> throttled_;
   storage::FileSystem* fs_ = &storage::PosixFileSystem();
   uint64_t last_requests_ = 0;  // see Timed
+  double last_cpu_ = 0;         // see Timed
   bool peak_reset_ = false;     // see StartMemory
   uint64_t rss_at_start_ = 0, last_peak_extra_ = 0;
   workload::OwnedStateDict source_;

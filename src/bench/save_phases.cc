@@ -30,6 +30,7 @@ Status Runner::RunSave(int rep, PhaseReport* p) {
                          return res.status();
                        }));
   p->seconds.push_back(s);
+  p->cpu_seconds.push_back(last_cpu_);
   p->requests += last_requests_;
   DCP_RETURN_IF_ERROR(RecordMemory(p, source_.tensor_bytes));
   DCP_ASSIGN_OR_RETURN(
