@@ -67,12 +67,22 @@ TEST(IncrementalSave, BadBasesAreRefusedBeforeAnyWrite) {
   refused(d.Sub("b"), {.use_collectives = false, .step = 1, .incremental_base = d.Sub("a")},
           "collectives");
   refused(d.Sub("b"), {.per_host_directory = true, .incremental_base = d.Sub("a")}, "per-host");
-  // Every rank gets the error when the base is missing.
+  // Every rank gets the error when the base is missing (rank 0 reads it, before it creates
+  // the directory), and when ranks name different bases.
   testing::RunRanks(2, [&](const std::shared_ptr<Comm>& comm) {
     Small mine;
     EXPECT_THROW(save(mine.sd, d.Sub("c"), {.comm = comm, .incremental_base = d.Sub("nope")}),
                  Error);
+    const std::string other = comm->rank() == 0 ? d.Sub("a") : std::string();
+    try {
+      save(mine.sd, d.Sub("c"), {.comm = comm, .incremental_base = other});
+      ADD_FAILURE() << "ranks with different bases saved";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("different incremental bases"), std::string::npos)
+          << e.what();
+    }
   });
+  EXPECT_FALSE(std::filesystem::exists(d.Sub("c/dcp.metadata")));
 }
 
 // A crash at every storage operation of an incremental save: the base stays loadable, and the

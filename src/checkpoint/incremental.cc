@@ -4,6 +4,7 @@
 
 #include "checkpoint/metadata_io.h"
 #include "core/checksum.h"
+#include "metadata/codec.h"
 
 namespace dcp::checkpoint {
 
@@ -42,8 +43,7 @@ bool SameBytes(const metadata::StoredChunk& chunk, uint64_t block_size,
   return true;
 }
 
-Result<BaseChunks> BaseChunks::Open(storage::FileSystem& fs, const std::string& dir,
-                                    const std::string& base) {
+Result<std::string> ReadIncrementalBase(storage::FileSystem& fs, const std::string& base) {
   auto md = ReadMetadata(fs, base);
   if (!md.ok()) return md.status().Annotate("incremental base: ");
   if (!md->has_checksums) {
@@ -51,6 +51,13 @@ Result<BaseChunks> BaseChunks::Open(storage::FileSystem& fs, const std::string& 
                            " has no checksums (a HuggingFace source): a save cannot tell which "
                            "of its bytes are unchanged");
   }
+  return metadata::Encode(*md);
+}
+
+Result<BaseChunks> BaseChunks::Decode(std::string_view encoded, const std::string& dir,
+                                      const std::string& base) {
+  auto md = metadata::Decode(encoded);
+  if (!md.ok()) return md.status().Annotate("incremental base " + base + ": ");
   BaseChunks b;
   b.md_ = std::move(md).value();
   b.base_name_ = storage::LastComponent(storage::NormalPath(base));

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dcp/status.h"
@@ -36,11 +37,15 @@ struct Reused {
 bool SameBytes(const metadata::StoredChunk& chunk, uint64_t block_size,
                std::span<const std::byte> data);
 
+// The committed metadata of `base`, a checkpoint saved with checksums, encoded (rank 0 reads
+// it once and broadcasts it); errors name it.
+Result<std::string> ReadIncrementalBase(storage::FileSystem& fs, const std::string& base);
+
 class BaseChunks {
  public:
-  // The committed metadata of `base`, a checkpoint saved with checksums; errors name it.
-  static Result<BaseChunks> Open(storage::FileSystem& fs, const std::string& dir,
-                                 const std::string& base);
+  // `encoded`: what ReadIncrementalBase returned for `base`, a base of a save into `dir`.
+  static Result<BaseChunks> Decode(std::string_view encoded, const std::string& dir,
+                                   const std::string& base);
 
   // The base's copy of chunk `box` of tensor `fqn` when it holds exactly `data`.
   std::optional<Reused> Find(const std::string& fqn, DType dtype, const Box& box,

@@ -24,6 +24,7 @@
 #include "comm/exchange.h"
 #include "comm/host_id.h"
 #include "core/check.h"
+#include "core/checksum.h"
 #include "core/copy_runs.h"
 #include "core/guarded.h"
 #include "core/log.h"
@@ -85,18 +86,17 @@ Result<MyWrites> CollectMyWrites(const StateDict& sd, const planner::GlobalSaveP
 
 // Writes this rank's items of `plan` to new files named by `save_id` (the tensor file over
 // this rank's retired file in opts.recycle_dir when there is one); durable on return.
+// With `base`, chunks it holds unchanged stay where they are and only the rest is written.
 Status WriteMine(const StateDict& sd, const std::string& dir, const planner::GlobalSavePlan& plan,
                  int rank, uint64_t save_id, const SaveOptions& opts, storage::FileSystem& fs,
-                 Written* out, SaveResult* result) {
+                 const BaseChunks* base, Written* out, SaveResult* result) {
   DCP_ASSIGN_OR_RETURN(MyWrites mine, CollectMyWrites(sd, plan, rank));
-  if (!opts.incremental_base.empty() && !mine.tensors.empty()) {
-    // Chunks the base holds unchanged stay where they are; the rest is written.
-    DCP_ASSIGN_OR_RETURN(BaseChunks base, BaseChunks::Open(fs, dir, opts.incremental_base));
+  if (base && !mine.tensors.empty()) {
     std::vector<storage::TensorToWrite> changed;
     std::vector<const std::string*> fqns;
     for (size_t i = 0; i < mine.tensors.size(); ++i) {
       storage::TensorToWrite& t = mine.tensors[i];
-      if (auto r = base.Find(*mine.fqns[i], t.dtype, mine.chunks[i]->box, t.data)) {
+      if (auto r = base->Find(*mine.fqns[i], t.dtype, mine.chunks[i]->box, t.data)) {
         r->index = static_cast<uint32_t>(i);
         result->bytes_referenced += r->byte_length;
         ++result->chunks_referenced;
@@ -174,7 +174,8 @@ Result<SaveResult> SaveIndependently(const StateDict& sd, const std::string& dir
   const uint64_t save_id = RandomSaveId();
   std::vector<Written> written(rank + 1);
   DCP_RETURN_IF_ERROR(
-      WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written[rank], &result).Annotate(where));
+      WriteMine(sd, dir, *plan, rank, save_id, opts, fs, nullptr, &written[rank], &result)
+          .Annotate(where));
   if (hooks && hooks->before_commit) {
     // This rank's files name a save no metadata names: the next save here removes them.
     DCP_RETURN_IF_ERROR(Guarded("", hooks->before_commit).Annotate(where));
@@ -250,14 +251,22 @@ struct Hello {
   std::vector<uint64_t> hashes;          // per rank: its local plan's hash
   std::vector<uint64_t> cached_digests;  // per rank: its cached plan's digest (0: none)
   std::vector<uint64_t> values_hashes;   // per rank: ValuesHash of its state dict
+  std::vector<uint64_t> base_hashes;     // per rank: BaseHash of its incremental base
   uint64_t save_id = 0;                  // rank 0's candidate: names this save's files
 };
+
+// The incremental base as every rank must name it (0: a full save).
+uint64_t BaseHash(const std::string& base) {
+  if (base.empty()) return 0;
+  const std::string normal = storage::NormalPath(base);
+  return Xxh3(std::as_bytes(std::span(normal.data(), normal.size()))) | 1;
+}
 
 // Agreement on (plan hash, cached plan, values hash, save id) in one all-gather, which also
 // agrees on the failures of the local steps (`mine`).
 Result<Hello> ExchangeHello(Comm& comm, const Status& mine, uint64_t local_hash,
                             uint64_t cached_digest, uint64_t values_hash, uint64_t my_id,
-                            const std::string& dir, SaveResult* result) {
+                            uint64_t base_hash, const std::string& dir, SaveResult* result) {
   std::string hello;
   {
     wire::Writer w(hello);
@@ -265,6 +274,7 @@ Result<Hello> ExchangeHello(Comm& comm, const Status& mine, uint64_t local_hash,
     w.Fixed64(cached_digest);
     w.Fixed64(values_hash);
     w.Fixed64(my_id);
+    w.Fixed64(base_hash);
   }
   DCP_CHECK(hello.size() == kSaveHelloBytes);
   DCP_ASSIGN_OR_RETURN(
@@ -275,6 +285,7 @@ Result<Hello> ExchangeHello(Comm& comm, const Status& mine, uint64_t local_hash,
   h.hashes.resize(comm.size());
   h.cached_digests.resize(comm.size());
   h.values_hashes.resize(comm.size());
+  h.base_hashes.resize(comm.size());
   for (int r = 0; r < comm.size(); ++r) {
     result->plan_exchange_bytes += gathered[r].size();
     wire::Reader rd(gathered[r]);
@@ -282,6 +293,7 @@ Result<Hello> ExchangeHello(Comm& comm, const Status& mine, uint64_t local_hash,
     h.cached_digests[r] = rd.Fixed64();
     h.values_hashes[r] = rd.Fixed64();
     const uint64_t id = rd.Fixed64();
+    h.base_hashes[r] = rd.Fixed64();
     if (r == 0) h.save_id = id;
   }
   return h;
@@ -413,7 +425,7 @@ Status JoinSaveAsFailed(const std::string& dir, const SaveOptions& opts, const S
     return why.Annotate("save to " + dir + ": ");
   }
   SaveResult ignored;
-  auto hello = ExchangeHello(*opts.comm, why, 0, 0, 0, 0, dir, &ignored);
+  auto hello = ExchangeHello(*opts.comm, why, 0, 0, 0, 0, 0, dir, &ignored);
   return hello.ok() ? Internal("save to " + dir + ": a failure was exchanged as a success")
                     : hello.status();
 }
@@ -437,6 +449,13 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
              ? InvalidArgument("incremental saves into per-host directories are not supported")
              : CheckIncrementalBase(dir, opts.incremental_base);
   }
+  // Rank 0 reads the base, before it creates or locks anything; every rank gets it below.
+  std::string base_encoded;
+  if (st.ok() && !opts.incremental_base.empty() && rank == 0) {
+    auto b = ReadIncrementalBase(fs, opts.incremental_base);
+    st = b.status();
+    if (b.ok()) base_encoded = std::move(b).value();
+  }
   const uint64_t my_id = RandomSaveId();
   storage::LeaseLock lock;  // rank 0's; released on every return
   if (rank == 0) {
@@ -456,7 +475,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   DCP_ASSIGN_OR_RETURN(Hello hello,
                        ExchangeHello(*comm, st, local_hash, cached ? cached->digest : 0,
                                      ValuesHash(sd, cached ? cached->shared_values.get() : nullptr),
-                                     my_id, dir, &result));
+                                     my_id, BaseHash(opts.incremental_base), dir, &result));
   const uint64_t save_id = hello.save_id;
   // A cached plan is used when every rank has it for the same gathered hashes.
   const uint64_t digest =
@@ -474,6 +493,21 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   }
   if (!opts.per_host_directory) {
     DCP_RETURN_IF_ERROR(CheckEveryRankSeesDirectory(*comm, fs, dir, save_id));
+  }
+  // The base, when every rank names the same one (rank 0 read it).
+  std::optional<BaseChunks> base;
+  for (int r = 1; r < world; ++r) {
+    if (hello.base_hashes[r] != hello.base_hashes[0]) {
+      return InvalidArgument("save to " + dir + ": ranks 0 and " + std::to_string(r) +
+                             " name different incremental bases (every rank passes the same "
+                             "SaveOptions::incremental_base)");
+    }
+  }
+  if (hello.base_hashes[0] != 0) {
+    DCP_RETURN_IF_ERROR(comm->Broadcast(base_encoded, 0));
+    auto b = BaseChunks::Decode(base_encoded, dir, opts.incremental_base);
+    DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, b.status()));
+    base = std::move(b).value();
   }
 
   // 2. Global plan: from the cache on a hit, or from the distinct local plans.
@@ -493,8 +527,10 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   // 3. Write this rank's items, durable, to new files (the previous checkpoint's files
   //    are never touched).
   Written written;
-  st = Guarded(
-      "", [&] { return WriteMine(sd, dir, *plan, rank, save_id, opts, fs, &written, &result); });
+  st = Guarded("", [&] {
+    return WriteMine(sd, dir, *plan, rank, save_id, opts, fs, base ? &*base : nullptr, &written,
+                     &result);
+  });
   // A lock broken while this save wrote (`dcp unlock`, a lease that ran out) belongs to
   // another save now: committing would mix two saves' files.
   if (rank == 0 && st.ok()) {

@@ -10,9 +10,9 @@
 namespace dcp::checkpoint {
 
 // What each rank contributes to a save's first exchange: its plan hash, the digest of its
-// cached plan (0: none), a hash of its non-tensor values and a candidate save id. dcp simulate
-// counts exchange bytes with it.
-inline constexpr uint64_t kSaveHelloBytes = 4 * 8;
+// cached plan (0: none), a hash of its non-tensor values, a candidate save id and a hash of its
+// incremental base (0: none). dcp simulate counts exchange bytes with it.
+inline constexpr uint64_t kSaveHelloBytes = 5 * 8;
 
 // Callers' checks inside a save.
 struct SaveHooks {
