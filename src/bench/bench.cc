@@ -329,8 +329,10 @@ void Runner::CpuAgainstFloor(PhaseReport& p) const {
   double floor = 0;
   if (p.name == "incremental.save") {  // every byte hashed, the changed ones written
     floor = write * double(p.bytes_written) + hash * bytes;
-  } else if (p.kind == "save") {
+  } else if (p.kind == "save" || p.kind == "manager") {
     floor = (write + hash) * double(p.bytes_written);
+  } else if (p.kind == "async") {  // + one copy into the staging pool
+    floor = (write + hash) * double(p.bytes_written) + copy * double(p.bytes_staged);
   } else if (p.kind == "load" || p.kind == "reshard") {
     floor = (read + hash) * double(p.bytes_read_storage) + copy * double(p.bytes_sent);
   }

@@ -93,8 +93,9 @@ struct PhaseReport {
   uint64_t bytes_referenced = 0;
   // CPU time of all ranks inside the timed window (user + system, every thread), one per
   // repetition; per GiB of the checkpoint; and the floor's: the reference I/O of the bytes the
-  // phase moved, one XXH3 pass over them, and a memcpy of what a broadcast carried, from CPU
-  // costs measured in the same run (docs/benchmarks.md, "CPU against the floor").
+  // phase moved, one XXH3 pass over them, and a memcpy of what it staged or a broadcast
+  // carried, from CPU costs measured in the same run (docs/benchmarks.md, "CPU against the
+  // floor"). Save, async, manager, load, reshard and incremental phases.
   std::vector<double> cpu_seconds;
   double median_cpu_seconds = 0;
   double cpu_seconds_per_gib = 0;

@@ -24,7 +24,7 @@ std::string CpuSummary(const BenchReport& r) {
     if (out.empty()) {
       std::snprintf(line, sizeof(line),
                     "cpu (all ranks, user + system; floor: the references' I/O of the same bytes "
-                    "+ one XXH3 pass %.3f s/GiB + memcpy of broadcast bytes):\n",
+                    "+ one XXH3 pass %.3f s/GiB + a memcpy of staged or broadcast bytes):\n",
                     internal::Median(r.reference.hash_cpu_seconds_per_gib));
       out += line;
     }
