@@ -29,6 +29,7 @@
 #include "async/copy_threads.h"
 #include "async/staging_pool.h"
 #include "checkpoint/save.h"
+#include "core/cpu_share.h"
 
 namespace dcp {
 
@@ -64,18 +65,6 @@ struct Job {
   bool agree = false;  // run the first exchange so that every rank learns `error`
 };
 
-// staging_threads = 0: this process's CPUs shared among the ranks of this node.
-int AutoStagingThreads() {
-  cpu_set_t set;
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  int local_ranks = 1;
-  // Open MPI's, MPICH's and torchrun's names for the ranks on this node.
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"}) {
-    if (const char* v = std::getenv(var)) local_ranks = std::max(1, std::atoi(v));
-  }
-  return std::clamp(cpus / local_ranks, 1, 8);
-}
-
 }  // namespace
 
 struct AsyncSaverAccess {
@@ -87,7 +76,8 @@ struct AsyncSaver::Impl {
   explicit Impl(const AsyncSaverOptions& o)
       : opts(o),
         pool(async::NewHostAllocator(), o.max_staging_bytes),
-        copiers(o.staging_threads > 0 ? o.staging_threads : AutoStagingThreads()) {
+        // staging_threads = 0: this process's CPUs shared among the ranks of this node.
+        copiers(o.staging_threads > 0 ? o.staging_threads : CpusPerLocalRank()) {
     // Statics the persisting thread uses must outlive a saver destroyed at exit (the default
     // one waits for its last save then): constructing them first destroys them later.
     (void)storage::PosixFileSystem();

@@ -1,6 +1,7 @@
 #include "checkpoint/incremental.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "checkpoint/metadata_io.h"
 #include "core/checksum.h"
@@ -41,6 +42,29 @@ bool SameBytes(const metadata::StoredChunk& chunk, uint64_t block_size,
     }
   }
   return true;
+}
+
+std::vector<std::optional<Reused>> BaseChunks::FindAll(const std::vector<Chunk>& chunks,
+                                                       int threads) const {
+  std::vector<std::optional<Reused>> out(chunks.size());
+  std::vector<uint64_t> start(chunks.size() + 1, 0);
+  for (size_t i = 0; i < chunks.size(); ++i) start[i + 1] = start[i] + chunks[i].data.size();
+  const uint64_t total = start.back();
+  // Waking a thread pays for itself past a few MiB of hashing each.
+  const int n = static_cast<int>(
+      std::clamp<uint64_t>(total / (uint64_t{16} << 20), 1, static_cast<uint64_t>(threads)));
+  auto run = [&](int k) {
+    const uint64_t lo = total * k / n, hi = total * (k + 1) / n;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (start[i] < lo || start[i] >= hi) continue;
+      out[i] = Find(*chunks[i].fqn, chunks[i].dtype, *chunks[i].box, chunks[i].data);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int k = 1; k < n; ++k) workers.emplace_back(run, k);
+  run(0);
+  for (std::thread& t : workers) t.join();
+  return out;
 }
 
 Result<std::string> ReadIncrementalBase(storage::FileSystem& fs, const std::string& base) {

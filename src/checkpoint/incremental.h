@@ -51,6 +51,17 @@ class BaseChunks {
   std::optional<Reused> Find(const std::string& fqn, DType dtype, const Box& box,
                              std::span<const std::byte> data) const;
 
+  struct Chunk {
+    const std::string* fqn;
+    DType dtype;
+    const Box* box;
+    std::span<const std::byte> data;
+  };
+  // Find for each of `chunks`, on up to `threads` threads (the caller's among them), each
+  // checking a contiguous run of about equal bytes: hashing is the cost of an incremental save,
+  // and spare cores divide it.
+  std::vector<std::optional<Reused>> FindAll(const std::vector<Chunk>& chunks, int threads) const;
+
  private:
   metadata::Metadata md_;
   std::string base_name_;  // the base's directory name

@@ -8,6 +8,7 @@
 
 #include "checkpoint/write_results.h"
 #include "core/checksum.h"
+#include "metadata/codec.h"
 #include "storage/file_system.h"
 
 namespace dcp::checkpoint {
@@ -106,6 +107,49 @@ TEST(Incremental, ReferencesBecomeFilesOfTheirBases) {
   // A reference to a chunk the rank did not plan is refused.
   written[1].reused[0].index = 1;
   EXPECT_FALSE(BuildMetadata(plan, 0xabc, written, 2).ok());
+}
+
+// Checking on several threads finds what checking one chunk at a time finds.
+TEST(Incremental, FindAllOnThreadsAgreesWithFind) {
+  const uint64_t chunk = uint64_t{6} << 20;  // 6 blocks each
+  const int n = 12;
+  std::vector<std::byte> data(chunk * n);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i * 131) >> 3);
+  metadata::Metadata md;
+  md.block_size = metadata::kChecksumBlockSize;
+  md.files = {{"data-0000000000000001-r00000.safetensors", chunk * n + 64, {}}};
+  metadata::TensorMeta t{"w", DType::kU8, Shape{static_cast<int64_t>(chunk) * n}, {}, ""};
+  for (int c = 0; c < n; ++c) {
+    metadata::StoredChunk sc;
+    sc.box = Box{Shape{static_cast<int64_t>(chunk) * c}, Shape{static_cast<int64_t>(chunk)}};
+    sc.byte_offset = 64 + chunk * c;
+    sc.byte_length = chunk;
+    StreamHasher h(md.block_size);
+    h.Update(std::span(data).subspan(chunk * c, chunk));
+    sc.xxh3 = h.Finish(&sc.block_xxh3);
+    t.chunks.push_back(std::move(sc));
+  }
+  md.tensors.push_back(t);
+  auto base = BaseChunks::Decode(metadata::Encode(md), "/r/step_2", "/r/step_1");
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  for (int c : {1, 5, 6, 11}) data[chunk * c + chunk / 2] ^= std::byte{1};  // changed chunks
+  const std::string fqn = "w";
+  std::vector<BaseChunks::Chunk> check;
+  for (int c = 0; c < n; ++c) {
+    check.push_back(
+        {&fqn, DType::kU8, &t.chunks[c].box, std::span(data).subspan(chunk * c, chunk)});
+  }
+  const auto one = base->FindAll(check, 1), four = base->FindAll(check, 4);
+  ASSERT_EQ(one.size(), static_cast<size_t>(n));
+  for (int c = 0; c < n; ++c) {
+    const bool changed = c == 1 || c == 5 || c == 6 || c == 11;
+    EXPECT_EQ(one[c].has_value(), !changed) << c;
+    EXPECT_EQ(four[c].has_value(), !changed) << c;
+    if (one[c] && four[c]) {
+      EXPECT_EQ(four[c]->byte_offset, one[c]->byte_offset);
+      EXPECT_EQ(four[c]->file.base, "step_1");
+    }
+  }
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "core/check.h"
 #include "core/checksum.h"
 #include "core/copy_runs.h"
+#include "core/cpu_share.h"
 #include "core/guarded.h"
 #include "core/log.h"
 #include "core/wire.h"
@@ -92,11 +93,17 @@ Status WriteMine(const StateDict& sd, const std::string& dir, const planner::Glo
                  const BaseChunks* base, Written* out, SaveResult* result) {
   DCP_ASSIGN_OR_RETURN(MyWrites mine, CollectMyWrites(sd, plan, rank));
   if (base && !mine.tensors.empty()) {
+    std::vector<BaseChunks::Chunk> check;
+    for (size_t i = 0; i < mine.tensors.size(); ++i) {
+      const storage::TensorToWrite& t = mine.tensors[i];
+      check.push_back({mine.fqns[i], t.dtype, &mine.chunks[i]->box, t.data});
+    }
+    std::vector<std::optional<Reused>> found = base->FindAll(check, CpusPerLocalRank());
     std::vector<storage::TensorToWrite> changed;
     std::vector<const std::string*> fqns;
     for (size_t i = 0; i < mine.tensors.size(); ++i) {
       storage::TensorToWrite& t = mine.tensors[i];
-      if (auto r = base->Find(*mine.fqns[i], t.dtype, mine.chunks[i]->box, t.data)) {
+      if (auto& r = found[i]) {
         r->index = static_cast<uint32_t>(i);
         result->bytes_referenced += r->byte_length;
         ++result->chunks_referenced;
