@@ -129,6 +129,37 @@ TEST(IncrementalManager, RefusedWithAMemoryTierAndBadFullEvery) {
   }
 }
 
+// A step a load found damaged makes the next save full: an incremental one would reference
+// bytes of the same bases by their recorded checksums, damaged or not.
+TEST(IncrementalManager, AStepMarkedBadMakesTheNextSaveFull) {
+  TempDir d;
+  Tuned st;
+  const ManagerOptions opts{.incremental = true, .full_every = 10};
+  {
+    CheckpointManager mgr(d.path(), opts);
+    for (int64_t step = 1; step <= 3; ++step) {
+      st.Fill(step);
+      mgr.Save(step, st.sd);
+    }
+  }
+  // Step 3's own tensor file (the adapter) damaged: the load falls back to step 2.
+  const std::string step3 = d.path() + "/step_000000003/";
+  for (const auto& f : testing::ListFiles(step3, "data-")) {
+    if (f.ends_with(".safetensors")) {
+      testing::FlipByte(step3 + f, std::filesystem::file_size(step3 + f) - 1);
+    }
+  }
+  CheckpointManager mgr(d.path(), opts);
+  Tuned got;
+  const LoadResult r = mgr.Load(got.sd);
+  EXPECT_EQ(r.step, 2);
+  st.Fill(4);
+  EXPECT_EQ(mgr.Save(4, st.sd).bytes_referenced, 0u);  // full
+  st.Fill(5);
+  EXPECT_EQ(mgr.Save(5, st.sd).bytes_referenced, Tuned::FrozenBytes());  // incremental again
+  EXPECT_TRUE(st.LoadsAs(mgr, 5));
+}
+
 // Random sequences of saves (sync and async), prunes under random policies and restarts:
 // after each, every step the manager lists loads with its own values.
 TEST(IncrementalManager, EveryListedStepLoadsOverRandomSequences) {
@@ -190,6 +221,7 @@ TEST(IncrementalManager, CrashAtEveryOperation) {
       }
     } catch (const Error&) {
     }
+    fs.SimulateCrash();  // what was not made durable is lost
     if (ops) *ops = fs.ops();
     CheckpointManager mgr(d.path(), opts);
     const std::string where = "failing at operation " + std::to_string(fail_at);

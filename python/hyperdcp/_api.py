@@ -3,7 +3,6 @@
 
 import concurrent.futures
 import concurrent.futures.thread  # now: it cannot be imported once the interpreter exits
-import logging
 import math
 import os
 import sys
@@ -15,8 +14,9 @@ from . import _boundary, _dcp, _delegate
 from ._comm import comm_for
 from ._errors import DcpError, error, invalid_argument
 from ._formats import COMMITTED, PROBE, holds_torch_format
+from ._load_engine import load_directory
 from ._optimizers import fill_empty_optimizers
-from ._prepare import Prepared, failure_text, finish_load, prepare_on_every_rank, release
+from ._prepare import Prepared, failure_text, prepare_on_every_rank, release
 from ._torch_args import Delegate, load_source, location, save_target, staging
 
 
@@ -140,63 +140,18 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     directory, allow_partial = source
     fill_empty_optimizers(state_dict, directory)
     comm = comm_for(process_group, no_dist)
-    if max_broadcast_buffer_bytes is not None and not max_broadcast_buffer_bytes > 0:
-        raise ValueError("max_broadcast_buffer_bytes must be positive, not "
-                         f"{max_broadcast_buffer_bytes!r}")
-    args = (directory, comm, broadcast, allow_partial, strip_prefix, add_prefix,
-            verify_checksums, max_open_files)
-    if max_broadcast_buffer_bytes is not None:  # else the binding's: LoadOptions' default
-        args += (int(max_broadcast_buffer_bytes),)
-    p = prepare_on_every_rank(state_dict, comm, for_load=True, agree=True)
-    try:
-        try:
-            result = _boundary.call(comm, _dcp.load, p.sd, *args)
-        except DcpError as e:
-            # Stored in another dtype than the template's: torch DCP casts, and so do we.
-            # The engine refuses before reading anything, with the same error on every rank,
-            # so every rank retries, loading those entries through staged copies.
-            load_as = _stored_dtypes_differing(e, directory, p, strip_prefix, add_prefix)
-            if not load_as:
-                raise
-            release(p)
-            p = prepare_on_every_rank(state_dict, comm, for_load=True, agree=True,
-                                      load_as=load_as)
-            result = _boundary.call(comm, _dcp.load, p.sd, *args)
-        finish_load(p, allow_pickle, device)
-    finally:
-        release(p)
-    for line in result.warnings:  # values saved per rank, of which this rank got another's
-        logging.getLogger("hyperdcp").warning("hyperdcp: load from %s: %s", directory, line)
+    result, p = load_directory(state_dict, directory, comm, broadcast=broadcast,
+                               allow_partial=allow_partial, strip_prefix=strip_prefix,
+                               add_prefix=add_prefix, verify_checksums=verify_checksums,
+                               max_open_files=max_open_files, allow_pickle=allow_pickle,
+                               device=device,
+                               max_broadcast_buffer_bytes=max_broadcast_buffer_bytes)
     return _timed(result, p, started)
 
 
 def _torch_format(directory: str) -> bool:
     # A checkpoint in torch's format needs torch to load (and a caller without it has none).
     return "torch" in sys.modules and holds_torch_format(directory)
-
-
-def _stored_dtypes_differing(e: DcpError, directory: str, p: Prepared, strip_prefix: str,
-                             add_prefix: str) -> Dict[str, Any]:
-    """fqn -> the stored torch dtype, for the tensors of `p` stored in another dtype."""
-    if "dtype mismatch" not in str(e) or "torch" not in sys.modules:
-        return {}
-    from ._metadata import read_metadata
-    from ._torch_dtypes import FROM_DCP
-
-    out: Dict[str, Any] = {}
-    stored = read_metadata(directory).tensors
-    for fqn, leaf in p.flat.leaves.items():
-        name = fqn
-        if add_prefix and name.startswith(add_prefix):  # template name -> stored name
-            name = strip_prefix + name[len(add_prefix):]
-        elif strip_prefix:
-            name = strip_prefix + name
-        info = stored.get(name) or stored.get(fqn)
-        dtype = getattr(leaf, "dtype", None)
-        if info is not None and dtype is not None and FROM_DCP.get(info.dtype) not in (None,
-                                                                                    dtype):
-            out[fqn] = FROM_DCP[info.dtype]
-    return out
 
 
 _waiter_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None

@@ -70,10 +70,9 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
     """Fills torch planner's requests from a hyperdcp checkpoint, on this rank alone: the
     smallest box holding each tensor's requests is read once (checksums verified), values are
     handed to the planner as torch.save bytes, as torch's reader hands them."""
-    # The package's public load: this adapter is a client of hyperdcp's API, as a user's
-    # reader would be (it sits above the modules that implement it).
-    from . import load
     from ._chunk_types import TensorChunk
+    from ._comm import comm_for
+    from ._load_engine import load_directory
 
     from ._metadata import read_metadata
     from ._torch_dtypes import FROM_DCP
@@ -98,7 +97,7 @@ def read_requests(directory: str, plan: LoadPlan, planner: LoadPlanner) -> None:
         data = torch.empty([h - lo for lo, h in zip(low, high)], dtype=FROM_DCP[info.dtype])
         flat[fqn] = TensorChunk(data, list(info.shape), low)
     if flat:
-        load(flat, directory, no_dist=True)
+        load_directory(flat, directory, comm_for(None, True))
     for req in plan.items:
         fqn = req.storage_index.fqn
         if req.type == LoadItemType.BYTE_IO:

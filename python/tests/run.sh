@@ -11,9 +11,11 @@ build_dir=$2
 src=$(cd "$(dirname "$0")/../.." && pwd)
 # moto[server]: the S3 server the object-storage tests start (test_s3.py); it brings boto3.
 # s3fs: torch DCP's own path to S3 (fsspec), raced against dcp by the Python benchmark.
-deps=(torch numpy pytest "scikit-build-core>=0.10" "pybind11>=2.13" "moto[server]" s3fs)
+# safetensors: the reference reader of dcp's HuggingFace exports (test_incremental.py).
+deps=(torch numpy pytest "scikit-build-core>=0.10" "pybind11>=2.13" "moto[server]" s3fs
+      safetensors)
 
-if ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core, pybind11, moto, s3fs" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core, pybind11, moto, s3fs, safetensors" 2>/dev/null; then
   if ! python3 -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/pip/', timeout=15)" 2>/dev/null; then
     echo "python.package: PyPI is unreachable, cannot install torch: skipped"
     exit 77

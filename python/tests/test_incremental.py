@@ -23,22 +23,20 @@ def frozen_and_trained(step: int) -> dict:
             "adapter": torch.full((4, 256), float(step)), "step": step}
 
 
-def test_a_save_against_a_base_writes_only_what_changed(tmp_path):
+def test_a_save_against_a_base_writes_only_what_changed(tmp_path, monkeypatch):
     dcp.save(frozen_and_trained(1), tmp_path / "step_1", no_dist=True)
     r = dcp.save(frozen_and_trained(2), tmp_path / "step_2", no_dist=True,
                  incremental_base=tmp_path / "step_1")
     frozen_bytes = 8 * 256 * 256 * 4
     assert r.bytes_referenced == frozen_bytes and r.chunks_referenced == 8
     assert r.bytes_written < 4 * 256 * 4 + 1024
-    md = dcp.read_metadata(tmp_path / "step_2")
     got = frozen_and_trained(0)
     dcp.load(got, tmp_path / "step_2", no_dist=True)
     want = frozen_and_trained(2)
     assert all(torch.equal(got["frozen"][k], want["frozen"][k]) for k in want["frozen"])
     assert torch.equal(got["adapter"], want["adapter"]) and got["step"] == 2
-    assert md is not None
     # A relative base next to an absolute checkpoint is the same sibling.
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     r3 = dcp.async_save(frozen_and_trained(3), tmp_path / "step_3", no_dist=True,
                         incremental_base="step_2").result()
     assert r3.bytes_referenced == frozen_bytes
@@ -46,7 +44,7 @@ def test_a_save_against_a_base_writes_only_what_changed(tmp_path):
     with pytest.raises(dcp.DcpError, match="must be a sibling"):
         dcp.save(frozen_and_trained(4), tmp_path / "sub" / "step_4", no_dist=True,
                  incremental_base=tmp_path / "step_3")
-    assert not (tmp_path / "sub" / "step_4" / "dcp.metadata").exists()
+    assert not (tmp_path / "sub").exists()
 
 
 def test_torch_keyword_path_takes_incremental_base(tmp_path):
@@ -108,7 +106,7 @@ def test_a_lora_job_killed_at_random_points_resumes_bit_for_bit(tmp_path):
         assert code in (0, -signal.SIGKILL), out
     code, out = run_job(root, steps=40)
     assert code == 0, out
-    assert "resumed" in out or "saved 1\n" in out
+    assert "resumed" in out, out  # the first killed run had saved a step before its kill
 
 
 def test_every_reader_follows_references_and_exports_are_self_contained(tmp_path, dcp_cli):

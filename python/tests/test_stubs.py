@@ -69,6 +69,7 @@ def test_class_members_match():
 
 def test_signatures_match():
     problems = []
+    compared = 0
     for name, node in declared(stub_tree().body).items():
         pairs = []
         if isinstance(node, ast.FunctionDef):
@@ -79,6 +80,9 @@ def test_signatures_match():
                      if isinstance(f, ast.FunctionDef) and hasattr(owner, f.name)]
         for fn, obj in pairs:
             sigs = runtime_signatures(obj)
+            compared += bool(sigs)
             if sigs and stub_params(fn) not in sigs:
                 problems.append((name, fn.name, stub_params(fn), sigs))
     assert not problems, problems
+    # Most signatures are read from pybind11's docstrings: a parser that read none checks none.
+    assert compared > 20, compared

@@ -5,11 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <thread>
 
 #include "bench/physical.h"
 #include "bench/runner.h"
@@ -201,9 +199,7 @@ Status Runner::RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layo
                          if (res.ok()) r = *res;
                          return res.status();
                        }));
-  p->seconds.push_back(s);
-  p->cpu_seconds.push_back(last_cpu_);
-  p->requests += last_requests_;
+  Took(p, s);
   DCP_RETURN_IF_ERROR(RecordMemory(p, dst->tensor_bytes));
   if (rep == 0 && o_.verify) {
     DCP_RETURN_IF_ERROR(AgreeOnStatus(

@@ -3,7 +3,6 @@
 // bytes; the rest frozen, as in parameter-efficient fine-tuning), then an incremental save against
 // the full one; and loads of both steps with the same cache state. Every byte of both loads
 // is checked.
-#include <algorithm>
 #include <set>
 
 #include "bench/runner.h"
@@ -59,8 +58,7 @@ Status Runner::RunIncrementalPhase(PhaseReport* full, PhaseReport* incremental,
                            if (res.ok()) r = *res;
                            return res.status();
                          }));
-    full->seconds.push_back(s);
-    full->cpu_seconds.push_back(last_cpu_);
+    Took(full, s);
     DCP_ASSIGN_OR_RETURN(auto full_sums, SumAtRoot(comm_, {r.bytes_written}));
     if (rank_ == 0) full->bytes_written = full_sums[0];
     if (trained.empty()) {
@@ -84,8 +82,7 @@ Status Runner::RunIncrementalPhase(PhaseReport* full, PhaseReport* incremental,
                            if (res.ok()) r = *res;
                            return res.status();
                          }));
-    incremental->seconds.push_back(s);
-    incremental->cpu_seconds.push_back(last_cpu_);
+    Took(incremental, s);
     DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {r.bytes_written, r.bytes_referenced}));
     if (rank_ == 0) {
       incremental->bytes_written = sums[0];
@@ -107,8 +104,7 @@ Status Runner::RunIncrementalPhase(PhaseReport* full, PhaseReport* incremental,
                              if (res.ok()) lr = *res;
                              return res.status();
                            }));
-      p->seconds.push_back(ls);
-      p->cpu_seconds.push_back(last_cpu_);
+      Took(p, ls);
       if (inc) Flip(dst->sd, trained);  // back to the pattern, to check every byte
       DCP_RETURN_IF_ERROR(AgreeOnStatus(
           comm_, workload::VerifyStateDict(dst->sd).Annotate("bench: " + p->name + ": ")));

@@ -72,6 +72,12 @@ class Runner {
     }
     return s;
   }
+  // A repetition of `p` that Timed measured as `s` seconds: its time, CPU and requests.
+  void Took(PhaseReport* p, double s) {
+    p->seconds.push_back(s);
+    p->cpu_seconds.push_back(last_cpu_);
+    p->requests += last_requests_;
+  }
   // The rise of this process's resident memory between the two calls, to last_peak_extra_.
   void StartMemory() {
     peak_reset_ = ResetPeakResident();

@@ -1,12 +1,10 @@
 // `dcp bench`'s save phases: save (plan cache and recycling as a job sees them), async save
 // (how long the caller is blocked, against a memcpy of the staged bytes) and the manager's
 // save sequences with and without file recycling.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -16,7 +14,6 @@
 #include "checkpoint/save.h"
 #include "dcp/async.h"
 #include "manager/manager.h"
-#include "workload/populate.h"
 
 namespace dcp::bench::internal {
 
@@ -29,9 +26,7 @@ Status Runner::RunSave(int rep, PhaseReport* p) {
                          if (res.ok()) r = *res;
                          return res.status();
                        }));
-  p->seconds.push_back(s);
-  p->cpu_seconds.push_back(last_cpu_);
-  p->requests += last_requests_;
+  Took(p, s);
   DCP_RETURN_IF_ERROR(RecordMemory(p, source_.tensor_bytes));
   DCP_ASSIGN_OR_RETURN(
       auto sums, SumAtRoot(comm_, {r.bytes_written, r.files_written, r.plan_cache_hit ? 1u : 0u}));
@@ -162,8 +157,7 @@ Status Runner::RunManagerSequences(PhaseReport* recycled, PhaseReport* plain) {
       DCP_ASSIGN_OR_RETURN(
           double s, Timed([&] { return StatusOf([&] { r = q.mgr->Save(i + 1, source_.sd); }); }));
       if (i < warmup) continue;
-      q.report->seconds.push_back(s);
-      q.report->cpu_seconds.push_back(last_cpu_);
+      Took(q.report, s);
       q.recycled_files += r.file_recycled ? 1 : 0;
       DCP_ASSIGN_OR_RETURN(auto sums, SumAtRoot(comm_, {r.bytes_written, r.files_written}));
       if (rank_ == 0) {

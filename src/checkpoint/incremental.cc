@@ -30,6 +30,14 @@ Status CheckIncrementalBase(const std::string& dir_in, const std::string& base_i
   return OkStatus();
 }
 
+namespace {
+Status NoChecksums(const std::string& base) {
+  return InvalidArgument("incremental base " + base +
+                         " has no checksums (a HuggingFace source): a save cannot tell which of "
+                         "its bytes are unchanged");
+}
+}  // namespace
+
 bool SameBytes(const metadata::StoredChunk& chunk, uint64_t block_size,
                std::span<const std::byte> data) {
   if (chunk.byte_length != data.size()) return false;
@@ -68,20 +76,18 @@ std::vector<std::optional<Reused>> BaseChunks::FindAll(const std::vector<Chunk>&
 }
 
 Result<std::string> ReadIncrementalBase(storage::FileSystem& fs, const std::string& base) {
-  auto md = ReadMetadata(fs, base);
-  if (!md.ok()) return md.status().Annotate("incremental base: ");
-  if (!md->has_checksums) {
-    return InvalidArgument("incremental base " + base +
-                           " has no checksums (a HuggingFace source): a save cannot tell which "
-                           "of its bytes are unchanged");
-  }
-  return metadata::Encode(*md);
+  auto found = FindMetadata(fs, base);
+  if (!found.ok()) return found.status().Annotate("incremental base: ");
+  if (found->built && !found->built->has_checksums) return NoChecksums(base);
+  // The committed file's bytes as they are; metadata built from rank files, encoded.
+  return found->built ? metadata::Encode(*found->built) : std::move(found->encoded);
 }
 
 Result<BaseChunks> BaseChunks::Decode(std::string_view encoded, const std::string& dir,
                                       const std::string& base) {
-  auto md = metadata::Decode(encoded);
-  if (!md.ok()) return md.status().Annotate("incremental base " + base + ": ");
+  auto md = DecodeMetadata(encoded, base);
+  if (!md.ok()) return md.status().Annotate("incremental base: ");
+  if (!md->has_checksums) return NoChecksums(base);
   BaseChunks b;
   b.md_ = std::move(md).value();
   b.base_name_ = storage::LastComponent(storage::NormalPath(base));

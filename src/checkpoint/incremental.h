@@ -47,10 +47,6 @@ class BaseChunks {
   static Result<BaseChunks> Decode(std::string_view encoded, const std::string& dir,
                                    const std::string& base);
 
-  // The base's copy of chunk `box` of tensor `fqn` when it holds exactly `data`.
-  std::optional<Reused> Find(const std::string& fqn, DType dtype, const Box& box,
-                             std::span<const std::byte> data) const;
-
   struct Chunk {
     const std::string* fqn;
     DType dtype;
@@ -63,6 +59,10 @@ class BaseChunks {
   std::vector<std::optional<Reused>> FindAll(const std::vector<Chunk>& chunks, int threads) const;
 
  private:
+  // The base's copy of chunk `box` of tensor `fqn` when it holds exactly `data`.
+  std::optional<Reused> Find(const std::string& fqn, DType dtype, const Box& box,
+                             std::span<const std::byte> data) const;
+
   metadata::Metadata md_;
   std::string base_name_;  // the base's directory name
   std::string dir_name_;   // the saving directory's name

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
 
 #include "checkpoint/write_results.h"
 #include "core/checksum.h"

@@ -310,7 +310,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   //    read the same file from shared storage.
   std::string raw;
   Status st;
-  std::optional<metadata::Metadata> built;  // rank 0's, when not read from a file
+  std::optional<metadata::Metadata> built;  // the caller's, or rank 0's not read from a file
   const bool given = hooks && hooks->metadata;
   if (given) {
     built = *hooks->metadata;
@@ -328,7 +328,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
     if (comm->size() > 1) DCP_RETURN_IF_ERROR(comm->Broadcast(raw, 0));
   }
   auto md = built ? Result<metadata::Metadata>(std::move(*built)) : DecodeMetadata(raw, dir);
-  if (md.ok() && !given) md = WithRenamedTensors(std::move(md).value(), opts, dir);  // prefixes
+  if (md.ok()) md = WithRenamedTensors(std::move(md).value(), opts, dir);  // prefixes
   // Values saved per rank: this rank's own under their names (only bytes entries differ
   // between ranks' views, and each rank reads those itself).
   if (md.ok()) PickRankValues(*md, me, comm->size(), &result.warnings);

@@ -34,9 +34,9 @@ struct LoadHooks {
   // Called on a rank whose read found data file `file` damaged (missing, another size, a
   // checksum mismatch; `why`), before the load fails on every rank: the copy it read is bad.
   std::function<void(uint32_t file, const Status& why)> damaged;
-  // The checkpoint's metadata, already on every rank and its names mapped as `opts` says (a
-  // memory tier's restore chose it among the hosts' copies): used instead of reading `dir`'s,
-  // with no broadcast and no second decode.
+  // The checkpoint's metadata as stored, already on every rank (a memory tier's restore chose
+  // it among the hosts' copies): used instead of reading `dir`'s, with no broadcast and no
+  // second decode; the load maps its names as `opts` says, as for any metadata.
   const ::dcp::metadata::Metadata* metadata = nullptr;
 };
 Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions& opts,

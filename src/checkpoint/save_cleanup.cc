@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "checkpoint/names.h"
@@ -17,11 +18,37 @@ bool IsGarbageName(const std::string& n) {
   return IsDcpDataFileName(n) || IsMetadataTmpName(n) || IsStaleLockName(n);
 }
 
+// The metadata of `path` when it may reference other directories (format version 4 on, read
+// from its header first: older metadata never does); nullopt when it cannot, or `path` holds
+// no metadata.
+Result<std::optional<metadata::Metadata>> ReferencingMetadata(storage::FileSystem& fs,
+                                                              const std::string& path) {
+  using None = std::optional<metadata::Metadata>;
+  auto file = fs.OpenReadable(path);
+  if (!file.ok()) {
+    if (file.status().code() == StatusCode::kNotFound) return None();
+    return file.status();
+  }
+  std::string header(metadata::kHeaderSize, '\0');
+  if ((*file)->size() < header.size()) return None();
+  DCP_RETURN_IF_ERROR(
+      (*file)->ReadAt(0, std::as_writable_bytes(std::span(header.data(), header.size()))));
+  if (header.compare(0, sizeof(metadata::kMagic),
+                     std::string_view(metadata::kMagic, sizeof(metadata::kMagic))) != 0 ||
+      metadata::HeaderVersion(header) < metadata::kFirstReferenceVersion) {
+    return None();
+  }
+  DCP_ASSIGN_OR_RETURN(std::string data, storage::ReadWholeFile(fs, path));
+  DCP_ASSIGN_OR_RETURN(metadata::Metadata md, metadata::Decode(data));
+  return std::optional<metadata::Metadata>(std::move(md));
+}
+
 // The files of `dir` that incremental checkpoints in its sibling directories reference (their
 // metadata names `dir` as a file's base): never garbage, whatever `dir`'s own metadata says.
-// Read only when `dir` has data files to remove (a checkpoint saved over in place), so a save
-// into a fresh directory never lists its siblings. Nullopt when a sibling's metadata could not
-// be read: then nothing may be removed.
+// Looked for only when `dir` has data files to remove (a checkpoint saved over in place), and
+// only in siblings whose metadata can reference (version 4): a save into a fresh directory
+// never lists its siblings, one over an old one reads their headers. Nullopt when a sibling
+// directory's metadata could not be read: then nothing may be removed.
 std::optional<std::unordered_set<std::string>> ReferencedBySiblings(storage::FileSystem& fs,
                                                                     const std::string& dir_in) {
   std::unordered_set<std::string> out;
@@ -33,25 +60,22 @@ std::optional<std::unordered_set<std::string>> ReferencedBySiblings(storage::Fil
   for (const std::string& s : *siblings) {
     if (s == me) continue;
     const std::string path = storage::JoinPath(parent, s);
-    auto data = storage::ReadWholeFile(fs, storage::JoinPath(path, std::string(kMetadataName)));
-    if (!data.ok()) {
-      // Not a checkpoint, or not a directory ("latest", a lock file); a sibling that cannot
-      // be read might reference this directory: then nothing is removed.
-      const Status& why = data.status();
-      const bool permission = why.message().find("permission") != std::string::npos;
-      if (why.code() == StatusCode::kNotFound ||
-          (why.code() == StatusCode::kFailedPrecondition && !permission)) {
-        continue;
-      }
+    // Not a directory ("latest", a lock file), or one this process cannot list (no save of
+    // its job wrote it): nothing there references this directory.
+    if (auto names = fs.List(path);
+        !names.ok() && names.status().code() == StatusCode::kFailedPrecondition) {
+      continue;
+    }
+    auto md = ReferencingMetadata(fs, storage::JoinPath(path, std::string(kMetadataName)));
+    if (!md.ok()) {
       std::fprintf(stderr,
                    "dcp: %s: files of earlier saves kept: cannot tell whether %s references "
                    "them (%s)\n",
-                   dir_in.c_str(), path.c_str(), why.message().c_str());
+                   dir_in.c_str(), path.c_str(), md.status().message().c_str());
       return std::nullopt;
     }
-    auto md = metadata::Decode(*data);
-    if (!md.ok()) return std::nullopt;
-    for (const auto& f : md->files) {
+    if (!*md) continue;
+    for (const auto& f : (*md)->files) {
       if (f.base == me) out.insert(f.name);
     }
   }

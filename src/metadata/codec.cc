@@ -124,6 +124,10 @@ std::string Encode(const Metadata& md, uint32_t version) {
   return out;
 }
 
+uint32_t HeaderVersion(std::string_view header) {
+  return static_cast<uint32_t>(GetFixed(header.data() + kVersionOffset, 4));
+}
+
 Result<Metadata> Decode(std::string_view data) {
   if (data.size() < kHeaderSize || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
     return DataLoss("not a dcp metadata file (bad magic or shorter than its header)");

@@ -41,6 +41,9 @@ uint64_t SealHash(std::string_view header, std::string_view body, uint32_t versi
 // are for tests and tools that must produce them; they need md.block_size == 0.
 std::string Encode(const Metadata& md, uint32_t version = 0);
 
+// The version field of a metadata header (at least kHeaderSize bytes; not checked otherwise).
+uint32_t HeaderVersion(std::string_view header);
+
 // Errors: kDataLoss for a corrupt or truncated encoding or a foreign file,
 // kFailedPrecondition for a version or header flags this build does not read.
 Result<Metadata> Decode(std::string_view data);

@@ -457,7 +457,9 @@ Result<std::string> BreakLock(FileSystem& fs, const std::string& path) {
       }
     }
   }
-  if (fs.IsObjectStore() && lock.ok()) {
+  // Only the version read: a lock renewed or taken meanwhile stays (on a file system the
+  // comparison and removal are two steps; an object store makes them one).
+  if (lock.ok()) {
     Status removed = fs.RemoveIfVersion(path, lock->version);
     if (removed.code() == StatusCode::kFailedPrecondition) {
       return FailedPrecondition(path +

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 
 #include "checkpoint/names.h"
 #include "checkpoint/torch_probe.h"
@@ -19,13 +18,8 @@ namespace dcp::tier {
 using storage::JoinPath;
 
 std::string HostTierDir(const std::string& base, const std::string& root) {
-  std::string key = root;
-  if (!storage::IsObjectStorePath(root)) {
-    std::error_code ec;
-    auto abs = std::filesystem::absolute(root, ec);
-    if (!ec) key = abs.lexically_normal().string();
-  }
-  while (key.size() > 1 && key.back() == '/') key.pop_back();
+  std::string key = storage::NormalPath(root);
+  while (key.size() > 1 && key.back() == '/') key.pop_back();  // s3:// roots as well
   char hex[24];
   std::snprintf(hex, sizeof(hex), "%016llx",
                 static_cast<unsigned long long>(XXH3_64bits(key.data(), key.size())));

@@ -54,12 +54,19 @@ Status DecodeSpans(std::string_view data, NeededSpans* into) {
 // Where hosts hold different metadata for one step (a stale copy of another save under the
 // same number) and the step is complete in durable storage, the durable copy's digest says
 // which is this run's: rank 0 reads it and every rank learns it (all see the same dispute).
+// Only one such step can be restored from memory: `only_step`, or else the newest durable
+// step (an older memory step loses to it).
 Result<std::map<int64_t, uint64_t>> DurableDigests(Comm& comm,
                                                    const std::vector<Inventory>& inventories,
-                                                   const DurableSteps& durable) {
+                                                   const DurableSteps& durable,
+                                                   std::optional<int64_t> only_step) {
   std::vector<int64_t> asked;
-  for (int64_t s : DisputedSteps(inventories)) {
-    if (durable.complete.count(s) && durable.fs) asked.push_back(s);
+  if (durable.fs && !durable.complete.empty()) {
+    const int64_t s = only_step ? *only_step : *durable.complete.rbegin();
+    const std::vector<int64_t> disputed = DisputedSteps(inventories);
+    if (durable.complete.count(s) && std::count(disputed.begin(), disputed.end(), s)) {
+      asked.push_back(s);
+    }
   }
   std::map<int64_t, uint64_t> out;
   if (asked.empty()) return out;
@@ -103,7 +110,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
   };
   DCP_ASSIGN_OR_RETURN(const std::vector<Inventory> inventories, Survey(comm));
   lap("survey");
-  DCP_ASSIGN_OR_RETURN(const auto preferred, DurableDigests(comm, inventories, durable));
+  DCP_ASSIGN_OR_RETURN(const auto preferred, DurableDigests(comm, inventories, durable, only_step));
   std::set<BadCopy> bad;
   int64_t below = only_step ? *only_step + 1 : INT64_MAX;
   std::string* fell_back = &account->fell_back;
@@ -163,7 +170,6 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     DCP_RETURN_IF_ERROR(BroadcastStatus(comm, md_rank, st));
     DCP_RETURN_IF_ERROR(comm.Broadcast(raw, md_rank));
     auto md = checkpoint::DecodeMetadata(raw, dir);
-    if (md.ok()) md = checkpoint::WithRenamedTensors(std::move(md).value(), opts, dir);
 
     DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, md.status()));
 
@@ -228,9 +234,10 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
       const RestorePlan plan = PlanRestore(hosts_, *choice, needed_by_host);
       lap("plan");
       if (plan.fetches.empty()) return OkStatus();  // the same on every rank
-      for (const Transfer& t : plan.fetches) {
-        // A receiver's directory; a failure to make it shows as the receiver's failure below.
-        if (t.to == me) (void)Local().CreateDirs(dir);
+      // A receiver's directory; a failure to make it shows as the receiver's failure below.
+      if (std::any_of(plan.fetches.begin(), plan.fetches.end(),
+                      [me](const Transfer& t) { return t.to == me; })) {
+        (void)Local().CreateDirs(dir);
       }
       TransferDirs dirs{&Local(), dir, durable.fs,
                         durable.complete.count(step) ? durable.dir_of(step) : std::string()};

@@ -179,17 +179,19 @@ std::optional<MemoryStep> ChooseMemoryStep(const std::vector<Inventory>& by_host
       if (c && c->metadata_digest != 0) by_digest[c->metadata_digest].push_back(h);
     }
     std::vector<std::pair<uint64_t, const std::vector<int>*>> order;
-    for (const auto& [d, hs] : by_digest) order.emplace_back(d, &hs);
-    const auto pick = preferred.find(step);
-    const uint64_t first = pick == preferred.end() ? 0 : pick->second;
-    std::sort(order.begin(), order.end(), [first](const auto& a, const auto& b) {
-      if ((a.first == first) != (b.first == first)) return a.first == first;
-      if (a.second->size() != b.second->size()) return a.second->size() > b.second->size();
-      return a.second->front() < b.second->front();
-    });
-    for (const auto& [digest, metadata_hosts] : order) {
+    if (auto pick = preferred.find(step); pick != preferred.end()) {
       // The durable copy's digest known: no other save's copy is this step.
-      if (first != 0 && digest != first) continue;
+      if (auto it = by_digest.find(pick->second); it != by_digest.end()) {
+        order.emplace_back(it->first, &it->second);
+      }
+    } else {
+      for (const auto& [d, hs] : by_digest) order.emplace_back(d, &hs);
+      std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+        if (a.second->size() != b.second->size()) return a.second->size() > b.second->size();
+        return a.second->front() < b.second->front();
+      });
+    }
+    for (const auto& [digest, metadata_hosts] : order) {
       if (auto m = CompleteCopy(by_host, bad, durable, step, digest, *metadata_hosts)) return m;
     }
   }

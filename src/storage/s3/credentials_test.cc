@@ -122,6 +122,9 @@ TEST(Credentials, SearchedInTheAwsCliOrder) {
   EXPECT_NE(c.status().message().find("credential_process of profile p (exit 3)"),
             std::string::npos)
       << c.status().message();
+  // The process's exit code, not the raw wait status (768).
+  EXPECT_NE(c.status().message().find("exited with status 3"), std::string::npos)
+      << c.status().message();
 
   c = ResolveCredentials(Profile("", ""), "us-east-1");
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
