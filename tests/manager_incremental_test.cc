@@ -6,12 +6,14 @@
 #include <filesystem>
 #include <random>
 
+#include "checkpoint/names.h"
 #include "dcp/checkpoint.h"
 #include "dcp/manager.h"
 #include "manager/manager.h"
 #include "storage/file_system.h"
 #include "test_util.h"
 #include "testfs/fault_file_system.h"
+#include "tier/memory_tier.h"
 
 namespace dcp {
 namespace {
@@ -116,17 +118,70 @@ TEST(IncrementalManager, WritesWhatChangedAndKeepsItsBases) {
   for (int64_t s : again.steps()) EXPECT_TRUE(st.LoadsAs(again, s));
 }
 
-TEST(IncrementalManager, RefusedWithAMemoryTierAndBadFullEvery) {
+TEST(IncrementalManager, BadFullEveryIsRefused) {
   TempDir d;
   EXPECT_THROW(CheckpointManager(d.path(), ManagerOptions{.incremental = true, .full_every = 0}),
                Error);
-  try {
-    CheckpointManager(d.path(), ManagerOptions{.memory_tier = MemoryTierOptions{.dir = d.Sub("t")},
-                                               .incremental = true});
-    ADD_FAILURE() << "incremental with a memory tier was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("memory tier"), std::string::npos) << e.what();
+}
+
+// With a memory tier, steps stay whole in memory and each drain into the root references the
+// root's newest step: only what changed reaches durable storage, every drained step verifies
+// and loads without the tier, and a step whose memory copy lacks a file is loaded from the
+// root, never patched with the root's (differently cut) files.
+TEST(IncrementalManager, DrainsFromAMemoryTierReferenceTheRoot) {
+  TempDir d;
+  const std::string root = d.Sub("ckpt");
+  auto with_tier = [&] {
+    return ManagerOptions{.policy = {.keep_last = 3},
+                          .memory_tier = MemoryTierOptions{.dir = d.Sub("shm"), .keep_last = 2},
+                          .incremental = true,
+                          .full_every = 3};
+  };
+  auto own_bytes = [&](int64_t step) {
+    uint64_t n = 0;
+    const Metadata md = read_metadata(root + "/" + checkpoint::StepDirName(step));
+    for (const auto& f : md.files) n += f.base.empty() ? f.size : 0;
+    return n;
+  };
+  Tuned st;
+  {
+    CheckpointManager mgr(root, with_tier());
+    for (int64_t step = 1; step <= 4; ++step) {
+      st.Fill(step);
+      mgr.Save(step, st.sd);
+    }
+    // Step 1 full, 2 and 3 against the step before, 4 full again (full_every = 3): 1 stays,
+    // a base of kept steps.
+    EXPECT_EQ(mgr.steps(), (std::vector<int64_t>{1, 2, 3, 4}));
   }
+  EXPECT_GT(own_bytes(4), Tuned::FrozenBytes());
+  for (int64_t step : {2, 3}) {
+    EXPECT_LT(own_bytes(step), Tuned::AdapterBytes() + 4096) << step;
+    const Metadata md = read_metadata(root + "/" + checkpoint::StepDirName(step));
+    EXPECT_TRUE(std::any_of(md.files.begin(), md.files.end(), [](const FileInfo& f) {
+      return f.base == "step_000000001";
+    })) << step;
+    EXPECT_NO_THROW(verify(root + "/" + checkpoint::StepDirName(step))) << step;
+  }
+  {
+    CheckpointManager plain(root, ManagerOptions{.policy = {.keep_last = 3}});
+    for (int64_t step : {2, 3, 4}) EXPECT_TRUE(st.LoadsAs(plain, step));
+  }
+  // Step 3 in memory loses its tensor file (the only host's copy); 4 goes from the root, so
+  // the restore asked for is of 3.
+  CheckpointManager mgr(root, with_tier());
+  const std::string tier3 = tier::HostTierDir(d.Sub("shm"), root) + "/step_000000003";
+  for (const auto& e : std::filesystem::directory_iterator(tier3)) {
+    if (e.path().extension() == ".safetensors") std::filesystem::remove(e.path());
+  }
+  Tuned got;
+  const LoadResult r = mgr.Load(got.sd, 3);
+  EXPECT_FALSE(r.from_memory);
+  EXPECT_EQ(r.fell_back, "");  // nothing was tried in memory and found wrong
+  Tuned want;
+  want.Fill(3);
+  EXPECT_EQ(got.frozen, want.frozen);
+  EXPECT_EQ(got.adapter, want.adapter);
 }
 
 // A step a load found damaged makes the next save full: an incremental one would reference

@@ -78,6 +78,33 @@ def test_the_manager_writes_only_the_adapter(tmp_path):
             assert torch.equal(got["adapter"], frozen_and_trained(s)["adapter"])
 
 
+
+def test_with_a_memory_tier_the_drains_write_only_the_adapter(tmp_path):
+    tier = dcp.MemoryTier(dir=str(tmp_path / "shm"), keep_last=2, persist_every=1)
+    with dcp.CheckpointManager(tmp_path / "root", keep_last=2, memory_tier=tier,
+                               incremental=True, no_dist=True) as mgr:
+        for s in range(1, 4):
+            mgr.save(s, frozen_and_trained(s))
+        got = frozen_and_trained(0)
+        assert mgr.load(got).from_memory and torch.equal(got["adapter"],
+                                                         frozen_and_trained(3)["adapter"])
+
+    def on_disk(step):
+        d = tmp_path / "root" / f"step_{step:09d}"
+        return sum(f.stat().st_size for f in d.iterdir() if f.suffix == ".safetensors")
+
+    full = 8 * 256 * 256 * 4
+    assert on_disk(1) >= full and on_disk(2) < full // 100 and on_disk(3) < full // 100
+    # Without the tier, every drained step loads from the root alone.
+    with dcp.CheckpointManager(tmp_path / "root", keep_last=2, no_dist=True) as mgr:
+        assert mgr.steps() == [1, 2, 3]
+        for s in mgr.steps():
+            got = frozen_and_trained(0)
+            mgr.load(got, step=s)
+            want = frozen_and_trained(s)
+            assert torch.equal(got["adapter"], want["adapter"]) and got["step"] == s
+            assert all(torch.equal(got["frozen"][k], want["frozen"][k]) for k in want["frozen"])
+
 def run_job(root, steps, kill_after=None):
     """Runs the job; with kill_after, SIGKILLs it that many seconds after its first save."""
     env = dict(os.environ, OMP_NUM_THREADS="1")

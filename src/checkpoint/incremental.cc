@@ -95,34 +95,58 @@ Result<BaseChunks> BaseChunks::Decode(std::string_view encoded, const std::strin
   return b;
 }
 
-std::optional<Reused> BaseChunks::Find(const std::string& fqn, DType dtype, const Box& box,
-                                       std::span<const std::byte> data) const {
+const metadata::StoredChunk* BaseChunks::Locate(const std::string& fqn, DType dtype,
+                                                const Box& box) const {
   const metadata::TensorMeta* t = md_.FindTensor(fqn);
-  if (!t || t->dtype != dtype) return std::nullopt;
+  if (!t || t->dtype != dtype) return nullptr;
   auto it =
       std::lower_bound(t->chunks.begin(), t->chunks.end(), box,
                        [](const metadata::StoredChunk& c, const Box& b) { return c.box < b; });
-  if (it == t->chunks.end() || !(it->box == box)) return std::nullopt;
+  if (it == t->chunks.end() || !(it->box == box)) return nullptr;
   // The reference keeps the base's checksums, which must be what this save would record: block
   // checksums of kChecksumBlockSize (a base of format 1 or 2 has one checksum per chunk, which
   // serves only for chunks of one block).
   if (it->block_xxh3.size() != NumBlocks(metadata::kChecksumBlockSize, it->byte_length) ||
       (!it->block_xxh3.empty() && md_.block_size != metadata::kChecksumBlockSize)) {
-    return std::nullopt;
+    return nullptr;
   }
-  if (!SameBytes(*it, md_.block_size, data)) return std::nullopt;
+  return &*it;
+}
+
+Reused BaseChunks::ReferenceTo(const metadata::StoredChunk& c) const {
   Reused r;
-  r.file = md_.files[it->file];
+  r.file = md_.files[c.file];
   // Where the bytes are, relative to the common parent: the base's own files are in the base;
   // a file the base referenced stays where it is (in this saving directory itself, when the
   // base referenced files of an earlier save here).
   if (r.file.base.empty()) r.file.base = base_name_;
   if (r.file.base == dir_name_) r.file.base.clear();
-  r.byte_offset = it->byte_offset;
-  r.byte_length = it->byte_length;
-  r.xxh3 = it->xxh3;
-  r.block_xxh3 = it->block_xxh3;
+  r.byte_offset = c.byte_offset;
+  r.byte_length = c.byte_length;
+  r.xxh3 = c.xxh3;
+  r.block_xxh3 = c.block_xxh3;
   return r;
+}
+
+std::optional<Reused> BaseChunks::Find(const std::string& fqn, DType dtype, const Box& box,
+                                       std::span<const std::byte> data) const {
+  const metadata::StoredChunk* c = Locate(fqn, dtype, box);
+  if (!c || !SameBytes(*c, md_.block_size, data)) return std::nullopt;
+  return ReferenceTo(*c);
+}
+
+std::optional<Reused> BaseChunks::FindRecorded(const std::string& fqn, DType dtype,
+                                               const metadata::StoredChunk& recorded,
+                                               uint64_t block_size) const {
+  const metadata::StoredChunk* c = Locate(fqn, dtype, recorded.box);
+  // Checksums of the same bytes over the same blocks are equal: the recorded ones compare as
+  // the data would (a chunk of several blocks: the block checksums and their digest).
+  if (!c || c->byte_length != recorded.byte_length || c->xxh3 != recorded.xxh3 ||
+      c->block_xxh3 != recorded.block_xxh3 ||
+      (!recorded.block_xxh3.empty() && block_size != md_.block_size)) {
+    return std::nullopt;
+  }
+  return ReferenceTo(*c);
 }
 
 }  // namespace dcp::checkpoint

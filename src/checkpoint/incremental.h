@@ -57,8 +57,17 @@ class BaseChunks {
   // checking a contiguous run of about equal bytes: hashing is the cost of an incremental save,
   // and spare cores divide it.
   std::vector<std::optional<Reused>> FindAll(const std::vector<Chunk>& chunks, int threads) const;
+  // The base's copy of `recorded`, a stored chunk of tensor `fqn` in a checkpoint with blocks
+  // of `block_size`, when their recorded checksums are equal: a copy of a committed checkpoint
+  // needs no hashing to know what the base holds (IncrementalCopy).
+  std::optional<Reused> FindRecorded(const std::string& fqn, DType dtype,
+                                     const metadata::StoredChunk& recorded,
+                                     uint64_t block_size) const;
 
  private:
+  // The base's chunk `box` of tensor `fqn`, when its checksums are this format's.
+  const metadata::StoredChunk* Locate(const std::string& fqn, DType dtype, const Box& box) const;
+  Reused ReferenceTo(const metadata::StoredChunk& c) const;
   // The base's copy of chunk `box` of tensor `fqn` when it holds exactly `data`.
   std::optional<Reused> Find(const std::string& fqn, DType dtype, const Box& box,
                              std::span<const std::byte> data) const;

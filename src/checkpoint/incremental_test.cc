@@ -4,10 +4,11 @@
 
 #include <gtest/gtest.h>
 
-
+#include "checkpoint/incremental_copy.h"
 #include "checkpoint/write_results.h"
 #include "core/checksum.h"
 #include "metadata/codec.h"
+#include "storage/data_files.h"
 #include "storage/file_system.h"
 
 namespace dcp::checkpoint {
@@ -149,6 +150,90 @@ TEST(Incremental, FindAllOnThreadsAgreesWithFind) {
       EXPECT_EQ(four[c]->file.base, "step_1");
     }
   }
+}
+
+}  // namespace
+}  // namespace dcp::checkpoint
+
+namespace dcp::checkpoint {
+namespace {
+
+metadata::StoredChunk Chunk(int64_t row, uint32_t file, uint64_t offset, uint64_t xxh3) {
+  metadata::StoredChunk c;
+  c.box = Box{{row, 0}, {1, 4}};
+  c.file = file;
+  c.byte_offset = offset;
+  c.byte_length = 16;
+  c.xxh3 = xxh3;
+  return c;
+}
+
+// A copy of a committed checkpoint against a base: chunks with the base's checksums become
+// references, each file keeps the rest at offsets behind a new header (keys as the metadata
+// implies them), a file left empty is dropped, and a file of bytes entries is copied whole.
+TEST(Incremental, ACopyReferencesWhatTheBaseRecordedAndCutsTheFiles) {
+  metadata::Metadata src;
+  src.block_size = metadata::kChecksumBlockSize;
+  src.files = {
+      {"data-r0.safetensors", 200, ""}, {"data-r1.safetensors", 100, ""}, {"bytes-r0", 8, ""}};
+  src.tensors = {{"a", DType::kF32, Shape{2, 4}, {Chunk(0, 0, 80, 11), Chunk(1, 0, 96, 12)}, ""},
+                 {"b", DType::kF32, Shape{1, 4}, {Chunk(0, 0, 112, 13)}, ""},
+                 {"c", DType::kF32, Shape{1, 4}, {Chunk(0, 1, 80, 14)}, ""}};
+  src.bytes = {{"step", 2, 0, 8, 99, ""}};
+  metadata::Metadata base = src;
+  base.files = {{"old-r0.safetensors", 800, ""}, {"old-r1.safetensors", 800, "step_0"}};
+  base.tensors[0].chunks[0].file = 1;  // itself a reference into step_0
+  base.tensors[0].chunks[0].byte_offset = 500;
+  base.tensors[0].chunks[1].xxh3 = 99;  // changed since
+  base.tensors[1].chunks[0].xxh3 = 98;  // changed
+  base.tensors[2].chunks[0].file = 0;
+  base.tensors[2].chunks[0].byte_offset = 700;
+  base.bytes.clear();
+  auto chunks = BaseChunks::Decode(metadata::Encode(base), "/r/step_2", "/r/step_1");
+  ASSERT_TRUE(chunks.ok()) << chunks.status().message();
+
+  const IncrementalCopy copy = PlanIncrementalCopy(src, *chunks);
+  EXPECT_EQ(copy.chunks_referenced, 2u);
+  EXPECT_EQ(copy.bytes_referenced, 32u);
+  ASSERT_EQ(copy.files.size(), 3u);
+  EXPECT_EQ(copy.files[0].kind, FileCopy::Kind::kSubset);
+  EXPECT_EQ(copy.files[1].kind, FileCopy::Kind::kNone);
+  EXPECT_EQ(copy.files[2].kind, FileCopy::Kind::kWhole);
+  // a's second chunk and b, in the source's order, under the keys verify expects.
+  storage::SafetensorsHeader h;
+  h.Add("a", DType::kF32, Shape{1, 4}, 16);
+  h.Add("b", DType::kF32, Shape{1, 4}, 16);
+  const std::string header = std::move(h).Finish();
+  EXPECT_EQ(copy.files[0].header, header);
+  ASSERT_EQ(copy.files[0].kept.size(), 2u);
+  EXPECT_EQ(copy.files[0].kept[0], &src.tensors[0].chunks[1]);
+
+  const metadata::Metadata& md = copy.md;
+  ASSERT_EQ(md.files.size(), 4u);
+  EXPECT_EQ(md.files[0].name, "data-r0.safetensors");
+  EXPECT_EQ(md.files[0].size, header.size() + 32);
+  EXPECT_EQ(md.files[1].name, "bytes-r0");
+  // References resolved to where the bytes are: a's first chunk into step_0, c into step_1.
+  const auto& a0 = md.tensors[0].chunks[0];
+  EXPECT_EQ(md.files[a0.file].base, "step_0");
+  EXPECT_EQ(md.files[a0.file].name, "old-r1.safetensors");
+  EXPECT_EQ(a0.byte_offset, 500u);
+  const auto& c0 = md.tensors[2].chunks[0];
+  EXPECT_EQ(md.files[c0.file].base, "step_1");
+  EXPECT_EQ(c0.byte_offset, 700u);
+  EXPECT_EQ(md.tensors[0].chunks[1].file, 0u);
+  EXPECT_EQ(md.tensors[0].chunks[1].byte_offset, header.size());
+  EXPECT_EQ(md.tensors[1].chunks[0].byte_offset, header.size() + 16);
+  EXPECT_EQ(md.bytes[0].file, 1u);
+  // It encodes (version 4) and decodes as it is.
+  auto back = metadata::Decode(metadata::Encode(md, metadata::VersionFor(md)));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(metadata::Encode(*back), metadata::Encode(md));
+
+  // Without checksums in the source nothing is referenced.
+  metadata::Metadata unchecked = src;
+  unchecked.has_checksums = false;
+  EXPECT_EQ(PlanIncrementalCopy(unchecked, *chunks).chunks_referenced, 0u);
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ struct TierOutcome {
   Status replicated;
   bool drain_due = false;
   Status drained;
+  bool drained_incremental = false;  // the drained step references a base
 };
 
 // An upper bound of the bytes a rank writes when saving `sd` (its whole state: replicas are
@@ -93,6 +94,9 @@ struct CheckpointManager::Impl {
   StepBases bases;
   int64_t incrementals_in_a_row = 0;
   bool saving_incremental = false;
+  // On every rank: the complete steps that may reference a base (their files are not the
+  // memory tier's copies of them).
+  std::set<int64_t> referencing;
 
   Impl(std::string r, ManagerOptions o, FileSystem& f)
       : root(std::move(r)), opts(std::move(o)), fs(f) {
@@ -157,21 +161,28 @@ struct CheckpointManager::Impl {
           int64_t chain = 0;
           for (auto it = complete.rbegin(); it != complete.rend() && bases.count(*it); ++it)
             ++chain;
-          payload = EncodeSteps(complete) + "/ " + std::to_string(chain);
+          std::vector<int64_t> with_bases;
+          for (int64_t s : complete) {
+            if (bases.count(s)) with_bases.push_back(s);
+          }
+          payload =
+              EncodeSteps(complete) + "/ " + std::to_string(chain) + "/" + EncodeSteps(with_bases);
         }
       }
     }
+    // "<complete steps>/ <incremental chain>/<steps with bases>"
     const std::string agreed = ValueOrThrow(BroadcastOrFail(*comm, 0, st, payload));
-    const size_t slash = agreed.find('/');
+    const size_t slash = agreed.find('/'), second = agreed.find('/', slash + 1);
     steps = DecodeSteps(agreed.substr(0, slash));
-    if (slash != std::string::npos)
-      incrementals_in_a_row = DecodeSteps(agreed.substr(slash + 1))[0];
+    if (second != std::string::npos) {
+      incrementals_in_a_row = DecodeSteps(agreed.substr(slash + 1, second - slash - 1))[0];
+      for (int64_t s : DecodeSteps(agreed.substr(second + 1))) referencing.insert(s);
+    }
     if (opts.memory_tier) {
       tier = ValueOrThrow(tier::MemoryTier::Open(root, *opts.memory_tier, *comm));
       fg_groups = std::make_unique<tier::PairGroups>(comm);
       const auto inventories = ValueOrThrow(tier->Survey(*comm));
-      memory_steps =
-          tier::RestorableSteps(inventories, std::set<int64_t>(steps.begin(), steps.end()));
+      memory_steps = tier::RestorableSteps(inventories, Durable().FileSources());
     }
   }
 
@@ -218,9 +229,17 @@ struct CheckpointManager::Impl {
     return false;
   }
 
+  // The root's complete steps, as a tier restore sees them.
+  tier::DurableSteps Durable() const {
+    return {std::set<int64_t>(steps.begin(), steps.end()), [this](int64_t s) { return Dir(s); },
+            &fs, referencing};
+  }
+
   // After the save of `step` into the tier ended with `saved` (the same on every rank):
-  // replication to partner hosts, then the drain to the root when due. Collective on `c`.
-  TierOutcome RunTierSteps(Comm& c, tier::PairGroups& groups, int64_t step, const Status& saved) {
+  // replication to partner hosts, then the drain to the root when due (incrementally against
+  // `base` when given: DrainBase). Collective on `c`.
+  TierOutcome RunTierSteps(Comm& c, tier::PairGroups& groups, int64_t step, const Status& saved,
+                           const std::string& base) {
     TierOutcome o;
     o.saved = saved;
     if (!saved.ok()) return o;
@@ -228,7 +247,7 @@ struct CheckpointManager::Impl {
     o.replicated = AgreeOnStatus(c, tier->Replicate(groups, step, &stats));
     const int64_t every = tier->options().persist_every;
     o.drain_due = every > 0 && step % every == 0;
-    if (o.drain_due) o.drained = tier->Drain(c, step, fs, Dir(step));
+    if (o.drain_due) o.drained = tier->Drain(c, step, fs, Dir(step), base, &o.drained_incremental);
     return o;
   }
 
@@ -264,7 +283,10 @@ struct CheckpointManager::Impl {
                    "replication failed: %s\n",
                    static_cast<long long>(step), o.replicated.message().c_str());
     }
-    if (o.drain_due) Finalize(step, o.drained);
+    if (o.drain_due) {
+      saving_incremental = o.drained_incremental;
+      Finalize(step, o.drained);
+    }
   }
 
   void EnsureBackgroundComm() {
@@ -288,7 +310,10 @@ struct CheckpointManager::Impl {
     const int64_t s = *saved_in_memory.rbegin();
     if (!steps.empty() && s <= steps.back()) return;
     if (!memory_steps.empty() && memory_steps.back() != s) return;
-    Finalize(s, tier->Drain(*comm, s, fs, Dir(s)));
+    bool referenced = false;
+    const Status drained = tier->Drain(*comm, s, fs, Dir(s), NextBase(), &referenced);
+    saving_incremental = referenced;
+    Finalize(s, drained);
   }
 
   // A step a load found corrupt: no longer complete, on every rank; rank 0 records why in the
@@ -307,13 +332,18 @@ struct CheckpointManager::Impl {
     }
   }
 
-  // The options of a save into the root: incremental against the newest complete
-  // step when that is on and the chain is not yet full_every - 1 long.
+  // The base of the next save into the root: the newest complete step when saves are
+  // incremental and the chain is not yet full_every - 1 long; empty for a full save.
+  std::string NextBase() const {
+    const bool incremental =
+        opts.incremental && !steps.empty() && incrementals_in_a_row + 1 < opts.full_every;
+    return incremental ? Dir(steps.back()) : std::string();
+  }
+
   SaveOptions RootSaveOptions() {
     SaveOptions o = opts.save;
-    saving_incremental =
-        opts.incremental && !steps.empty() && incrementals_in_a_row + 1 < opts.full_every;
-    if (saving_incremental) o.incremental_base = Dir(steps.back());
+    o.incremental_base = NextBase();
+    saving_incremental = !o.incremental_base.empty();
     return o;
   }
 
@@ -341,6 +371,7 @@ struct CheckpointManager::Impl {
     std::vector<int64_t> next = steps;
     next.push_back(step);
     incrementals_in_a_row = saving_incremental ? incrementals_in_a_row + 1 : 0;
+    if (saving_incremental) referencing.insert(step);
     Status st;
     std::string payload;
     if (rank == 0 && saving_incremental) {
@@ -369,7 +400,10 @@ struct CheckpointManager::Impl {
   }
 
   void RemoveFromSteps(const std::vector<int64_t>& removed) {
-    for (int64_t r : removed) steps.erase(std::remove(steps.begin(), steps.end(), r), steps.end());
+    for (int64_t r : removed) {
+      steps.erase(std::remove(steps.begin(), steps.end(), r), steps.end());
+      referencing.erase(r);
+    }
   }
 
   // Rank 0: removes what the policy retires, given that `latest` durably names `latest`.
@@ -420,11 +454,6 @@ CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::mo
     ThrowIfError(InvalidArgument(where + "save.incremental_base is the manager's to choose: set "
                                          "ManagerOptions::incremental instead"));
   }
-  if (o.incremental && o.memory_tier) {
-    ThrowIfError(InvalidArgument(where +
-                                 "incremental saves are not supported with a memory tier (its "
-                                 "steps are whole copies in host memory)"));
-  }
   impl_->Open();
 }
 
@@ -455,7 +484,7 @@ SaveResult CheckpointManager::Save(int64_t step, const StateDict& sd) {
   if (m.TierTakes(step, sd, /*retain_now=*/true)) {
     auto r = checkpoint::Save(sd, m.tier->StepDir(step), m.TierSaveOptions(),
                               storage::PosixFileSystem());
-    m.FinalizeTier(step, m.RunTierSteps(*m.comm, *m.fg_groups, step, r.status()));
+    m.FinalizeTier(step, m.RunTierSteps(*m.comm, *m.fg_groups, step, r.status(), m.NextBase()));
     return std::move(r).value();
   }
   // Save creates the step's directory; `latest`'s atomic write syncs the root, which makes the
@@ -476,11 +505,11 @@ void CheckpointManager::AsyncSave(int64_t step, const StateDict& sd) {
                                           {}, storage::PosixFileSystem());
     m.pending_step = step;
     // Replication and the drain follow in the background, on the tier's own communicator.
-    m.tier_job = std::async(std::launch::async, [&m, h = m.pending, step] {
+    m.tier_job = std::async(std::launch::async, [&m, h = m.pending, step, base = m.NextBase()] {
       try {
         const Status saved = h.status();  // waits for the save
         if (saved.ok()) m.tier->Retain(static_cast<size_t>(m.tier->options().keep_last - 1), step);
-        return m.RunTierSteps(*m.bg_comm, *m.bg_groups, step, saved);
+        return m.RunTierSteps(*m.bg_comm, *m.bg_groups, step, saved, base);
       } catch (const std::exception& e) {
         TierOutcome o;
         o.saved = Internal(std::string("memory tier job: ") + e.what());
@@ -517,9 +546,8 @@ LoadResult CheckpointManager::Load(StateDict& sd, std::optional<int64_t> step) {
   std::string& fell_back = account.fell_back;
   if (m.tier) {
     // From the hosts' memory unless the root holds a newer step.
-    tier::DurableSteps durable{std::set<int64_t>(m.steps.begin(), m.steps.end()),
-                               [&m](int64_t s) { return m.Dir(s); }, &m.fs};
-    auto r = ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, durable, step, &account));
+    auto r =
+        ValueOrThrow(m.tier->Restore(*m.fg_groups, sd, m.opts.load, m.Durable(), step, &account));
     if (r && !step) m.ForgetMemoryStepsAbove(r->step, fell_back);
     if (r) return *std::move(r);
   }

@@ -4,13 +4,16 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
+#include "checkpoint/incremental_copy.h"
 #include "checkpoint/names.h"
 #include "checkpoint/torch_probe.h"
 #include "comm/exchange.h"
 #include "comm/host_id.h"
 #include "core/log.h"
 #include "core/wire.h"
+#include "metadata/codec.h"
 #include "tier/host_dir.h"
 
 namespace dcp::tier {
@@ -135,27 +138,56 @@ Status MemoryTier::Replicate(PairGroups& groups, int64_t step, TransferStats* st
   return stats->local_failure;
 }
 
-Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs,
-                         const std::string& dst) const {
+Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs, const std::string& dst,
+                         const std::string& base, bool* referenced) const {
   const int me = comm.rank();
+  const std::string where = "persist step " + std::to_string(step) + " to " + dst + ": ";
   Status st;
-  if (me == 0) st = fs.CreateDirs(dst);
-  DCP_RETURN_IF_ERROR(
-      BroadcastStatus(comm, 0, st.Annotate("persist step " + std::to_string(step) + ": ")));
+  std::string base_encoded;  // rank 0 reads the base once; empty: a whole copy
+  if (me == 0) {
+    st = fs.CreateDirs(dst);
+    if (st.ok() && !base.empty()) {
+      auto b = checkpoint::ReadIncrementalBase(fs, base);
+      if (b.ok()) {
+        base_encoded = std::move(b).value();
+      } else {
+        std::fprintf(stderr, "dcp memory tier: %scopied whole: %s\n", where.c_str(),
+                     b.status().message().c_str());
+      }
+    }
+  }
+  DCP_RETURN_IF_ERROR(BroadcastStatus(comm, 0, st.Annotate(where)));
+  if (!base.empty()) DCP_RETURN_IF_ERROR(comm.Broadcast(base_encoded, 0));
   auto md = ReadStepMetadata(StepDir(step));
   Status copied = md.status();
+  std::optional<checkpoint::IncrementalCopy> plan;
+  if (copied.ok() && !base_encoded.empty()) {
+    auto chunks = checkpoint::BaseChunks::Decode(base_encoded, dst, base);
+    copied = chunks.status();
+    if (copied.ok()) plan = checkpoint::PlanIncrementalCopy(md->first, *chunks);
+  }
   for (size_t f = 0; copied.ok() && f < md->first.files.size(); ++f) {
     const std::string& name = md->first.files[f].name;
     if (checkpoint::DataFileRank(name) != me) continue;
-    copied = CopyFile(Local(), JoinPath(StepDir(step), name), fs, JoinPath(dst, name));
+    using Kind = checkpoint::FileCopy::Kind;
+    const Kind kind = plan ? plan->files[f].kind : Kind::kWhole;
+    if (kind == Kind::kWhole) {
+      copied = CopyFile(Local(), JoinPath(StepDir(step), name), fs, JoinPath(dst, name));
+    } else if (kind == Kind::kSubset) {
+      copied =
+          checkpoint::WriteKeptChunks(plan->files[f], md->first, Local(), StepDir(step), fs, dst);
+    }
   }
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(
-      comm, copied.Annotate("persist step " + std::to_string(step) + " to " + dst + ": ")));
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, copied.Annotate(where)));
+  const bool references = plan && plan->chunks_referenced > 0;
+  if (referenced) *referenced = references;
   // The metadata last: the durable step is complete only once every file is there.
   if (me == 0) {
-    st = fs.WriteAtomic(JoinPath(dst, std::string(checkpoint::kMetadataName)), md->second,
-                        ".tmp-drain")
-             .Annotate("persist step " + std::to_string(step) + " to " + dst + ": ");
+    const std::string encoded =
+        references ? metadata::Encode(plan->md, metadata::VersionFor(plan->md)) : md->second;
+    st =
+        fs.WriteAtomic(JoinPath(dst, std::string(checkpoint::kMetadataName)), encoded, ".tmp-drain")
+            .Annotate(where);
     if (st.ok()) checkpoint::PublishTorchProbe(fs, dst, ".tmp-drain");
   }
   return BroadcastStatus(comm, 0, st);

@@ -10,8 +10,10 @@
 // remembered: a tier survives the processes that wrote it, and a restarted job finds it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -34,6 +36,17 @@ struct DurableSteps {
   std::set<int64_t> complete;
   std::function<std::string(int64_t)> dir_of;
   storage::FileSystem* fs = nullptr;
+  // Complete steps that reference a base (incremental): their files are not the memory copy's,
+  // so they never fill in a file the hosts lack.
+  std::set<int64_t> referencing;
+
+  // The complete steps whose files are the memory copy's.
+  std::set<int64_t> FileSources() const {
+    std::set<int64_t> out;
+    std::set_difference(complete.begin(), complete.end(), referencing.begin(), referencing.end(),
+                        std::inserter(out, out.end()));
+    return out;
+  }
 };
 
 class MemoryTier {
@@ -66,7 +79,12 @@ class MemoryTier {
 
   // Collective: `step` written into the durable directory `dst` (on `fs`): every rank copies
   // the files it wrote from this host's tier, then rank 0 commits the metadata. Agreed.
-  Status Drain(Comm& comm, int64_t step, storage::FileSystem& fs, const std::string& dst) const;
+  // With `base` (a committed sibling of `dst`, the same on every rank), incrementally: chunks
+  // the base holds are referenced, not copied (checkpoint/incremental_copy.h); a base that
+  // cannot be read makes a whole copy, with a warning. *referenced (every rank alike): whether
+  // the copy references the base.
+  Status Drain(Comm& comm, int64_t step, storage::FileSystem& fs, const std::string& dst,
+               const std::string& base = {}, bool* referenced = nullptr) const;
 
   // This host (its first rank; others return at once): removes the step directories below
   // step `below` but the newest `keep` of them.

@@ -139,9 +139,10 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
     pass_over(tried, DataLoss("no intact copy of every file left (damaged: " + files + ")"));
     tried = -1;
   };
+  const std::set<int64_t> file_sources = durable.FileSources();
   while (true) {
     const std::optional<MemoryStep> found_step =
-        ChooseMemoryStep(inventories, bad, durable.complete, below, preferred);
+        ChooseMemoryStep(inventories, bad, file_sources, below, preferred);
     gave_up(found_step ? std::optional<int64_t>(found_step->step) : std::nullopt);
     if (!found_step || (only_step && found_step->step != *only_step)) {
       return std::optional<LoadResult>();
@@ -240,7 +241,7 @@ Result<std::optional<LoadResult>> MemoryTier::Restore(PairGroups& groups, StateD
         (void)Local().CreateDirs(dir);
       }
       TransferDirs dirs{&Local(), dir, durable.fs,
-                        durable.complete.count(step) ? durable.dir_of(step) : std::string()};
+                        file_sources.count(step) ? durable.dir_of(step) : std::string()};
       DCP_RETURN_IF_ERROR(
           TransferFiles(groups, plan.fetches, dirs, {}, ReceiveChecks(meta), &stats));
       // Copies that arrived damaged (or that their sender could not read) are passed over

@@ -8,6 +8,9 @@
 // options: --persist-every N  --no-persist-at-exit  --async  --die-after-ms MS (every rank is
 //          SIGKILLed then)  --expect-step S  --expect-at-least S  --expect-memory yes|no
 //          --expect-no-storage (restore: no file copied from the root)
+//          --incremental (the root's saves are incremental and the experts' weights stay
+//          frozen, in both modes; a save job then verifies every root step and prints
+//          "referencing N": the root steps that reference a base)
 //
 // Each step's tensors are the workload's pattern XORed with the step number, and a bytes entry
 // holds the step: a load that mixed steps, or took one copy for another, fails the check.
@@ -24,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "dcp/checkpoint.h"
 #include "dcp/manager.h"
 #include "dcp/mpi_comm.h"
 #include "workload/layout_spec.h"
@@ -42,6 +46,7 @@ struct Args {
   int64_t expect_step = -1, expect_at_least = -1;
   std::string expect_memory;
   bool expect_no_storage = false;
+  bool incremental = false;
 };
 
 [[noreturn]] void Fail(int rank, const std::string& why) {
@@ -51,10 +56,12 @@ struct Args {
   std::abort();
 }
 
-void XorStep(dcp::workload::OwnedStateDict& owned, int64_t step) {
+// Every tensor but the frozen ones (with --incremental: the experts', most of the bytes).
+void XorStep(dcp::workload::OwnedStateDict& owned, int64_t step, bool frozen_experts) {
   const auto x = static_cast<std::byte>(step & 0xff);
   for (const auto& e : owned.sd.entries()) {
     if (e.kind != dcp::StateEntry::Kind::kTensor) continue;
+    if (frozen_experts && e.fqn.find("experts") != std::string::npos) continue;
     for (const auto& c : e.chunks) {
       const uint64_t n = *dcp::DTypeBytes(e.dtype, c.box.NumElements());
       for (uint64_t i = 0; i < n; ++i) c.view.bytes()[i] ^= x;
@@ -109,6 +116,8 @@ int main(int argc, char** argv) {
       a.expect_memory = next();
     else if (f == "--expect-no-storage")
       a.expect_no_storage = true;
+    else if (f == "--incremental")
+      a.incremental = true;
     else
       Fail(rank, "unknown flag " + f);
   }
@@ -128,6 +137,7 @@ int main(int argc, char** argv) {
   dcp::ManagerOptions opts;
   opts.comm = world;
   opts.policy.keep_last = 2;
+  opts.incremental = a.incremental;
   dcp::MemoryTierOptions tier;
   tier.dir = a.tier;
   tier.persist_every = a.persist_every;
@@ -155,7 +165,7 @@ int main(int argc, char** argv) {
       owned->sd.add_bytes("train/step", std::to_string(first));
       int64_t prev = 0;
       for (int64_t s = first; s < first + a.steps; ++s) {
-        XorStep(*owned, prev ^ s);  // the pattern XOR s
+        XorStep(*owned, prev ^ s, a.incremental);  // the pattern XOR s
         prev = s;
         owned->sd.add_bytes("train/step", std::to_string(s));
         if (a.async) {
@@ -170,6 +180,20 @@ int main(int argc, char** argv) {
       }
       mgr.Wait();
       if (rank == 0 && a.async) std::printf("saved %lld\n", static_cast<long long>(prev));
+      if (rank == 0 && a.incremental) {
+        int referencing = 0;
+        for (int64_t s : mgr.steps()) {
+          dcp::verify(mgr.step_dir(s));  // every byte, the referenced ones included
+          const dcp::Metadata md = dcp::read_metadata(mgr.step_dir(s));
+          for (const auto& f : md.files) {
+            if (!f.base.empty()) {
+              ++referencing;
+              break;
+            }
+          }
+        }
+        std::printf("referencing %d\n", referencing);
+      }
       std::fflush(stdout);
     } else {
       auto owned = dcp::workload::MakeEmptyLike(*model, *layout, rank);
@@ -180,7 +204,7 @@ int main(int argc, char** argv) {
       const std::string text(reinterpret_cast<const char*>(e->bytes.data()), e->bytes.size());
       if (text != std::to_string(r.step))
         Fail(rank, "step entry says " + text + ", load says " + std::to_string(r.step));
-      XorStep(*owned, r.step);
+      XorStep(*owned, r.step, a.incremental);
       if (auto v = dcp::workload::VerifyStateDict(owned->sd); !v.ok()) {
         Fail(rank, "step " + std::to_string(r.step) + " loaded wrong data: " + v.ToString());
       }

@@ -11,7 +11,8 @@
 # they alone held is gone, the newest step left loads, its missing files from the root; a
 # flipped byte in one copy: the other copy is used; then ROUNDS rounds of saving, killing the
 # job at a random moment, losing a random host, and restoring on the others: never older than
-# the last step whose save returned, always one step's exact data.
+# the last step whose save returned, always one step's exact data. And an incremental root
+# fed by the tier's drains, restored from memory and from the root.
 # No timing assertions: timeouts are hang guards.
 set -u
 mpiexec=$1
@@ -100,6 +101,21 @@ for r in 0 1 2 3; do
   grep -q "^rank $r: damaged copy: host h0: step 2, $(basename "$victim"): " "$log" ||
     fail "rank $r's load result does not name h0's damaged $(basename "$victim")"
 done
+
+echo "== incremental root: drains write what changed; restores from memory and from the root"
+root=$work/e/ckpt tier=$work/e/tier
+job "h0 h1 h2 h3" save "$root" "$tier" tp2,dp2 3 --incremental --async || fail "save job"
+grep -q '^saved 3$' "$log" || fail "step 3 was not saved"
+# keep_last 2 keeps steps 2 and 3, and step 1 as their base.
+grep -q '^referencing 2$' "$log" || fail "steps 2 and 3 should reference a base"
+lose "$tier" h1
+job "h0 h2 h3" restore "$root" "$tier" tp3 --incremental --expect-step 3 --expect-memory yes \
+  --expect-no-storage || fail "incremental: restore after losing h1"
+grep restored "$log"
+rm -rf "$tier"
+job "h0 h1" restore "$root" "$tier" tp2 --incremental --expect-step 3 --expect-memory no ||
+  fail "incremental: restore from the root"
+grep restored "$log"
 
 echo "== kill loop: $rounds rounds of save, SIGKILL, a lost host, restore"
 root=$work/d/ckpt tier=$work/d/tier
