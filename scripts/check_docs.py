@@ -6,7 +6,8 @@
 - every docs/ page is linked from README.md;
 - every DCP_* environment variable the sources read appears in docs/environment.md;
 - no page narrates the project's history ("stop 12", "issue 14");
-- every Python code block of README.md and docs/python.md is valid Python;
+- every Python code block of README.md and docs/python.md is valid Python (python/tests/
+  test_docs.py runs them all, in the Python package's tests);
 - the modules of python/hyperdcp import one another without a circle (imports inside
   functions included: they are cycles all the same once called).
 
