@@ -44,21 +44,40 @@ bench: build
 	$(BUILD)/bench/metadata_bench
 	$(MAKE) bench-simulate
 
-# `make bench`, then its two reports written into docs/benchmarks.md's current tables, each
-# stamped with its command, the version, the commit and this machine (scripts/bench_tables.py).
+# Every benchmark whose tables docs/benchmarks.md shows, then those tables written, each
+# stamped with its command, the version, the commit and this machine (scripts/bench_tables.py):
+# `make bench`, incremental saves on 2 ranks, the memory tier on 4 emulated hosts (root reads
+# capped at 0.5 GiB/s), and hyperdcp against torch DCP under torchrun (the Python package's
+# test environment, $(BUILD)/py_venv, built by `make test`). About 20 minutes on 2 cores.
+BENCH_INCREMENTAL = --layers 8 --width-scale 0.44 --phases incremental --repeat 5 --pause 0.5
+BENCH_TIER = --layers 2 --width-scale 0.25 --phases tier --repeat 5 --pause 0.5 \
+  --storage-gibps 0.5 --save-layout tp4 --load-layout tp2,dp2
+BENCH_PYTHON = --size-mb 256 --repeat 3 --pause 0.5
+PY_VENV = $(BUILD)/py_venv
 bench-docs: bench
+	mpirun -np 2 $(BUILD)/dcp bench $(BENCH_INCREMENTAL) --dir $(BENCH_DIR) --json bench-incremental.json
+	OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np 4 sh -c 'DCP_HOST_ID=h$$OMPI_COMM_WORLD_RANK exec "$$0" "$$@"' \
+	  $(BUILD)/dcp bench $(BENCH_TIER) --dir $(BENCH_DIR) --json bench-tier.json
+	$(PY_VENV)/bin/pip install -q --no-build-isolation . -C build-dir=$(BUILD)/py_build
+	OMP_NUM_THREADS=1 $(PY_VENV)/bin/python -m torch.distributed.run --nproc_per_node 4 \
+	  -m hyperdcp.bench $(BENCH_PYTHON) --dir $(BENCH_DIR)/python --json bench-python.json
 	python3 scripts/bench_tables.py --page docs/benchmarks.md \
-	  "bench.json:mpirun -np 4 dcp bench $(BENCH_MAIN)" \
-	  "bench-throttled.json:mpirun -np 4 dcp bench $(BENCH_THROTTLED)"
+	  --bench "bench.json:mpirun -np 4 dcp bench $(BENCH_MAIN)" \
+	  --bench "bench-throttled.json:mpirun -np 4 dcp bench $(BENCH_THROTTLED)" \
+	  --bench "bench-incremental.json:mpirun -np 2 dcp bench $(BENCH_INCREMENTAL)" \
+	  --bench "bench-tier.json:mpirun -np 4 (DCP_HOST_ID=h<rank>) dcp bench $(BENCH_TIER)" \
+	  $(foreach j,1 2 3 4,--simulate "simulate-$(j).json:dcp simulate $(SIMULATE_$(j))") \
+	  --python "bench-python.json:torchrun --nproc_per_node 4 -m hyperdcp.bench $(BENCH_PYTHON)"
 
-# Whole-job planning at scale (README.md, "dcp simulate"): balance, collective calls per rank
-# and metadata of the three 16,384/131,072-rank jobs and of a one-rank checkpoint loaded by 64
-# replicas. About 15 s.
+# Whole-job planning at scale (docs/benchmarks.md, "dcp simulate"): balance, collective calls
+# per rank and metadata of the three 16,384/131,072-rank jobs and of a one-rank checkpoint
+# loaded by 64 replicas -> simulate-N.json. About 15 s.
+SIMULATE_1 = --layers 48 --ranks 16384 --save-layout tp8,ep8,dp256 --load-layout tp4,dp4096
+SIMULATE_2 = --model dense-500b --layers 126 --optimizer --ranks 16384 --save-layout tp8,dp2048
+SIMULATE_3 = --model dense-500b --layers 126 --optimizer --ranks 131072 --save-layout tp8,dp16384
+SIMULATE_4 = --layers 48 --ranks 64 --ranks-per-host 8 --save-layout dp1 --load-layout dp64
 bench-simulate: build
-	$(BUILD)/dcp simulate --layers 48 --ranks 16384 --save-layout tp8,ep8,dp256 --load-layout tp4,dp4096
-	$(BUILD)/dcp simulate --model dense-500b --layers 126 --optimizer --ranks 16384 --save-layout tp8,dp2048
-	$(BUILD)/dcp simulate --model dense-500b --layers 126 --optimizer --ranks 131072 --save-layout tp8,dp16384
-	$(BUILD)/dcp simulate --layers 48 --ranks 64 --save-layout dp1 --load-layout dp64
+	$(foreach j,1 2 3 4,$(BUILD)/dcp simulate $(SIMULATE_$(j)) --json simulate-$(j).json &&) true
 
 bench-metadata: build
 	$(BUILD)/bench/metadata_bench

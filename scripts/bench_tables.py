@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Writes `dcp bench --json` reports into docs/benchmarks.md as tables, each stamped with the
-command that produced it, the version, the commit and the machine, between the markers
+"""Writes benchmark reports into docs/benchmarks.md as tables, each stamped with the command
+that produced it, the version, the commit and the machine, between the markers
 
     <!-- bench-tables:begin -->  ...  <!-- bench-tables:end -->
 
-so the page's current tables are regenerated, never edited by hand (`make bench-docs`).
+so the page's tables are regenerated, never edited by hand (`make bench-docs`).
 
-  bench_tables.py --page docs/benchmarks.md REPORT.json:"COMMAND" [REPORT.json:"COMMAND" ...]
+  bench_tables.py --page docs/benchmarks.md [--bench REPORT.json:"COMMAND"]...
+      [--simulate REPORT.json:"COMMAND"]... [--python REPORT.json:"COMMAND"]...
+
+--bench: `dcp bench --json` reports, one table each (with the incremental and memory tier
+summaries when those phases ran); --simulate: `dcp simulate --json` reports, one table for all;
+--python: `python -m hyperdcp.bench --json` reports, one table each.
 """
 
 import argparse
@@ -44,7 +49,11 @@ def stamp(root: Path, command: str) -> str:
     return f"`{command}` — dcp {version}, commit {commit}, {machine()}"
 
 
-def table(report: dict) -> str:
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def bench_table(report: dict) -> str:
     ref = report.get("reference", {})
     head = (f"{report.get('workload')} ({report.get('layers')} layers, width x"
             f"{report.get('width_scale')}), {report.get('unique_bytes', 0) / 2**20:.1f} MiB "
@@ -53,31 +62,107 @@ def table(report: dict) -> str:
             f"{ref.get('write_gib_per_s', 0):.2f} GiB/s, read cold "
             f"{ref.get('read_cold_gib_per_s', 0):.2f}, read warm "
             f"{ref.get('read_warm_gib_per_s', 0):.2f}, memcpy {ref.get('memcpy_gib_per_s', 0):.2f}")
-    rows = ["| phase | layout | seconds | GiB/s | reference | ratio |", "|---|---|---:|---:|---|---:|"]
-    for name, p in report.get("phases", {}).items():
-        rows.append(f"| {name} | {p.get('layout', '')} | {p.get('seconds', 0):.3f} | "
-                    f"{p.get('gib_per_s', 0):.2f} | {p.get('reference', '')} | "
-                    f"{p.get('ratio_to_reference', 0):.2f} |")
     if report.get("storage_throttle"):
         head += f"; reads capped at {report['storage_throttle'].get('gib_per_s')} GiB/s"
+    if report.get("tier"):
+        t = report["tier"]
+        head += (f"; memory tier on {t.get('hosts')} hosts, {t.get('replicas')} replica(s)"
+                 f"{', the last host lost before each restore' if t.get('host_lost') else ''}")
+    rows = ["| phase | layout | seconds | GiB/s | reference | ratio | CPU / floor |",
+            "|---|---|---:|---:|---|---:|---:|"]
+    phases = report.get("phases", {})
+    for name, p in phases.items():
+        cpu = p.get("cpu_ratio_to_floor")
+        rows.append(f"| {name} | {p.get('layout', '')} | {p.get('seconds', 0):.3f} | "
+                    f"{p.get('gib_per_s', 0):.2f} | {p.get('reference', '')} | "
+                    f"{p.get('ratio_to_reference', 0):.2f} | "
+                    f"{f'{cpu:.2f}' if cpu else '-'} |")
+    lines = []
+    inc, full = phases.get("incremental.save"), phases.get("incremental.full_save")
+    if inc and full and inc.get("bytes_changed"):
+        lines.append(f"Incremental: {gib(inc['bytes_changed'])} of "
+                     f"{gib(report.get('unique_bytes', 0))} changed; the save wrote "
+                     f"{inc['bytes_written'] / inc['bytes_changed']:.3f}x the changed bytes in "
+                     f"1/{full['seconds'] / inc['seconds']:.1f} of the full save's time.")
+        lf, li = phases.get("incremental.load_full"), phases.get("incremental.load")
+        if lf and li:
+            lines.append(f"Load of the incremental step / of the full one: "
+                         f"{li['seconds'] / lf['seconds']:.2f}x.")
+    mem, root = phases.get("tier.restore_memory"), phases.get("tier.restore_root")
+    if mem and root:
+        lines.append(f"Memory tier: restore from memory {root['seconds'] / mem['seconds']:.2f}x "
+                     f"faster than from the root; a tier save blocked the caller "
+                     f"{phases.get('tier.save', {}).get('blocked_ratio_to_memcpy', 0):.2f}x "
+                     f"a memcpy of the staged bytes.")
+    return head + "\n\n" + "\n".join(rows) + ("\n\n" + " ".join(lines) if lines else "")
+
+
+def spread(d: dict) -> str:
+    mean = d.get("mean", 0)
+    return f"{d.get('max', 0) / mean:.2f}" if mean else "-"
+
+
+def simulate_table(reports) -> str:
+    rows = ["| job | ranks | stored chunks | save max/mean | load max/mean | collectives per "
+            "rank (groups) | all-gathers | metadata (encode / decode s) | PlanBroadcast s | "
+            "command |", "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    for r, command in reports:
+        save, load, md = r.get("save", {}), r.get("load", {}), r.get("metadata", {})
+        b = load.get("broadcast", {})
+        job = (f"{r.get('workload')}{' + optimizer' if r.get('optimizer') else ''}, "
+               f"{r.get('save_layout')} -> {r.get('load_layout')}")
+        rows.append(
+            f"| {job} | {r.get('ranks'):,} | {r.get('chunks', 0):,} | "
+            f"{spread(save.get('bytes_written_per_rank', {}))} | "
+            f"{spread(b.get('read_bytes_per_rank', {}))} | "
+            f"{b.get('collectives_per_rank', {}).get('max', 0)} "
+            f"({b.get('groups_per_rank', {}).get('max', 0)}) | {b.get('gathers', 0)} | "
+            f"{md.get('bytes', 0) / 1e6:.1f} MB ({md.get('encode_seconds', 0):.3f} / "
+            f"{md.get('decode_seconds', 0):.3f}) | {b.get('plan_seconds', 0):.2f} | "
+            f"`{command}` |")
+    return "\n".join(rows)
+
+
+def python_table(report: dict) -> str:
+    head = (f"{report.get('ranks')} ranks ({report.get('backend')}), {report.get('tensors')} "
+            f"tensors, {report.get('unique_bytes', 0) / 2**20:.0f} MiB unique, torch "
+            f"{report.get('torch_version')}, median of {report.get('repeat')}")
+    rows = ["| phase | hyperdcp s | torch DCP s | torch / hyperdcp |", "|---|---:|---:|---:|"]
+    for name, p in report.get("phases", {}).items():
+        rows.append(f"| {name} | {p['dcp_seconds']:.3f} | {p['torch_seconds']:.3f} | "
+                    f"{p['ratio_torch_over_dcp']:.2f}x |")
     return head + "\n\n" + "\n".join(rows)
+
+
+def load_specs(specs):
+    out = []
+    for spec in specs or []:
+        path, _, command = spec.partition(":")
+        out.append((json.loads(Path(path).read_text()), command or f"... --json {path}"))
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--page", required=True)
-    ap.add_argument("reports", nargs="+", help='REPORT.json:"the command that wrote it"')
+    ap.add_argument("--bench", action="append", help='REPORT.json:"the command that wrote it"')
+    ap.add_argument("--simulate", action="append")
+    ap.add_argument("--python", action="append")
     a = ap.parse_args()
     page = Path(a.page)
     root = page.resolve().parent.parent
-    parts = ["The current tables, written by `scripts/bench_tables.py` from the runs' JSON "
-             "reports; ratio = seconds / the same run's reference (1.00 = at the physical "
-             "limit)."]
-    for spec in a.reports:
-        path, _, command = spec.partition(":")
-        report = json.loads(Path(path).read_text())
-        parts.append(stamp(root, command or f"dcp bench ... --json {path}") + "\n\n" +
-                     table(report))
+    parts = ["Written by `scripts/bench_tables.py` from the runs' JSON reports (`make "
+             "bench-docs`). ratio = seconds / the same run's reference (1.00 = at the physical "
+             "limit); CPU / floor = the ranks' CPU time over what the references spent on the "
+             "same bytes plus one hash pass."]
+    for report, command in load_specs(a.bench):
+        parts.append(stamp(root, command) + "\n\n" + bench_table(report))
+    sims = load_specs(a.simulate)
+    if sims:
+        parts.append(stamp(root, "dcp simulate (each job's command in its row)") + "\n\n" +
+                     simulate_table(sims))
+    for report, command in load_specs(a.python):
+        parts.append(stamp(root, command) + "\n\n" + python_table(report))
     text = page.read_text()
     block = BEGIN + "\n" + "\n\n".join(parts) + "\n" + END
     if BEGIN in text and END in text:
