@@ -30,7 +30,7 @@ test: build
 
 # `dcp bench` on 4 ranks: the Qwen3-30B-A3B shape at ~2 GiB unique (8 layers, width x0.44),
 # every phase next to the physical limit of the same directory measured in the same run
-# (README.md, "Benchmarks") -> bench.json; the loads again on emulated slow shared storage
+# (docs/benchmarks.md) -> bench.json; the loads again on emulated slow shared storage
 # (0.5 GiB/s aggregate), where read-once broadcast pays -> bench-throttled.json; then the
 # metadata codec benchmark. About 8 minutes on 2 cores.
 BENCH_DIR ?= $(BUILD)/bench-data

@@ -1,6 +1,6 @@
 // Encode/Decode throughput of the global metadata at the scale of a large sharded model.
 //
-// Design budget (docs/format.md, DESIGN.md section 4): 1,000,000 chunks encode and decode in
+// Design budget (docs/format.md, docs/design.md): 1,000,000 chunks encode and decode in
 // well under a second each, at under 100 bytes per chunk.
 #include <benchmark/benchmark.h>
 

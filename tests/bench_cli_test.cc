@@ -1,5 +1,5 @@
 // `dcp bench` and `dcp simulate` end to end: the documented JSON keys are there and the
-// invariants hold (README.md, "Benchmark" and "Simulate"). No timing assertions.
+// invariants hold (docs/benchmarks.md). No timing assertions.
 #include <gtest/gtest.h>
 #include <sys/vfs.h>
 

@@ -71,7 +71,8 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     own memory (CPU) or one host copy (device memory); non-tensor values are stored typed,
     never pickled unless `allow_pickle`. `overwrite=False` (or FileSystemWriter(...,
     overwrite=False)) refuses a directory holding a committed checkpoint, before any write.
-    `step`: without collectives, the save's identity (docs/python.md, "Without collectives").
+    `step`: without collectives, the save's identity (docs/failure-modes.md, "Saves without
+    collectives").
     `incremental_base`: a committed checkpoint in a sibling directory; tensors' chunks it holds
     unchanged are referenced, not written again (docs/incremental.md). Returns this rank's
     SaveResult (`call_seconds`: the whole call as the caller waited; `python_seconds`: the

@@ -42,6 +42,8 @@ class SaveResult:
     write_seconds: float
     commit_seconds: float
     total_seconds: float
+    call_seconds: float  # set by hyperdcp's save: the whole call as the caller waited
+    python_seconds: float  # the Python side's share of call_seconds
 
 class LoadResult:
     bytes_read: int
@@ -66,6 +68,8 @@ class LoadResult:
     private_seconds: float
     read_seconds: float
     total_seconds: float
+    call_seconds: float  # set by hyperdcp's load: the whole call as the caller waited
+    python_seconds: float  # the Python side's share of call_seconds
     step: int  # manager loads: the step loaded
     fell_back: str  # manager loads: why newer steps were passed over
     damaged_copies: List[str]  # memory tier: every damaged copy found, "host H: step N, FILE: why"

@@ -13,6 +13,8 @@ import hyperdcp._dcp as ext
 STUB = Path(hyperdcp.__file__).parent / "_dcp.pyi"
 # Members every exception has from BaseException; instance attributes set at raise time.
 INHERITED = {"args", "add_note", "with_traceback", "code"}
+# Set on every result by the package's save and load (the classes take attributes).
+SET_PER_CALL = {"call_seconds", "python_seconds"}
 
 
 def stub_tree():
@@ -62,9 +64,21 @@ def test_class_members_match():
             continue
         in_stub = {n for n in declared(node.body) if not n.startswith("_")}
         at_runtime = {n for n in dir(getattr(ext, name)) if not n.startswith("_")} - INHERITED
+        if name in ("SaveResult", "LoadResult"):
+            at_runtime |= SET_PER_CALL
         if at_runtime - in_stub or in_stub - at_runtime - INHERITED:
             problems.append((name, sorted(at_runtime - in_stub), sorted(in_stub - at_runtime)))
     assert not problems, "(class, missing from the stub, missing at runtime): %s" % problems
+
+
+def test_the_results_carry_what_the_stub_says_the_package_sets(tmp_path):
+    import torch
+
+    saved = hyperdcp.save({"w": torch.ones(4)}, tmp_path / "c", no_dist=True)
+    loaded = hyperdcp.load({"w": torch.zeros(4)}, tmp_path / "c", no_dist=True)
+    for result in (saved, loaded):
+        for name in SET_PER_CALL:
+            assert isinstance(getattr(result, name), float), (type(result).__name__, name)
 
 
 def test_signatures_match():

@@ -155,6 +155,6 @@ struct BenchReport {
 Result<BenchReport> RunBench(std::shared_ptr<Comm> comm, const BenchOptions& opts);
 
 std::string FormatTable(const BenchReport& r);
-std::string ReportJson(const BenchReport& r);  // the schema in README.md, "`dcp bench`"
+std::string ReportJson(const BenchReport& r);  // the schema in docs/benchmarks.md
 
 }  // namespace dcp::bench

@@ -1,4 +1,4 @@
-// A load layout's own read pattern, as a reference of `dcp bench` (README.md, "`dcp bench`"):
+// A load layout's own read pattern, as a reference of `dcp bench` (docs/benchmarks.md):
 // every stored chunk the layout needs, read raw once by one rank that needs it, in file
 // order, a rank's adjacent chunks as one run. It is what any reader that reads only what its
 // ranks need asks of the disk, so a load's distance to it is dcp's own (planning, exchanges,

@@ -1,5 +1,5 @@
 // What `dcp bench` prints: the table with its summary lines, and the JSON report whose schema
-// README.md documents ("Benchmark").
+// docs/benchmarks.md documents.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>

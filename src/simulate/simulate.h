@@ -95,6 +95,6 @@ struct SimulateReport {
 Result<SimulateReport> Simulate(const SimulateOptions& opts);
 
 std::string FormatReport(const SimulateReport& r);
-std::string ReportJson(const SimulateReport& r);  // the schema in README.md, "`dcp simulate`"
+std::string ReportJson(const SimulateReport& r);  // the schema in docs/benchmarks.md
 
 }  // namespace dcp::simulate
