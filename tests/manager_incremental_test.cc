@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "checkpoint/names.h"
@@ -180,6 +181,77 @@ TEST(IncrementalManager, DrainsFromAMemoryTierReferenceTheRoot) {
   EXPECT_EQ(r.fell_back, "");  // nothing was tried in memory and found wrong
   Tuned want;
   want.Fill(3);
+  EXPECT_EQ(got.frozen, want.frozen);
+  EXPECT_EQ(got.adapter, want.adapter);
+}
+
+// What a drain into an incremental root checks: the bytes it copies from memory (a damaged
+// copy there would otherwise become the bytes later drains reference), and its base (one that
+// cannot be read makes a whole copy, not a failure).
+TEST(IncrementalManager, ADrainChecksWhatItCopiesAndCopiesWholeWithoutAUsableBase) {
+  TempDir d;
+  const std::string root = d.Sub("ckpt");
+  CheckpointManager mgr(root, ManagerOptions{.memory_tier = MemoryTierOptions{.dir = d.Sub("shm"),
+                                                                              .keep_last = 2,
+                                                                              .persist_every = 0},
+                                             .incremental = true});
+  const std::string host = tier::HostTierDir(d.Sub("shm"), root);
+  auto flip = [&](int64_t step, const std::string& fqn) {
+    const std::string dir = host + "/" + checkpoint::StepDirName(step);
+    const Metadata md = read_metadata(dir);
+    for (const auto& t : md.tensors) {
+      if (t.fqn != fqn) continue;
+      const auto& c = t.chunks.front();
+      std::fstream f(dir + "/" + md.files[c.file].name,
+                     std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(c.byte_offset + c.byte_length / 2));
+      f.put('\x5a');
+      return;
+    }
+    FAIL() << fqn << " not found in " << dir;
+  };
+  auto persist_fails = [&](int64_t step) {
+    try {
+      mgr.Persist();
+      ADD_FAILURE() << "step " << step << " drained from a damaged memory copy";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kDataLoss) << e.what();
+    }
+    EXPECT_EQ(mgr.steps().back(), 1);
+  };
+  Tuned st;
+  st.Fill(1);
+  mgr.Save(1, st.sd);
+  mgr.Persist();  // step 1, whole: the root had no step
+  // Step 2 changes every tensor (its file is copied whole), and its copy in memory is damaged.
+  st.frozen[0] += 1;
+  st.Fill(2);
+  mgr.Save(2, st.sd);
+  flip(2, "base.weight");
+  persist_fails(2);
+  // Step 3 changes the adapter only (its file is cut to it), damaged in memory too.
+  st.frozen[0] -= 1;
+  st.Fill(3);
+  mgr.Save(3, st.sd);
+  flip(3, "lora.weight");
+  persist_fails(3);
+  // Step 4, intact, against a base whose metadata is damaged: copied whole.
+  st.Fill(4);
+  mgr.Save(4, st.sd);
+  {
+    std::fstream f(root + "/step_000000001/dcp.metadata",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('\x5a');
+  }
+  mgr.Persist();
+  EXPECT_EQ(mgr.steps().back(), 4);
+  const Metadata md = read_metadata(root + "/step_000000004");
+  for (const auto& f : md.files) EXPECT_EQ(f.base, "") << f.name;
+  Tuned got;
+  load(got.sd, root + "/step_000000004");
+  Tuned want;
+  want.Fill(4);
   EXPECT_EQ(got.frozen, want.frozen);
   EXPECT_EQ(got.adapter, want.adapter);
 }

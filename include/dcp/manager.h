@@ -154,7 +154,8 @@ struct ManagerOptions {
   std::optional<MemoryTierOptions> memory_tier;
   // Incremental saves (docs/incremental.md): each save writes only the stored chunks that
   // changed since the newest complete step, which it references for the rest; retention keeps
-  // a step while a kept step references it. Not with a memory tier.
+  // a step while a kept step references it. With a memory tier, steps in memory stay whole and
+  // each drain into the root is incremental.
   bool incremental = false;
   // With `incremental`: every full_every-th save is a full one (at most full_every - 1
   // incremental saves follow a full save), so a damaged base costs at most that many saves.

@@ -81,7 +81,7 @@ IncrementalCopy PlanIncrementalCopy(const metadata::Metadata& src, const BaseChu
     } else {
       fc.kind = FileCopy::Kind::kSubset;
       // Kept chunks in the source's order: the source is read once, front to back.
-      std::sort(kept[f].begin(), kept[f].end(), [](const Kept& a, const Kept& b) {
+      std::stable_sort(kept[f].begin(), kept[f].end(), [](const Kept& a, const Kept& b) {
         return a.chunk->byte_offset < b.chunk->byte_offset;
       });
       storage::SafetensorsHeader header;

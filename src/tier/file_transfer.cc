@@ -36,7 +36,7 @@ Status PairGroups::Ensure(const std::vector<Transfer>& transfers) {
 Comm& PairGroups::Of(int a, int b) { return *groups_.at({std::min(a, b), std::max(a, b)}); }
 
 Status CopyFile(storage::FileSystem& from_fs, const std::string& from, storage::FileSystem& to_fs,
-                const std::string& to, uint64_t piece_bytes) {
+                const std::string& to, uint64_t piece_bytes, storage::StreamVerifier* verify) {
   DCP_ASSIGN_OR_RETURN(auto in, from_fs.OpenReadable(from));
   DCP_ASSIGN_OR_RETURN(auto out, to_fs.NewWritableFile(to));
   std::vector<std::byte> buf(std::min<uint64_t>(piece_bytes, std::max<uint64_t>(in->size(), 1)));
@@ -45,9 +45,11 @@ Status CopyFile(storage::FileSystem& from_fs, const std::string& from, storage::
   for (uint64_t at = 0; at < in->size();) {
     const uint64_t n = std::min<uint64_t>(buf.size(), in->size() - at);
     DCP_RETURN_IF_ERROR(in->ReadAt(at, std::span(buf.data(), n)));
+    if (verify) DCP_RETURN_IF_ERROR(verify->Add(at, std::span(buf.data(), n)));
     DCP_RETURN_IF_ERROR(out->Append(std::span(buf.data(), n)));
     at += n;
   }
+  if (verify) DCP_RETURN_IF_ERROR(verify->Finish());
   DCP_RETURN_IF_ERROR(out->Sync());
   return out->Close();
 }

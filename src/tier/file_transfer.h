@@ -95,8 +95,10 @@ Status TransferFiles(PairGroups& groups, const std::vector<Transfer>& transfers,
                      const TransferDirs& dirs, const TransferOptions& opts,
                      const CheckReceived& check, TransferStats* stats);
 
-// Copies `from` (on from_fs) to `to` (on to_fs) in bounded pieces, durable on return.
+// Copies `from` (on from_fs) to `to` (on to_fs) in bounded pieces, durable on return; with
+// `verify`, every piece read passes through it first (a mismatch fails the copy).
 Status CopyFile(storage::FileSystem& from_fs, const std::string& from, storage::FileSystem& to_fs,
-                const std::string& to, uint64_t piece_bytes = uint64_t{8} << 20);
+                const std::string& to, uint64_t piece_bytes = uint64_t{8} << 20,
+                storage::StreamVerifier* verify = nullptr);
 
 }  // namespace dcp::tier

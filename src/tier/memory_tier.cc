@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <set>
 
 #include "checkpoint/incremental_copy.h"
 #include "checkpoint/names.h"
 #include "checkpoint/torch_probe.h"
+#include "checkpoint/verify.h"
 #include "comm/exchange.h"
 #include "comm/host_id.h"
 #include "core/log.h"
@@ -138,6 +140,25 @@ Status MemoryTier::Replicate(PairGroups& groups, int64_t step, TransferStats* st
   return stats->local_failure;
 }
 
+namespace {
+
+// Data files in `dir` that its committed metadata `md` does not name: what an earlier drain of
+// the step into `dir` left when it failed (a retry may cut the files differently).
+void RemoveUnnamedDataFiles(storage::FileSystem& fs, const std::string& dir,
+                            const metadata::Metadata& md) {
+  auto names = fs.List(dir);
+  if (!names.ok()) return;
+  std::set<std::string> named;
+  for (const auto& f : md.files) {
+    if (f.base.empty()) named.insert(f.name);
+  }
+  for (const std::string& n : *names) {
+    if (checkpoint::IsDcpDataFileName(n) && !named.count(n)) (void)fs.Remove(JoinPath(dir, n));
+  }
+}
+
+}  // namespace
+
 Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs, const std::string& dst,
                          const std::string& base, bool* referenced) const {
   const int me = comm.rank();
@@ -147,12 +168,15 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs, cons
   if (me == 0) {
     st = fs.CreateDirs(dst);
     if (st.ok() && !base.empty()) {
+      // Decoded here too: a base every rank would refuse makes a whole copy, not a failure.
       auto b = checkpoint::ReadIncrementalBase(fs, base);
-      if (b.ok()) {
+      Status usable = b.status();
+      if (usable.ok()) usable = checkpoint::BaseChunks::Decode(*b, dst, base).status();
+      if (usable.ok()) {
         base_encoded = std::move(b).value();
       } else {
         std::fprintf(stderr, "dcp memory tier: %scopied whole: %s\n", where.c_str(),
-                     b.status().message().c_str());
+                     usable.message().c_str());
       }
     }
   }
@@ -166,12 +190,20 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs, cons
     copied = chunks.status();
     if (copied.ok()) plan = checkpoint::PlanIncrementalCopy(md->first, *chunks);
   }
+  std::vector<std::vector<storage::StoredRange>> ranges;  // per file, to check whole copies
+  if (plan) ranges = checkpoint::StoredRangesByFile(md->first);
   for (size_t f = 0; copied.ok() && f < md->first.files.size(); ++f) {
     const std::string& name = md->first.files[f].name;
     if (checkpoint::DataFileRank(name) != me) continue;
     using Kind = checkpoint::FileCopy::Kind;
     const Kind kind = plan ? plan->files[f].kind : Kind::kWhole;
-    if (kind == Kind::kWhole) {
+    if (kind == Kind::kWhole && plan) {
+      // Checked on the way: an incremental root references these bytes from now on by their
+      // recorded checksums, so a copy damaged in memory must not reach it.
+      storage::StreamVerifier verify(std::move(ranges[f]), JoinPath(StepDir(step), name));
+      copied = CopyFile(Local(), JoinPath(StepDir(step), name), fs, JoinPath(dst, name),
+                        uint64_t{8} << 20, &verify);
+    } else if (kind == Kind::kWhole) {
       copied = CopyFile(Local(), JoinPath(StepDir(step), name), fs, JoinPath(dst, name));
     } else if (kind == Kind::kSubset) {
       copied =
@@ -188,7 +220,10 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs, cons
     st =
         fs.WriteAtomic(JoinPath(dst, std::string(checkpoint::kMetadataName)), encoded, ".tmp-drain")
             .Annotate(where);
-    if (st.ok()) checkpoint::PublishTorchProbe(fs, dst, ".tmp-drain");
+    if (st.ok()) {
+      checkpoint::PublishTorchProbe(fs, dst, ".tmp-drain");
+      RemoveUnnamedDataFiles(fs, dst, references ? plan->md : md->first);
+    }
   }
   return BroadcastStatus(comm, 0, st);
 }

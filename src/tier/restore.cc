@@ -64,7 +64,8 @@ Result<std::map<int64_t, uint64_t>> DurableDigests(Comm& comm,
   if (durable.fs && !durable.complete.empty()) {
     const int64_t s = only_step ? *only_step : *durable.complete.rbegin();
     const std::vector<int64_t> disputed = DisputedSteps(inventories);
-    if (durable.complete.count(s) && std::count(disputed.begin(), disputed.end(), s)) {
+    // (An incremental durable copy's metadata is its own: it matches no memory copy.)
+    if (durable.FileSources().count(s) && std::count(disputed.begin(), disputed.end(), s)) {
       asked.push_back(s);
     }
   }
