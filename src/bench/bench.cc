@@ -329,8 +329,12 @@ void Runner::CpuAgainstFloor(PhaseReport& p) const {
     floor = (write + hash) * double(p.bytes_written);
   } else if (p.kind == "async") {  // + one copy into the staging pool
     floor = (write + hash) * double(p.bytes_written) + copy * double(p.bytes_staged);
-  } else if (p.kind == "load" || p.kind == "reshard") {
+  } else if (p.kind == "load" || p.kind == "reshard" || p.name == "tier.restore_root") {
     floor = (read + hash) * double(p.bytes_read_storage) + copy * double(p.bytes_sent);
+  } else if (p.name == "tier.restore_memory") {
+    // Reading the hosts' tmpfs files is a copy out of memory; whole files copied from a
+    // partner host before the load are not counted (the floor is low by their bytes).
+    floor = (copy + hash) * double(p.bytes_read_storage) + copy * double(p.bytes_sent);
   }
   if (floor <= 0) return;
   p.cpu_seconds_per_gib = p.median_cpu_seconds / gib;

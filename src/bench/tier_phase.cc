@@ -112,16 +112,18 @@ Status Runner::RunTierPhase(PhaseReport* save, PhaseReport* from_memory, PhaseRe
         return StatusOf([&] { r = m->Load(dst->sd); });
       });
       if (!(st = s.status()).ok()) break;
-      p->seconds.push_back(*s);
+      Took(p, *s);
       if (p == from_memory && !r.from_memory) {
         st = AgreeOnStatus(comm_, Internal("bench: tier: the restore did not come from memory"));
         break;
       }
-      auto sums = SumAtRoot(comm_, {r.bytes_read, r.files_from_peers, r.files_from_storage});
+      auto sums = SumAtRoot(
+          comm_, {r.bytes_read, r.files_from_peers, r.files_from_storage, r.bytes_received});
       if (!(st = sums.status()).ok()) break;
       if (rank_ == 0) {
         p->bytes_read_storage = (*sums)[0];
         p->files_opened = (*sums)[1] + (*sums)[2];
+        p->bytes_sent = (*sums)[3];
       }
       if (rep == 0 && o_.verify) {
         st = AgreeOnStatus(comm_,
