@@ -41,6 +41,14 @@ struct Tuned {
     sd.mutable_bytes(2).assign(reinterpret_cast<const std::byte*>(s.data()),
                                reinterpret_cast<const std::byte*>(s.data()) + s.size());
   }
+  // Whether this state holds step `step`'s tensors.
+  ::testing::AssertionResult HoldsTensorsOf(int64_t step) const {
+    Tuned want;
+    want.Fill(step);
+    if (frozen != want.frozen) return ::testing::AssertionFailure() << "frozen of " << step;
+    if (adapter != want.adapter) return ::testing::AssertionFailure() << "adapter of " << step;
+    return ::testing::AssertionSuccess();
+  }
   ::testing::AssertionResult LoadsAs(CheckpointManager& mgr, int64_t step) {
     Tuned got;
     std::fill(got.frozen.begin(), got.frozen.end(), -1.0f);
@@ -179,10 +187,7 @@ TEST(IncrementalManager, DrainsFromAMemoryTierReferenceTheRoot) {
   const LoadResult r = mgr.Load(got.sd, 3);
   EXPECT_FALSE(r.from_memory);
   EXPECT_EQ(r.fell_back, "");  // nothing was tried in memory and found wrong
-  Tuned want;
-  want.Fill(3);
-  EXPECT_EQ(got.frozen, want.frozen);
-  EXPECT_EQ(got.adapter, want.adapter);
+  EXPECT_TRUE(got.HoldsTensorsOf(3));
 }
 
 // What a drain into an incremental root checks: the bytes it copies from memory (a damaged
@@ -250,10 +255,7 @@ TEST(IncrementalManager, ADrainChecksWhatItCopiesAndCopiesWholeWithoutAUsableBas
   for (const auto& f : md.files) EXPECT_EQ(f.base, "") << f.name;
   Tuned got;
   load(got.sd, root + "/step_000000004");
-  Tuned want;
-  want.Fill(4);
-  EXPECT_EQ(got.frozen, want.frozen);
-  EXPECT_EQ(got.adapter, want.adapter);
+  EXPECT_TRUE(got.HoldsTensorsOf(4));
 }
 
 // A step a load found damaged makes the next save full: an incremental one would reference
