@@ -58,6 +58,7 @@ bench-docs: bench
 	mpirun -np 2 $(BUILD)/dcp bench $(BENCH_INCREMENTAL) --dir $(BENCH_DIR) --json bench-incremental.json
 	OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np 4 sh -c 'DCP_HOST_ID=h$$OMPI_COMM_WORLD_RANK exec "$$0" "$$@"' \
 	  $(BUILD)/dcp bench $(BENCH_TIER) --dir $(BENCH_DIR) --json bench-tier.json
+	@test -x $(PY_VENV)/bin/python || { echo "bench-docs: $(PY_VENV) is missing: run make test first"; exit 1; }
 	$(PY_VENV)/bin/pip install -q --no-build-isolation . -C build-dir=$(BUILD)/py_build
 	OMP_NUM_THREADS=1 $(PY_VENV)/bin/python -m torch.distributed.run --nproc_per_node 4 \
 	  -m hyperdcp.bench $(BENCH_PYTHON) --dir $(BENCH_DIR)/python --json bench-python.json

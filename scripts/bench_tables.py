@@ -108,7 +108,7 @@ def simulate_table(reports) -> str:
             "command |", "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
     for r, command in reports:
         save, load, md = r.get("save", {}), r.get("load", {}), r.get("metadata", {})
-        b = load.get("broadcast", {})
+        b = load.get("broadcast") or {}
         job = (f"{r.get('workload')}{' + optimizer' if r.get('optimizer') else ''}, "
                f"{r.get('save_layout')} -> {r.get('load_layout')}")
         rows.append(
