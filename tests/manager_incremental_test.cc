@@ -209,8 +209,11 @@ TEST(IncrementalManager, ADrainChecksWhatItCopiesAndCopiesWholeWithoutAUsableBas
       const auto& c = t.chunks.front();
       std::fstream f(dir + "/" + md.files[c.file].name,
                      std::ios::in | std::ios::out | std::ios::binary);
-      f.seekp(static_cast<std::streamoff>(c.byte_offset + c.byte_length / 2));
-      f.put('\x5a');
+      const auto at = static_cast<std::streamoff>(c.byte_offset + c.byte_length / 2);
+      f.seekg(at);
+      const char was = static_cast<char>(f.get());
+      f.seekp(at);
+      f.put(static_cast<char>(was ^ 0x5a));  // flipping twice restores it
       return;
     }
     FAIL() << fqn << " not found in " << dir;
@@ -227,7 +230,16 @@ TEST(IncrementalManager, ADrainChecksWhatItCopiesAndCopiesWholeWithoutAUsableBas
   Tuned st;
   st.Fill(1);
   mgr.Save(1, st.sd);
-  mgr.Persist();  // step 1, whole: the root had no step
+  flip(1, "lora.weight");  // a whole copy (the root has no step yet) is checked too
+  try {
+    mgr.Persist();
+    ADD_FAILURE() << "step 1 drained from a damaged memory copy";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kDataLoss) << e.what();
+  }
+  EXPECT_TRUE(mgr.steps().empty());
+  flip(1, "lora.weight");  // the same byte back: the copy is intact again
+  mgr.Persist();           // step 1, whole
   // Step 2 changes every tensor (its file is copied whole), and its copy in memory is damaged.
   st.frozen[0] += 1;
   st.Fill(2);

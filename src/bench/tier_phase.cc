@@ -117,8 +117,8 @@ Status Runner::RunTierPhase(PhaseReport* save, PhaseReport* from_memory, PhaseRe
         st = AgreeOnStatus(comm_, Internal("bench: tier: the restore did not come from memory"));
         break;
       }
-      auto sums = SumAtRoot(
-          comm_, {r.bytes_read, r.files_from_peers, r.files_from_storage, r.bytes_received});
+      auto sums =
+          SumAtRoot(comm_, {r.bytes_read, r.files_from_peers, r.files_from_storage, r.bytes_sent});
       if (!(st = sums.status()).ok()) break;
       if (rank_ == 0) {
         p->bytes_read_storage = (*sums)[0];

@@ -190,21 +190,19 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs, cons
     copied = chunks.status();
     if (copied.ok()) plan = checkpoint::PlanIncrementalCopy(md->first, *chunks);
   }
-  std::vector<std::vector<storage::StoredRange>> ranges;  // per file, to check whole copies
-  if (plan) ranges = checkpoint::StoredRangesByFile(md->first);
+  // Every byte copied is checked on the way: a copy damaged in memory must not become the
+  // durable step (nor, in an incremental root, the bytes later drains reference).
+  std::vector<std::vector<storage::StoredRange>> ranges;  // per file of the step
+  if (copied.ok()) ranges = checkpoint::StoredRangesByFile(md->first);
   for (size_t f = 0; copied.ok() && f < md->first.files.size(); ++f) {
     const std::string& name = md->first.files[f].name;
     if (checkpoint::DataFileRank(name) != me) continue;
     using Kind = checkpoint::FileCopy::Kind;
     const Kind kind = plan ? plan->files[f].kind : Kind::kWhole;
-    if (kind == Kind::kWhole && plan) {
-      // Checked on the way: an incremental root references these bytes from now on by their
-      // recorded checksums, so a copy damaged in memory must not reach it.
+    if (kind == Kind::kWhole) {
       storage::StreamVerifier verify(std::move(ranges[f]), JoinPath(StepDir(step), name));
       copied = CopyFile(Local(), JoinPath(StepDir(step), name), fs, JoinPath(dst, name),
-                        uint64_t{8} << 20, &verify);
-    } else if (kind == Kind::kWhole) {
-      copied = CopyFile(Local(), JoinPath(StepDir(step), name), fs, JoinPath(dst, name));
+                        uint64_t{8} << 20, md->first.has_checksums ? &verify : nullptr);
     } else if (kind == Kind::kSubset) {
       copied =
           checkpoint::WriteKeptChunks(plan->files[f], md->first, Local(), StepDir(step), fs, dst);
