@@ -505,8 +505,10 @@ void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
   // One machine: broadcast within the host explicitly (by default ranks of one host read
   // through their shared page cache; see HostAwareBroadcast).
   LoadResult off = LoadVerified(comm, model, layout, ckpt, {.broadcast = false});
-  LoadResult on = LoadVerified(comm, model, layout, ckpt, {.broadcast_within_host = true});
-  LoadResult again = LoadVerified(comm, model, layout, ckpt, {.broadcast_within_host = true});
+  LoadResult on = LoadVerified(comm, model, layout, ckpt,
+                               {.broadcast_within_host = true, .broadcast_cached = true});
+  LoadResult again = LoadVerified(comm, model, layout, ckpt,
+                                  {.broadcast_within_host = true, .broadcast_cached = true});
   EXPECT_EQ(off.broadcasts, 0u);
   EXPECT_EQ(again.groups_created, 0u) << "groups were not reused by the second load";
 
@@ -540,7 +542,8 @@ void BroadcastLoad(const std::shared_ptr<Comm>& comm, const std::string& dir,
   LoadResult capped = LoadVerified(comm, model, layout, ckpt,
                                    {.broadcast_batch_bytes = 0,
                                     .max_broadcast_buffer_bytes = cap,
-                                    .broadcast_within_host = true});
+                                    .broadcast_within_host = true,
+                                    .broadcast_cached = true});
   uint64_t peak = 0;
   for (uint64_t p : GatherU64(*comm, capped.peak_broadcast_buffer_bytes)) peak = std::max(peak, p);
   EXPECT_LE(peak,
@@ -580,7 +583,8 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
       LoadResult r = LoadVerified(comm, model, layout, ckpt,
                                   {.max_broadcasts_in_flight = limit,
                                    .max_broadcast_buffer_bytes = budget,
-                                   .broadcast_within_host = true});
+                                   .broadcast_within_host = true,
+                                   .broadcast_cached = true});
       EXPECT_EQ(r.batches, 0u);
       EXPECT_GT(r.shared_shards, 100u);
       if (in_place || budget > (1 << 20)) {
@@ -597,7 +601,8 @@ void BroadcastManyInFlight(const std::shared_ptr<Comm>& comm, const std::string&
   LoadResult mixed = LoadVerified(
       comm, model, layout, ckpt,
       {.max_broadcast_buffer_bytes = comm->rank() == 0 ? uint64_t{64} << 10 : uint64_t{256} << 20,
-       .broadcast_within_host = true});
+       .broadcast_within_host = true,
+       .broadcast_cached = true});
   const auto calls = GatherU64(*comm, mixed.broadcasts);
   EXPECT_EQ(*std::min_element(calls.begin(), calls.end()),
             *std::max_element(calls.begin(), calls.end()));
@@ -626,10 +631,13 @@ void BroadcastSlabs(const std::shared_ptr<Comm>& comm, const std::string& dir) {
     LoadResult whole = LoadVerified(comm, model, layout, ckpt,
                                     {.verify_checksums = verify,
                                      .broadcast_slab_bytes = UINT64_MAX,
-                                     .broadcast_within_host = true});
-    LoadResult slabs = LoadVerified(
-        comm, model, layout, ckpt,
-        {.verify_checksums = verify, .broadcast_slab_bytes = 4096, .broadcast_within_host = true});
+                                     .broadcast_within_host = true,
+                                     .broadcast_cached = true});
+    LoadResult slabs = LoadVerified(comm, model, layout, ckpt,
+                                    {.verify_checksums = verify,
+                                     .broadcast_slab_bytes = 4096,
+                                     .broadcast_within_host = true,
+                                     .broadcast_cached = true});
     EXPECT_GT(Sum(GatherU64(*comm, slabs.shared_shards)),
               Sum(GatherU64(*comm, whole.shared_shards)))
         << "no shard was cut into slabs";
@@ -661,7 +669,8 @@ void BroadcastSlabs(const std::shared_ptr<Comm>& comm, const std::string& dir) {
                            {.comm = comm,
                             .verify_checksums = true,
                             .broadcast_slab_bytes = 1 << 20,
-                            .broadcast_within_host = true}));
+                            .broadcast_within_host = true,
+                            .broadcast_cached = true}));
   EXPECT_EQ(got, w);
   EXPECT_EQ(GatherU64(*comm, r.bytes_read),
             std::vector<uint64_t>(comm->size(), (uint64_t{8} << 20) / comm->size()))
@@ -696,7 +705,7 @@ void BroadcastReadFailure(const std::shared_ptr<Comm>& comm, const std::string& 
   auto dst = workload::MakeEmptyLike(model, layout, comm->rank());
   ASSERT_TRUE(dst.ok());
   try {
-    load(dst->sd, ckpt, {.comm = comm, .broadcast_within_host = true});
+    load(dst->sd, ckpt, {.comm = comm, .broadcast_within_host = true, .broadcast_cached = true});
     ADD_FAILURE() << "load of a corrupt checkpoint succeeded on rank " << comm->rank();
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -736,7 +745,8 @@ void HuggingFaceDirectLoad(const std::shared_ptr<Comm>& comm, const std::string&
                              {.comm = comm,
                               .allow_partial = true,
                               .broadcast = broadcast,
-                              .broadcast_within_host = true}));
+                              .broadcast_within_host = true,
+                              .broadcast_cached = true}));
     EXPECT_EQ(r.entries_skipped, 2u);
     for (size_t i = 0; i < dst->sd.size(); ++i) {
       const StateEntry& e = dst->sd.entries()[i];
@@ -769,13 +779,15 @@ void HostAwareBroadcast(const std::shared_ptr<Comm>& comm, const std::string& di
   // Ranks 0,1 on one host and 2,3 on another ($DCP_HOST_ID set by the test's launcher).
   // tp2,dp2 puts the replicas of a piece on ranks {0,1} and {2,3}: each pair shares a host,
   // reads through its page cache, and only the tensors every rank holds (norms, router)
-  // cross hosts and are broadcast.
-  LoadResult same = LoadVerified(comm, model, Layout("tp2,dp2"), ckpt, {});
+  // cross hosts and are broadcast (even though the emulated hosts share one page cache that
+  // holds every file: broadcast_cached).
+  LoadResult same = LoadVerified(comm, model, Layout("tp2,dp2"), ckpt, {.broadcast_cached = true});
   uint64_t replicated = 0;
   for (const auto& t : model.tensors) replicated += t.tp_dim < 0 ? t.NumBytes() : 0;
   EXPECT_EQ(Sum(GatherU64(*comm, same.bytes_sent)), replicated);
   // dp2,tp2 puts them on {0,2} and {1,3}: across hosts, read once and broadcast.
-  LoadResult across = LoadVerified(comm, model, Layout("dp2,tp2"), ckpt, {});
+  LoadResult across =
+      LoadVerified(comm, model, Layout("dp2,tp2"), ckpt, {.broadcast_cached = true});
   EXPECT_GT(Sum(GatherU64(*comm, across.broadcasts)), 0u);
   EXPECT_LT(Sum(GatherU64(*comm, across.bytes_read)), Sum(GatherU64(*comm, same.bytes_read)));
   ASSERT_TRUE(comm->Barrier().ok());
@@ -833,8 +845,10 @@ void RealHostsBroadcast(const std::shared_ptr<Comm>& comm, const std::string& di
     for (const auto& b : md->bytes) bytes_entries += b.byte_length;
     ASSERT_EQ(unique, model.TotalBytes());
 
-    // The defaults: broadcast between hosts only.
-    const LoadResult on = LoadVerified(comm, model, Layout(layout), ckpt, {});
+    // The defaults: broadcast between hosts only (forced: the namespaces share one page cache,
+    // which holds every file, so the default would read each from memory).
+    const LoadResult on =
+        LoadVerified(comm, model, Layout(layout), ckpt, {.broadcast_cached = true});
     const LoadResult off = LoadVerified(comm, model, Layout(layout), ckpt, {.broadcast = false});
     const uint64_t read = Sum(GatherU64(*comm, on.bytes_read));
     const uint64_t read_off = Sum(GatherU64(*comm, off.bytes_read));

@@ -178,7 +178,8 @@ TEST_F(PartialReads, Tp4OnFourRanksEachReceivesOnlyItsPartOfASharedChunk) {
         d.Add(t, Cols(t.shape, k * t.shape[1] / 4, t.shape[1] / 4), false);
       }
     }
-    auto r = checkpoint::Load(d.sd, tmp_.path(), {.comm = c, .broadcast_within_host = true},
+    auto r = checkpoint::Load(d.sd, tmp_.path(),
+                              {.comm = c, .broadcast_within_host = true, .broadcast_cached = true},
                               storage::PosixFileSystem());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     results[k] = *r;
@@ -211,9 +212,12 @@ TEST_F(PartialReads, ASharedShardsSlabsAreAnnouncedAsTheBlocksTheirReaderReads) 
   testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
     Mem d;
     for (const Tensor& t : Tensors()) d.Add(t, Box::Whole(t.shape), false);
-    auto r = checkpoint::Load(
-        d.sd, tmp_.path(),
-        {.comm = c, .broadcast_slab_bytes = kBlock, .broadcast_within_host = true}, fs);
+    auto r = checkpoint::Load(d.sd, tmp_.path(),
+                              {.comm = c,
+                               .broadcast_slab_bytes = kBlock,
+                               .broadcast_within_host = true,
+                               .broadcast_cached = true},
+                              fs);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     results[c->rank()] = *r;
     checked[c->rank()] = d.Check();
@@ -258,7 +262,8 @@ TEST(PartialReadsTied, TiedWeightsLoadIntoOneBufferOnFourRanks) {
     d.Add({"tied.in", tied}, quarter, false);
     d.sd.add("tied.out", TensorView(d.bufs.back().data(), DType::kBF16, quarter.lengths),
              Chunk{tied, quarter.offsets});
-    auto r = checkpoint::Load(d.sd, tmp.path(), {.comm = c, .broadcast_within_host = true},
+    auto r = checkpoint::Load(d.sd, tmp.path(),
+                              {.comm = c, .broadcast_within_host = true, .broadcast_cached = true},
                               storage::PosixFileSystem());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->shared_chunks, 5u);
@@ -525,7 +530,8 @@ TEST(LoadHooks, EachStoredChunkIsReadWhereItsFileIsAndSentToTheRanksNeedingIt) {
       }
       return OkStatus();
     };
-    auto r = checkpoint::Load(d, tmp.path(), {.comm = c, .broadcast_within_host = true},
+    auto r = checkpoint::Load(d, tmp.path(),
+                              {.comm = c, .broadcast_within_host = true, .broadcast_cached = true},
                               storage::PosixFileSystem(), &hooks);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     results[me] = *r;

@@ -71,7 +71,8 @@ TEST(ReadAdvice, AFileReopenedAfterTheOpenFileLimitIsToldAgain) {
                               {.comm = c,
                                .max_open_files = 1,
                                .broadcast_slab_bytes = 1 << 20,
-                               .broadcast_within_host = true},
+                               .broadcast_within_host = true,
+                               .broadcast_cached = true},
                               fs);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     bool ok = true;

@@ -124,9 +124,12 @@ TEST(ReadOverlap, PrivateChunksAreReadWhileSharedShardsAreExchanged) {
   testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
     RankState d(c->rank(), false);
     GatedFs fs;  // this rank's: its caller is this thread
-    auto r = checkpoint::Load(
-        d.sd, tmp.path(),
-        {.comm = c, .broadcast_slab_bytes = 256 << 10, .broadcast_within_host = true}, fs);
+    auto r = checkpoint::Load(d.sd, tmp.path(),
+                              {.comm = c,
+                               .broadcast_slab_bytes = 256 << 10,
+                               .broadcast_within_host = true,
+                               .broadcast_cached = true},
+                              fs);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     results[c->rank()] = *r;
     right[c->rank()] = d.own.Loaded() && d.shared.Loaded();
@@ -167,7 +170,8 @@ TEST(ReadOverlap, ADamagedPrivateChunkFailsEveryRank) {
   std::vector<std::string> errors(2);
   testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
     RankState d(c->rank(), false);
-    auto r = checkpoint::Load(d.sd, tmp.path(), {.comm = c, .broadcast_within_host = true},
+    auto r = checkpoint::Load(d.sd, tmp.path(),
+                              {.comm = c, .broadcast_within_host = true, .broadcast_cached = true},
                               storage::PosixFileSystem());
     errors[c->rank()] = r.ok() ? "" : r.status().ToString();
   });

@@ -269,8 +269,11 @@ int RunDemo(const DemoArgs& a) {
   for (bool broadcast : world > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
     // All ranks share this machine: broadcast within it explicitly to show read-once
     // (by default ranks of one host read through their shared page cache instead).
-    LoadResult r =
-        load(dst, ckpt, {.comm = comm, .broadcast = broadcast, .broadcast_within_host = true});
+    LoadResult r = load(dst, ckpt,
+                        {.comm = comm,
+                         .broadcast = broadcast,
+                         .broadcast_within_host = true,
+                         .broadcast_cached = true});
     ThrowIfError(workload::VerifyStateDict(dst));
     auto t = totals({r.total_seconds, static_cast<double>(r.bytes_read),
                      static_cast<double>(r.files_opened), static_cast<double>(r.shared_shards),

@@ -117,6 +117,10 @@ struct LoadOptions {
   // broadcasts within a host too (the read-once machinery on one machine, or memory that
   // page-cache copies cannot reach, such as device memory later).
   bool broadcast_within_host = false;
+  // When every rank finds the stored chunks it would read in its host's page cache (a restart
+  // on the machines that just wrote or read the checkpoint), reading them is a memory copy and
+  // the load reads privately: no broadcast, no exchange of identities. True broadcasts anyway.
+  bool broadcast_cached = false;
   // Name mapping, applied to the checkpoint's names before they are matched with the state
   // dict: a stored fqn starting with `strip_prefix` loses it, then `add_prefix` is prepended
   // (e.g. strip "model." to load a HuggingFace checkpoint into a bare module).

@@ -113,14 +113,16 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
          no_dist: bool = False, broadcast: bool = True, allow_partial: bool = False,
          strip_prefix: str = "", add_prefix: str = "", verify_checksums: bool = True,
          max_open_files: int = 8, allow_pickle: bool = False,
-         device: Any = None, max_broadcast_buffer_bytes: Optional[int] = None) -> _dcp.LoadResult:
+         device: Any = None, max_broadcast_buffer_bytes: Optional[int] = None,
+         broadcast_cached: bool = False) -> _dcp.LoadResult:
     """Loads the checkpoint into `state_dict`, resharding as needed; every rank calls it.
 
     torch.distributed.checkpoint.load's signature and meaning: tensors are filled in place;
     non-tensor values replace the template's (whatever the template's list or dict held);
     Stateful objects get load_state_dict() with their loaded state dict. The checkpoint may
     come from any number of ranks and any layout. `broadcast`: a shard several ranks need is
-    read once and broadcast. `allow_partial` (or DefaultLoadPlanner(allow_partial_load=True)):
+    read once and broadcast, unless every rank finds what it reads in its page cache (then each
+    copies it from memory; `broadcast_cached=True` broadcasts anyway). `allow_partial` (or DefaultLoadPlanner(allow_partial_load=True)):
     entries the checkpoint lacks keep their values. `strip_prefix`/`add_prefix` rename the
     checkpoint's entries before matching. `verify_checksums`: every byte read is checked.
     `max_broadcast_buffer_bytes`: host memory per rank for collectives in flight beyond the
@@ -146,7 +148,8 @@ def load(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
                                add_prefix=add_prefix, verify_checksums=verify_checksums,
                                max_open_files=max_open_files, allow_pickle=allow_pickle,
                                device=device,
-                               max_broadcast_buffer_bytes=max_broadcast_buffer_bytes)
+                               max_broadcast_buffer_bytes=max_broadcast_buffer_bytes,
+                               broadcast_cached=broadcast_cached)
     return _timed(result, p, started)
 
 

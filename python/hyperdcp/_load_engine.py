@@ -15,14 +15,15 @@ def load_directory(state_dict: Any, directory: str, comm: Any, *, broadcast: boo
                    allow_partial: bool = False, strip_prefix: str = "", add_prefix: str = "",
                    verify_checksums: bool = True, max_open_files: int = 8,
                    allow_pickle: bool = False, device: Any = None,
-                   max_broadcast_buffer_bytes: Optional[int] = None) -> Tuple[Any, Prepared]:
+                   max_broadcast_buffer_bytes: Optional[int] = None,
+                   broadcast_cached: bool = False) -> Tuple[Any, Prepared]:
     """Loads `directory` into `state_dict` over `comm` (every rank calls it); the engine's
     result and the prepared state (its Python timings). Options as `hyperdcp.load`'s."""
     if max_broadcast_buffer_bytes is not None and not max_broadcast_buffer_bytes > 0:
         raise ValueError("max_broadcast_buffer_bytes must be positive, not "
                          f"{max_broadcast_buffer_bytes!r}")
     args = (directory, comm, broadcast, allow_partial, strip_prefix, add_prefix,
-            verify_checksums, max_open_files)
+            verify_checksums, max_open_files, bool(broadcast_cached))
     if max_broadcast_buffer_bytes is not None:  # else the binding's: LoadOptions' default
         args += (int(max_broadcast_buffer_bytes),)
     p = prepare_on_every_rank(state_dict, comm, for_load=True, agree=True)

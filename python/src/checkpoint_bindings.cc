@@ -211,8 +211,10 @@ void BindCheckpoint(py::module_& m) {
       "load",
       [](StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm, bool broadcast,
          bool allow_partial, std::string strip_prefix, std::string add_prefix,
-         bool verify_checksums, int max_open_files, uint64_t max_broadcast_buffer_bytes) {
+         bool verify_checksums, int max_open_files, bool broadcast_cached,
+         uint64_t max_broadcast_buffer_bytes) {
         LoadOptions opts;
+        opts.broadcast_cached = broadcast_cached;
         opts.verify_checksums = verify_checksums;
         opts.max_open_files = max_open_files;
         opts.max_broadcast_buffer_bytes = max_broadcast_buffer_bytes;
@@ -227,6 +229,7 @@ void BindCheckpoint(py::module_& m) {
       py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("broadcast"),
       py::arg("allow_partial"), py::arg("strip_prefix"), py::arg("add_prefix"),
       py::arg("verify_checksums") = true, py::arg("max_open_files") = 8,
+      py::arg("broadcast_cached") = false,
       py::arg("max_broadcast_buffer_bytes") = LoadOptions{}.max_broadcast_buffer_bytes);
 
   py::class_<StagingStats>(m, "StagingStats")

@@ -192,6 +192,7 @@ Status Runner::RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layo
   // One machine: measure the broadcast machinery itself, not the host-aware default (which
   // would read through the shared page cache exactly as with broadcast off).
   lo.broadcast_within_host = true;
+  lo.broadcast_cached = true;  // the plan named, whatever the cache holds
   lo.max_broadcast_buffer_bytes = o_.load_max_broadcast_buffer_mib << 20;
   LoadResult r;
   DCP_ASSIGN_OR_RETURN(double s, Timed([&] {

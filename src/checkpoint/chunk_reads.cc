@@ -247,4 +247,27 @@ Status ChunkReads::ReadBytesEntries(const planner::LocalLoadPlan& plan) {
   return OkStatus();
 }
 
+bool ReadsAreCached(storage::FileSystem& fs, const std::string& ckpt, const metadata::Metadata& md,
+                    const planner::LocalLoadPlan& plan) {
+  // Each stored chunk once, by file (reads are sorted by file and offset).
+  std::map<uint32_t, std::vector<storage::ByteRange>> by_file;
+  std::set<std::pair<uint32_t, uint32_t>> seen;
+  uint64_t total = 0;
+  for (const planner::ReadItem& r : plan.reads) {
+    if (!seen.insert({r.tensor, r.stored}).second) continue;
+    const metadata::StoredChunk& sc = md.tensors[r.tensor].chunks[r.stored];
+    by_file[sc.file].push_back({sc.byte_offset, sc.byte_length});
+    total += sc.byte_length;
+  }
+  double cached = 0;
+  for (const auto& [f, ranges] : by_file) {
+    const std::optional<double> part = fs.CachedFraction(DataFilePath(ckpt, md.files[f]), ranges);
+    if (!part) return false;
+    uint64_t bytes = 0;
+    for (const auto& r : ranges) bytes += r.length;
+    cached += *part * static_cast<double>(bytes);
+  }
+  return cached >= 0.95 * static_cast<double>(total);
+}
+
 }  // namespace dcp::checkpoint

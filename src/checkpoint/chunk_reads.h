@@ -104,6 +104,12 @@ class ChunkReads {
   std::optional<uint32_t> damaged_file_;
 };
 
+// Whether the stored chunks `plan` reads from `ckpt` are in this host's page cache (at least
+// 95% of their bytes, by FileSystem::CachedFraction; unknown counts as not): reading them is
+// then a memory copy, cheaper than any broadcast (LoadOptions::broadcast_cached).
+bool ReadsAreCached(storage::FileSystem& fs, const std::string& ckpt, const metadata::Metadata& md,
+                    const planner::LocalLoadPlan& plan);
+
 // The range of stored chunk `sc` of `md`, with its checksums.
 storage::StoredRange RangeOf(const metadata::Metadata& md, const metadata::StoredChunk& sc);
 

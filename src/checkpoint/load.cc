@@ -79,7 +79,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
                                                   const metadata::Metadata* md,
                                                   const LoadOptions& opts,
                                                   const std::vector<std::vector<bool>>* readable,
-                                                  uint64_t* smallest_budget) {
+                                                  bool cached_here, uint64_t* smallest_budget) {
   const std::string encoded = plan_status.ok() ? planner::EncodeLoadIdentity(id) : std::string();
   const bool verify = opts.verify_checksums && md && md->has_checksums;
   std::string hello;
@@ -87,6 +87,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   w.Fixed64(planner::PlanHash(encoded));
   w.Fixed64(HostId());
   w.Fixed64(opts.max_broadcast_buffer_bytes);
+  w.Byte(cached_here ? 1 : 0);
   const size_t options_at = hello.size();
   w.Varint(opts.broadcast_batch_bytes);
   w.Varint(opts.broadcast_slab_bytes);
@@ -98,11 +99,13 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   // Each rank's buffer budget is its own, but how small slabs are packed per all-gather must
   // be the same everywhere: the smallest budget decides it.
   *smallest_budget = opts.max_broadcast_buffer_bytes;
+  bool all_cached = true;
   for (int r = 0; r < world; ++r) {
     wire::Reader rd(hellos[r]);
     hash_of_rank[r] = rd.Fixed64();
     host_of_rank[r] = rd.Fixed64();
     *smallest_budget = std::min(*smallest_budget, rd.Fixed64());
+    all_cached = all_cached && rd.Byte() == 1;
     // Batching and sharing must be decided alike everywhere, or collectives diverge.
     if (hellos[r].substr(options_at) != hello.substr(options_at)) {
       return InvalidArgument(
@@ -111,6 +114,8 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
           std::to_string(r) + " differs from rank " + std::to_string(comm.rank()));
     }
   }
+  // Every rank reads from memory: nothing to share (the same decision everywhere).
+  if (all_cached) return planner::BroadcastPlan{};
   const planner::PlanClasses classes = planner::GroupByPlanHash(hash_of_rank);
   DCP_ASSIGN_OR_RETURN(auto lists,
                        comm.AllGather(classes.IsSender(comm.rank()) ? encoded : std::string()));
@@ -355,10 +360,12 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
     Destinations dests;
     if (plan.ok()) dests = DestinationsOf(sd, *md);
     DCP_ASSIGN_OR_RETURN(
-        bplan, ExchangeIdentities(*comm, plan.status(),
-                                  plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
-                                  md.ok() ? &*md : nullptr, opts, hooks ? hooks->readable : nullptr,
-                                  &smallest_budget));
+        bplan,
+        ExchangeIdentities(
+            *comm, plan.status(), plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
+            md.ok() ? &*md : nullptr, opts, hooks ? hooks->readable : nullptr,
+            !opts.broadcast_cached && plan.ok() && ReadsAreCached(fs, dir, *md, *plan),
+            &smallest_budget));
     DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
     MapToThisRank(sd, *md, *plan, bplan, groups, dests, me, &mine, &my_chunks, &shared_reads,
                   &not_from_storage);

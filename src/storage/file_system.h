@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -116,6 +117,13 @@ class FileSystem {
   // Whether two threads may open and read files at the same time (a load reads its own chunks
   // on a second thread while the shared ones are exchanged). False unless a file system says so.
   virtual bool ConcurrentReads() const { return false; }
+  // The fraction of the bytes of `ranges` of `path` in this host's page cache (so that reading
+  // them costs a memory copy), or nullopt where that is unknown or reads cost more than a
+  // copy anyway (object stores, throttled test storage). A missing file: 0.
+  virtual std::optional<double> CachedFraction(const std::string& /*path*/,
+                                               std::span<const ByteRange> /*ranges*/) {
+    return std::nullopt;
+  }
   // Drops what writes interrupted under `dir` left invisible (an object store's incomplete
   // multipart uploads, which cost storage until aborted). Called by a save holding the
   // directory's lock, and by prune. Nothing to do on a file system.

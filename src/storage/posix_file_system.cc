@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,6 +160,43 @@ class PosixReadableFile final : public ReadableFile {
 class Posix final : public FileSystem {
  public:
   bool ConcurrentReads() const override { return true; }  // descriptors are per file object
+
+  std::optional<double> CachedFraction(const std::string& path,
+                                       std::span<const ByteRange> ranges) override {
+    uint64_t wanted = 0, cached = 0;
+    for (const ByteRange& r : ranges) wanted += r.length;
+    if (wanted == 0) return 1.0;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0.0;
+    struct stat st {};
+    const bool sized = ::fstat(fd, &st) == 0 && st.st_size > 0;
+    void* m = sized ? ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+    ::close(fd);
+    if (m == MAP_FAILED) return sized ? std::optional<double>() : 0.0;
+    const auto size = static_cast<uint64_t>(st.st_size);
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> in;
+    bool ok = true;
+    for (const ByteRange& r : ranges) {
+      if (r.offset >= size || r.length == 0) continue;
+      const uint64_t begin = r.offset / page * page, end = std::min(size, r.offset + r.length);
+      in.assign((end - begin + page - 1) / page, 0);
+      if (::mincore(static_cast<char*>(m) + begin, end - begin, in.data()) != 0) {
+        ok = false;
+        break;
+      }
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (!(in[i] & 1)) continue;
+        const uint64_t lo = std::max(r.offset, begin + i * page);
+        const uint64_t hi = std::min(end, begin + (i + 1) * page);
+        if (hi > lo) cached += hi - lo;
+      }
+    }
+    ::munmap(m, size);
+    if (!ok) return std::nullopt;
+    return static_cast<double>(cached) / static_cast<double>(wanted);
+  }
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     // Always a new inode: whatever sat at `path` (a planted symlink, a file hard-linked into a
     // snapshot) loses only its name, never its content.

@@ -31,22 +31,10 @@ class ScratchDir {
   std::string path_;
 };
 
-// The fraction of the pages of bytes [begin, end) of `path` in the page cache (mincore).
+// The fraction of bytes [begin, end) of `path` in the page cache (mincore), -1 if unknown.
 double Resident(const std::string& path, uint64_t begin, uint64_t end) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  const uint64_t size = end;
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) return -1;
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in((size + page - 1) / page);
-  const bool ok = ::mincore(m, size, in.data()) == 0;
-  ::munmap(m, size);
-  if (!ok) return -1;
-  uint64_t resident = 0, pages = 0;
-  for (uint64_t p = begin / page; p < in.size(); ++p, ++pages) resident += in[p] & 1;
-  return pages ? static_cast<double>(resident) / static_cast<double>(pages) : 0;
+  const ByteRange r{begin, end - begin};
+  return PosixFileSystem().CachedFraction(path, std::span(&r, 1)).value_or(-1);
 }
 
 // Waits (up to `seconds`: the disk is shared, advice is asynchronous) until at least 90% of the

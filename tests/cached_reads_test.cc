@@ -1,0 +1,81 @@
+// A load whose every rank finds the stored chunks it reads in its host's page cache copies
+// them from there: no broadcast, no exchange of identities (LoadOptions::broadcast_cached
+// forces one); a load from storage that is not cached broadcasts as before.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <numeric>
+#include <vector>
+
+#include "checkpoint/load.h"
+#include "dcp/checkpoint.h"
+#include "storage/file_system.h"
+#include "test_util.h"
+
+namespace dcp {
+namespace {
+
+using testing::TempDir;
+
+constexpr int64_t kRows = 512, kCols = 512;  // 1 MiB of f32, held whole by every rank
+
+std::vector<float> Pattern(float base) {
+  std::vector<float> v(kRows * kCols);
+  std::iota(v.begin(), v.end(), base);
+  return v;
+}
+
+// Every data file's pages out of the page cache; false where they stay (a tmpfs).
+bool DropCache(const std::string& dir) {
+  bool dropped = true;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    const storage::ByteRange all{0, std::filesystem::file_size(e.path())};
+    auto cached = storage::PosixFileSystem().CachedFraction(e.path().string(), std::span(&all, 1));
+    if (e.path().extension() == ".safetensors" && cached.value_or(1) > 0.5) dropped = false;
+  }
+  return dropped;
+}
+
+TEST(CachedReads, WarmLoadsReadFromThePageCacheColdOnesBroadcast) {
+  TempDir d;
+  const std::vector<float> want = Pattern(1);
+  testing::RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
+    std::vector<float> w = want;
+    StateDict sd;
+    sd.add("w", TensorView(w.data(), DType::kF32, Shape{kRows, kCols}));
+    save(sd, d.path(), {.comm = c});
+  });
+  // Loads on 4 ranks that broadcast within the host when they broadcast at all; each one's
+  // total of broadcasts over the ranks.
+  auto load_all = [&](bool cached) {
+    std::array<uint64_t, 4> broadcasts{};
+    testing::RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
+      std::vector<float> got(kRows * kCols, 0);
+      StateDict sd;
+      sd.add("w", TensorView(got.data(), DType::kF32, Shape{kRows, kCols}));
+      auto r = checkpoint::Load(
+          sd, d.path(), {.comm = c, .broadcast_within_host = true, .broadcast_cached = cached},
+          storage::PosixFileSystem());
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(got, want) << "rank " << c->rank();
+      broadcasts[c->rank()] = r->broadcasts;
+    });
+    return broadcasts[0] + broadcasts[1] + broadcasts[2] + broadcasts[3];
+  };
+  // Just written: in the page cache. Read from there by each rank, unless forced.
+  EXPECT_EQ(load_all(false), 0u);
+  EXPECT_GT(load_all(true), 0u);
+  if (!DropCache(d.path())) GTEST_SKIP() << d.path() << " keeps its pages (a tmpfs)";
+  EXPECT_GT(load_all(false), 0u);  // from storage: read once, broadcast
+}
+
+}  // namespace
+}  // namespace dcp
