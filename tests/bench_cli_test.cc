@@ -45,8 +45,8 @@ TEST(BenchCliTest, TinyBenchWritesTheDocumentedKeys) {
   ExpectKeys(j["reference"],
              {"write_gib_per_s", "read_cold_gib_per_s", "read_warm_gib_per_s", "memcpy_gib_per_s"},
              "reference");
-  for (const char* name : {"save", "load.broadcast", "load.no_broadcast", "reshard.broadcast",
-                           "reshard.no_broadcast"}) {
+  for (const char* name : {"save", "load.broadcast", "load.no_broadcast", "load.default",
+                           "reshard.broadcast", "reshard.no_broadcast", "reshard.default"}) {
     ASSERT_TRUE(j["phases"].contains(name)) << name;
     const json& p = j["phases"][name];
     ExpectKeys(p,

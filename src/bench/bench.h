@@ -45,12 +45,15 @@ struct BenchOptions {
 };
 
 struct PhaseReport {
-  // "save", "async", "load.broadcast", "load.no_broadcast", "reshard....", "manager.recycle",
-  // "manager.no_recycle"
+  // "save", "async", "load.broadcast", "load.no_broadcast", "load.default", "reshard....",
+  // "manager.recycle", "manager.no_recycle"
   std::string name;
   std::string kind;  // "save", "async", "load", "reshard", "manager"
   std::string layout;
   bool broadcast = false;
+  // Loads: the load's own choice (broadcast unless every rank finds its reads cached), not
+  // the plan `broadcast` names.
+  bool default_plan = false;
   std::vector<double> seconds;  // one per repetition, barrier to barrier
   double median_seconds = 0;
   // Sums over ranks, from the last repetition.
