@@ -248,7 +248,8 @@ Status ChunkReads::ReadBytesEntries(const planner::LocalLoadPlan& plan) {
 }
 
 bool ReadsAreCached(storage::FileSystem& fs, const std::string& ckpt, const metadata::Metadata& md,
-                    const planner::LocalLoadPlan& plan) {
+                    const planner::LocalLoadPlan& plan,
+                    const std::vector<std::vector<bool>>* readable, int me) {
   // Each stored chunk once, by file (reads are sorted by file and offset).
   std::map<uint32_t, std::vector<storage::ByteRange>> by_file;
   std::set<std::pair<uint32_t, uint32_t>> seen;
@@ -261,6 +262,10 @@ bool ReadsAreCached(storage::FileSystem& fs, const std::string& ckpt, const meta
   }
   double cached = 0;
   for (const auto& [f, ranges] : by_file) {
+    if (readable && !(static_cast<size_t>(me) < readable->size() && f < (*readable)[me].size() &&
+                      (*readable)[me][f])) {
+      return false;
+    }
     const std::optional<double> part = fs.CachedFraction(DataFilePath(ckpt, md.files[f]), ranges);
     if (!part) return false;
     uint64_t bytes = 0;

@@ -107,8 +107,11 @@ class ChunkReads {
 // Whether the stored chunks `plan` reads from `ckpt` are in this host's page cache (at least
 // 95% of their bytes, by FileSystem::CachedFraction; unknown counts as not): reading them is
 // then a memory copy, cheaper than any broadcast (LoadOptions::broadcast_cached).
+// `readable` ([rank][file], may be null): a file this rank `me` may not read counts as not
+// cached (a memory tier's copy the restore does not trust).
 bool ReadsAreCached(storage::FileSystem& fs, const std::string& ckpt, const metadata::Metadata& md,
-                    const planner::LocalLoadPlan& plan);
+                    const planner::LocalLoadPlan& plan,
+                    const std::vector<std::vector<bool>>* readable, int me);
 
 // The range of stored chunk `sc` of `md`, with its checksums.
 storage::StoredRange RangeOf(const metadata::Metadata& md, const metadata::StoredChunk& sc);

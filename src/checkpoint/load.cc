@@ -79,7 +79,8 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
                                                   const metadata::Metadata* md,
                                                   const LoadOptions& opts,
                                                   const std::vector<std::vector<bool>>* readable,
-                                                  bool cached_here, uint64_t* smallest_budget) {
+                                                  bool cached_here, bool* all_cached_out,
+                                                  uint64_t* smallest_budget) {
   const std::string encoded = plan_status.ok() ? planner::EncodeLoadIdentity(id) : std::string();
   const bool verify = opts.verify_checksums && md && md->has_checksums;
   std::string hello;
@@ -105,7 +106,8 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     hash_of_rank[r] = rd.Fixed64();
     host_of_rank[r] = rd.Fixed64();
     *smallest_budget = std::min(*smallest_budget, rd.Fixed64());
-    all_cached = all_cached && rd.Byte() == 1;
+    const bool cached = rd.Byte() == 1;
+    all_cached = all_cached && cached;
     // Batching and sharing must be decided alike everywhere, or collectives diverge.
     if (hellos[r].substr(options_at) != hello.substr(options_at)) {
       return InvalidArgument(
@@ -115,6 +117,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     }
   }
   // Every rank reads from memory: nothing to share (the same decision everywhere).
+  *all_cached_out = all_cached;
   if (all_cached) return planner::BroadcastPlan{};
   const planner::PlanClasses classes = planner::GroupByPlanHash(hash_of_rank);
   DCP_ASSIGN_OR_RETURN(auto lists,
@@ -348,7 +351,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
 
   // 3. Who reads what: shared shards get one balanced reader each (every rank computes the
   //    same plan from the same gathered identities); planning errors are agreed on here.
-  const bool broadcast = opts.broadcast && comm->size() > 1 && comm->moves_tensor_data();
+  bool broadcast = opts.broadcast && comm->size() > 1 && comm->moves_tensor_data();
   planner::BroadcastPlan bplan;
   std::vector<std::shared_ptr<Comm>> groups;
   std::vector<MyShard> mine;
@@ -358,17 +361,24 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
   uint64_t smallest_budget = opts.max_broadcast_buffer_bytes;  // among all ranks
   if (broadcast) {
     Destinations dests;
+    bool all_cached = false;
     if (plan.ok()) dests = DestinationsOf(sd, *md);
     DCP_ASSIGN_OR_RETURN(
         bplan,
         ExchangeIdentities(
             *comm, plan.status(), plan.ok() ? IdentityOf(sd, *md, dests) : planner::LoadIdentity(),
             md.ok() ? &*md : nullptr, opts, hooks ? hooks->readable : nullptr,
-            !opts.broadcast_cached && plan.ok() && ReadsAreCached(fs, dir, *md, *plan),
-            &smallest_budget));
-    DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
-    MapToThisRank(sd, *md, *plan, bplan, groups, dests, me, &mine, &my_chunks, &shared_reads,
-                  &not_from_storage);
+            !opts.broadcast_cached && plan.ok() &&
+                ReadsAreCached(fs, dir, *md, *plan, hooks ? hooks->readable : nullptr, me),
+            &all_cached, &smallest_budget));
+    // Every rank reads from its page cache: the private path, as without broadcast (agreed
+    // in the exchange above).
+    broadcast = !all_cached;
+    if (broadcast) {
+      DCP_ASSIGN_OR_RETURN(groups, ResolveGroups(comm, bplan, &result.groups_created));
+      MapToThisRank(sd, *md, *plan, bplan, groups, dests, me, &mine, &my_chunks, &shared_reads,
+                    &not_from_storage);
+    }
   } else {
     DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, plan.status()));
   }
