@@ -260,7 +260,9 @@ bool ReadsAreCached(storage::FileSystem& fs, const std::string& ckpt, const meta
     by_file[sc.file].push_back({sc.byte_offset, sc.byte_length});
     total += sc.byte_length;
   }
-  double cached = 0;
+  // Stops at the first file that settles it: a cold load pays for about one file's check.
+  double uncached = 0;
+  const double allowed = 0.05 * static_cast<double>(total);
   for (const auto& [f, ranges] : by_file) {
     if (readable && !(static_cast<size_t>(me) < readable->size() && f < (*readable)[me].size() &&
                       (*readable)[me][f])) {
@@ -270,9 +272,10 @@ bool ReadsAreCached(storage::FileSystem& fs, const std::string& ckpt, const meta
     if (!part) return false;
     uint64_t bytes = 0;
     for (const auto& r : ranges) bytes += r.length;
-    cached += *part * static_cast<double>(bytes);
+    uncached += (1 - *part) * static_cast<double>(bytes);
+    if (uncached > allowed) return false;
   }
-  return cached >= 0.95 * static_cast<double>(total);
+  return true;
 }
 
 }  // namespace dcp::checkpoint
