@@ -80,8 +80,7 @@ void AddBench(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-async-prepare", o.async_prepare,
                 "async: no AsyncSaver::Prepare, the first save allocates its staging pool");
-  cmd->add_option("--json", a->json,
-                  "write the report as JSON (schema: docs/benchmarks.md)");
+  cmd->add_option("--json", a->json, "write the report as JSON (schema: docs/benchmarks.md)");
   cmd->callback([=] { *exit_code = RunBenchCommand(*a); });
 }
 
