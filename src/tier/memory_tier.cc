@@ -164,19 +164,22 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs, cons
   const int me = comm.rank();
   const std::string where = "persist step " + std::to_string(step) + " to " + dst + ": ";
   Status st;
-  std::string base_encoded;  // rank 0 reads the base once; empty: a whole copy
+  std::string base_encoded;                      // rank 0 reads the base once; empty: a whole copy
+  std::optional<checkpoint::BaseChunks> chunks;  // decoded from base_encoded
   if (me == 0) {
     st = fs.CreateDirs(dst);
     if (st.ok() && !base.empty()) {
-      // Decoded here too: a base every rank would refuse makes a whole copy, not a failure.
+      // Decoded before it is shared: a base every rank would refuse makes a whole copy, not a
+      // failure.
       auto b = checkpoint::ReadIncrementalBase(fs, base);
-      Status usable = b.status();
-      if (usable.ok()) usable = checkpoint::BaseChunks::Decode(*b, dst, base).status();
-      if (usable.ok()) {
+      Result<checkpoint::BaseChunks> decoded =
+          b.ok() ? checkpoint::BaseChunks::Decode(*b, dst, base) : b.status();
+      if (decoded.ok()) {
         base_encoded = std::move(b).value();
+        chunks = std::move(decoded).value();
       } else {
         std::fprintf(stderr, "dcp memory tier: %scopied whole: %s\n", where.c_str(),
-                     usable.message().c_str());
+                     decoded.status().message().c_str());
       }
     }
   }
@@ -185,11 +188,12 @@ Status MemoryTier::Drain(Comm& comm, int64_t step, storage::FileSystem& fs, cons
   auto md = ReadStepMetadata(StepDir(step));
   Status copied = md.status();
   std::optional<checkpoint::IncrementalCopy> plan;
-  if (copied.ok() && !base_encoded.empty()) {
-    auto chunks = checkpoint::BaseChunks::Decode(base_encoded, dst, base);
-    copied = chunks.status();
-    if (copied.ok()) plan = checkpoint::PlanIncrementalCopy(md->first, *chunks);
+  if (copied.ok() && !base_encoded.empty() && !chunks) {  // rank 0 decoded it already
+    auto decoded = checkpoint::BaseChunks::Decode(base_encoded, dst, base);
+    copied = decoded.status();
+    if (copied.ok()) chunks = std::move(decoded).value();
   }
+  if (copied.ok() && chunks) plan = checkpoint::PlanIncrementalCopy(md->first, *chunks);
   // Every byte copied is checked on the way: a copy damaged in memory must not become the
   // durable step (nor, in an incremental root, the bytes later drains reference).
   std::vector<std::vector<storage::StoredRange>> ranges;  // per file of the step
