@@ -1,7 +1,6 @@
 #include "bench/physical.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -14,6 +13,8 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 
 namespace dcp::bench {
 
@@ -74,37 +75,18 @@ Status DropFromPageCache(const std::string& path) {
 }
 
 Result<Residency> MeasureResidency(const std::vector<std::string>& paths) {
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   Residency r;
-  std::vector<unsigned char> vec;
   for (const std::string& path : paths) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus("open", path, errno);
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      int err = errno;
-      ::close(fd);
-      return ErrnoStatus("stat", path, err);
-    }
-    const auto size = static_cast<uint64_t>(st.st_size);
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(path, ec);
+    if (ec) return ErrnoStatus("stat", path, ec.value());
     r.total_bytes += size;
-    if (size == 0) {
-      ::close(fd);
-      continue;
-    }
-    void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    int err = errno;
-    ::close(fd);
-    if (m == MAP_FAILED) return ErrnoStatus("mmap", path, err);
-    const size_t pages = (size + page - 1) / page;
-    vec.assign(pages, 0);
-    int rc = ::mincore(m, size, vec.data());
-    err = errno;
-    ::munmap(m, size);
-    if (rc != 0) return ErrnoStatus("mincore", path, err);
-    for (size_t i = 0; i < pages; ++i) {
-      if (vec[i] & 1) r.resident_bytes += std::min<uint64_t>(page, size - i * page);
-    }
+    if (size == 0) continue;
+    const storage::ByteRange all{0, size};
+    const std::optional<double> cached =
+        storage::PosixFileSystem().CachedFraction(path, std::span(&all, 1));
+    if (!cached) return Internal("bench: cannot tell how much of " + path + " is cached");
+    r.resident_bytes += static_cast<uint64_t>(*cached * static_cast<double>(size) + 0.5);
   }
   return r;
 }
