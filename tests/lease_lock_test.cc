@@ -2,9 +2,11 @@
 // (DCP_HOST_ID) in real processes, on a file system and on a store without flock.
 #include "storage/lease_lock.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +31,30 @@ using namespace std::chrono_literals;
 class NoFlockFileSystem final : public testfs::ForwardingFileSystem {
  public:
   bool IsObjectStore() const override { return true; }
+  Result<Versioned> ReadVersioned(const std::string& p, size_t max_bytes) override {
+    return base().ReadVersioned(p, max_bytes);
+  }
+  Result<std::string> WriteIfVersion(const std::string& p, std::string_view data,
+                                     const std::string& version) override {
+    return base().WriteIfVersion(p, data, version);
+  }
+  Status RemoveIfVersion(const std::string& p, const std::string& version) override {
+    return base().RemoveIfVersion(p, version);
+  }
+};
+
+// A POSIX file system whose flock does not work (ENOLCK on some NFS, FUSE): the lock file is
+// opened as on any file system, and every change of it is a compare-and-swap.
+class FlocklessFileSystem final : public testfs::ForwardingFileSystem {
+ public:
+  bool Flocks() const override { return false; }
+  Result<std::string> WriteIfVersion(const std::string& p, std::string_view data,
+                                     const std::string& version) override {
+    return base().WriteIfVersion(p, data, version);
+  }
+  Status RemoveIfVersion(const std::string& p, const std::string& version) override {
+    return base().RemoveIfVersion(p, version);
+  }
 };
 
 // A process on host `host` that takes the lock at `path` with `lease` seconds and holds it,
@@ -356,6 +382,87 @@ TEST(LeaseLock, AHolderInAnotherPidNamespaceIsJudgedByItsLease) {
   }
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_NE(lock.broke().find("lease of 2 s expired"), std::string::npos) << lock.broke();
+}
+
+// Without flock on a file system, takers that judged one stale lock at the same moment race
+// to replace it: exactly one holds it after, the others are refused naming that one, and the
+// lock file is the winner's (a write followed by a read-back let two hold it).
+TEST(LeaseLock, WithoutFlockOnAFileSystemOfTakersOfAStaleLockExactlyOneWins) {
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
+  FlocklessFileSystem fs;
+  AsHost b("host-b");
+  for (int round = 0; round < 3; ++round) {
+    LockHolder gone{
+        "save", "gone", "host-z", 7, NowUnixMs() - 3600 * 1000, NowUnixMs() - 3600 * 1000};
+    Plant(path, gone);
+    constexpr int kTakers = 4;
+    std::vector<LeaseLock> locks(kTakers);
+    std::vector<Status> got(kTakers);
+    std::vector<std::thread> takers;
+    for (int i = 0; i < kTakers; ++i) {
+      takers.emplace_back([&, i] {
+        got[i] = locks[i].Acquire(fs, path, "the test root", "save", "taker" + std::to_string(i),
+                                  {.lease_seconds = 0.5});
+      });
+    }
+    for (auto& t : takers) t.join();
+    int winner = -1, wins = 0;
+    for (int i = 0; i < kTakers; ++i) {
+      if (got[i].ok()) {
+        ++wins;
+        winner = i;
+      } else {
+        EXPECT_EQ(got[i].code(), StatusCode::kFailedPrecondition) << got[i].ToString();
+      }
+    }
+    ASSERT_EQ(wins, 1) << "round " << round;
+    EXPECT_NE(locks[winner].broke().find("on host host-z"), std::string::npos);
+    auto held = ReadLockHolder(fs, path);
+    ASSERT_TRUE(held.ok());
+    EXPECT_EQ(held->id, "taker" + std::to_string(winner));
+    EXPECT_TRUE(locks[winner].Check().ok());
+    for (auto& l : locks) l.Release();
+    EXPECT_FALSE(std::filesystem::exists(path));  // released by its holder, as seen
+  }
+}
+
+// DCP_LOCKS_WITHOUT_FLOCK (flock that stays on one host, as Lustre's localflock): a holder
+// takes no kernel lock, and a taker judges it by its content alone.
+TEST(LeaseLock, LocksWithoutFlockWhenTold) {
+  testing::TempDir d;
+  const std::string path = d.Sub("lock");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::setenv("DCP_LOCKS_WITHOUT_FLOCK", "1", 1);
+    LeaseLock lock;
+    if (!lock.Acquire(PosixFileSystem(), path, "the test root", "save", "told",
+                      {.lease_seconds = 300})
+             .ok()) {
+      ::_exit(1);
+    }
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the holder could not take the lock";
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0) << "the holder took a kernel lock";
+  ::close(fd);
+  FlocklessFileSystem fs;
+  LeaseLock lock;
+  Status st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("save told of process " + std::to_string(child)), std::string::npos)
+      << st.message();
+  Kill(child);
+  st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(lock.broke().find("is gone"), std::string::npos) << lock.broke();
 }
 
 }  // namespace

@@ -106,7 +106,8 @@ class FileSystem {
   virtual Result<Versioned> ReadVersioned(const std::string& path, size_t max_bytes);
   // Writes `data` at `path` only if it still holds `version` ("": only if absent) and returns
   // the new version; kFailedPrecondition when it changed meanwhile, kNotFound when it is gone.
-  // S3: If-Match / If-None-Match. The default compares, then writes (not atomic).
+  // S3: If-Match / If-None-Match; POSIX: a rename aside and a link (storage/posix_cas.h). The
+  // default compares, then writes (not atomic).
   virtual Result<std::string> WriteIfVersion(const std::string& path, std::string_view data,
                                              const std::string& version);
   // Removes `path` only if it still holds `version` (kFailedPrecondition otherwise).
@@ -114,6 +115,9 @@ class FileSystem {
   // Objects, not files: Rename copies every byte (so the manager does not recycle files) and
   // each read is a request (so loads announce their ranges, ReadableFile::WillRead).
   virtual bool IsObjectStore() const { return false; }
+  // Whether a lock file here may be held by flock (storage/lease_lock.h); where it may not, or
+  // flock fails (ENOLCK), the lock's every change is a WriteIfVersion.
+  virtual bool Flocks() const { return !IsObjectStore(); }
   // Whether two threads may open and read files at the same time (a load reads its own chunks
   // on a second thread while the shared ones are exchanged). False unless a file system says so.
   virtual bool ConcurrentReads() const { return false; }

@@ -269,6 +269,9 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
   bool got = false;
   for (int attempt = 0; attempt < 8 && !got; ++attempt) {
     bool kernel_lock = false;
+    // Every change a compare-and-swap on the version seen: object stores, and file systems
+    // without flock.
+    bool versioned = !fs.Flocks();
     Seen seen;
     int64_t mtime_ms = NowUnixMs();
     if (!fs.IsObjectStore()) {
@@ -289,7 +292,10 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
       }
       st->inode = {s.st_dev, s.st_ino};
       mtime_ms = static_cast<int64_t>(s.st_mtim.tv_sec) * 1000 + s.st_mtim.tv_nsec / 1000000;
-      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      if (versioned) {
+        ::close(fd);
+        st->fd = -1;
+      } else if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
         kernel_lock = true;
         // Released and removed between our open and flock: that inode is no lock any more.
         struct stat by_path;
@@ -303,8 +309,17 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
         auto content = st->Read();
         const LockHolder h = HolderOf(content.ok() ? content->text : "", mtime_ms);
         return HeldBy(what, path, h, opts, /*kernel_says_alive=*/true);
-      }  // else no flock on this file system (ENOLCK, ENOTSUP): the content decides
-      DCP_ASSIGN_OR_RETURN(seen, st->Read());
+      } else {
+        // No flock on this file system (ENOLCK, ENOTSUP): the content decides, and each write
+        // replaces the file only if it still holds what was judged.
+        ::close(fd);
+        st->fd = -1;
+        versioned = true;
+      }
+      auto now = st->Read();
+      if (!now.ok() && now.status().code() == StatusCode::kNotFound) continue;
+      DCP_RETURN_IF_ERROR(now.status());
+      seen = std::move(*now);
     } else {
       // Created only if absent; a lost reply's retry is refused, but reads back as ours.
       auto created = fs.WriteIfVersion(path, EncodeLockHolder(st->me), "");
@@ -332,7 +347,7 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
       const LockHolder h = HolderOf(seen.text, mtime_ms);
       // A lock is mine iff its id is: a conditional write whose reply was lost is retried and
       // refused (412), yet what it wrote is there, with this attempt's id.
-      if (fs.IsObjectStore() && h.id == st->me.id) {
+      if (versioned && h.id == st->me.id) {
         st->version = seen.version;
         got = true;
         break;
@@ -350,27 +365,18 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
       broke_ = DescribeLockHolder(h) + ": " + why;
       std::fprintf(stderr, "dcp: warning: breaking the lock of %s held by %s\n", what.c_str(),
                    broke_.c_str());
-      // Taken over only as it was judged: on an object store a write conditional on the
-      // version seen, so of two takers, or a taker and a late renewal, one wins.
-      st->version = seen.version;
     }
+    // Taken over only as it was judged: without flock a write conditional on the version seen
+    // (an empty file's, too), so of two takers, or a taker and a late renewal, one wins.
+    if (versioned) st->version = seen.version;
     Status w = st->Write();
     if (!w.ok()) {
-      if (fs.IsObjectStore() &&
+      if (versioned &&
           (w.code() == StatusCode::kFailedPrecondition || w.code() == StatusCode::kNotFound)) {
         broke_.clear();
         continue;  // it changed since it was judged: judge it again
       }
       return w.Annotate("cannot lock " + what + ": ");
-    }
-    if (!fs.IsObjectStore() && !kernel_lock) {
-      // No flock to make the takeover atomic: at least see a taker that wrote after us.
-      auto back = st->Read();
-      auto h = back.ok() ? DecodeLockHolder(back->text) : Result<LockHolder>(back.status());
-      if (!h.ok() || h->id != id) {
-        return FailedPrecondition(what + " is contended: another job took its lock " + path +
-                                  " at the same time");
-      }
     }
     got = true;
   }

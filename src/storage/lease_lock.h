@@ -16,11 +16,13 @@
 // the path and tries again. A holder that could not rewrite its lock for a lease no longer
 // counts it as its own (Check fails).
 //
-// On an object store (no flock) every change is a compare-and-swap on the version seen
-// (FileSystem::WriteIfVersion; If-None-Match / If-Match on S3): the lock is created only if
+// On an object store, and on a file system whose flock fails (ENOLCK: some NFS, FUSE), every
+// change is a compare-and-swap on the version seen (FileSystem::WriteIfVersion; If-None-Match /
+// If-Match on S3; a rename aside and a link on POSIX): the lock is created only if
 // absent, renewed only over the version its holder wrote, taken over only over the stale
 // version judged, removed only while it is the holder's. A lock is its holder's iff it carries
 // the holder's id: a write whose reply was lost (the retry is refused) reads back as its own.
+// There an empty lock file (left by a taker's open before its flock failed) holds nothing.
 #pragma once
 
 #include <cstdint>

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <mutex>
 
 #include "storage/file_system.h"
+#include "storage/posix_cas.h"
 
 namespace dcp::storage {
 namespace {
@@ -326,6 +328,22 @@ class Posix final : public FileSystem {
     if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path, errno);
     if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode);
     return static_cast<uint64_t>(st.st_size);
+  }  // flock that does not reach other hosts (Lustre's `localflock`) cannot be detected: the
+  // user says so, and locks then take the compare-and-swap below.
+  bool Flocks() const override {
+    static const bool off = [] {
+      const char* v = std::getenv("DCP_LOCKS_WITHOUT_FLOCK");
+      return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+    }();
+    return !off;
+  }
+  // Atomic without flock (storage/posix_cas.h): the lease lock's writes where flock is missing.
+  Result<std::string> WriteIfVersion(const std::string& path, std::string_view data,
+                                     const std::string& version) override {
+    return PosixWriteIfVersion(path, data, version);
+  }
+  Status RemoveIfVersion(const std::string& path, const std::string& version) override {
+    return PosixRemoveIfVersion(path, version);
   }
 };
 
@@ -441,14 +459,6 @@ Status FileSystem::WriteAtomic(const std::string& path, std::string_view data,
   std::string dir = std::filesystem::path(path).parent_path().string();
   return fs.SyncDir(dir.empty() ? "." : dir);
 }
-
-namespace {
-// A version of content written without one: the content's own hash (the text changes with
-// every write of a lock, its heartbeat included).
-std::string ContentVersion(const std::string& text) {
-  return "h" + std::to_string(std::hash<std::string>{}(text)) + "-" + std::to_string(text.size());
-}
-}  // namespace
 
 Result<FileSystem::Versioned> FileSystem::ReadVersioned(const std::string& path, size_t max_bytes) {
   DCP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, OpenReadable(path));

@@ -56,6 +56,7 @@ class ForwardingFileSystem : public storage::FileSystem {
   Result<std::vector<std::string>> List(const std::string& d) override { return base_.List(d); }
   Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
   bool IsObjectStore() const override { return base_.IsObjectStore(); }
+  bool Flocks() const override { return base_.Flocks() && !IsObjectStore(); }
   Status DropUnfinishedWrites(const std::string& d) override {
     return base_.DropUnfinishedWrites(d);
   }

@@ -1,0 +1,26 @@
+// Compare-and-swap of a small file on a POSIX file system with no lock to rely on (no flock
+// across the hosts sharing it): the versioned writes the lease lock needs there.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "dcp/status.h"
+
+namespace dcp::storage {
+
+// The version of a small file's content (its hash and size: a lock's text changes with every
+// write, its heartbeat included).
+std::string ContentVersion(std::string_view text);
+
+// Writes `data` at `path` only if its content still has `version` ("": only if absent), as
+// FileSystem::WriteIfVersion. The file is replaced by a rename, never written in place nor
+// left absent. A change from a version is made by the holder of that version's claim, a file
+// beside it created exclusively (of two callers that saw one version, one gets it) and then
+// checked against the file; a claim left by a writer that died is broken after 10 s.
+Result<std::string> PosixWriteIfVersion(const std::string& path, std::string_view data,
+                                        const std::string& version);
+// Removes `path` only if its content still has `version`, under the same claim.
+Status PosixRemoveIfVersion(const std::string& path, const std::string& version);
+
+}  // namespace dcp::storage

@@ -1,0 +1,112 @@
+// The compare-and-swap of a small file without flock: of callers racing on one version
+// exactly one wins, and what it wrote is what is left.
+#include "storage/posix_cas.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace dcp::storage {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Scratch {
+  Scratch() {
+    dir = std::filesystem::temp_directory_path() / ("dcp-cas-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() { std::filesystem::remove_all(dir); }
+  std::filesystem::path dir;
+};
+
+TEST(PosixCas, CreatesOnlyIfAbsentAndReplacesOnlyTheVersionSeen) {
+  Scratch s;
+  const std::string path = (s.dir / "lock").string();
+  auto v1 = PosixWriteIfVersion(path, "one", "");
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ(*v1, ContentVersion("one"));
+  EXPECT_EQ(PosixWriteIfVersion(path, "again", "").status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(PosixWriteIfVersion(path, "two", ContentVersion("other")).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Slurp(path), "one");  // a mismatch is put back
+  auto v2 = PosixWriteIfVersion(path, "two", *v1);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_EQ(Slurp(path), "two");
+  EXPECT_EQ(PosixRemoveIfVersion(path, *v1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(PosixRemoveIfVersion(path, *v2).ok());
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(PosixWriteIfVersion(path, "three", *v2).status().code(), StatusCode::kNotFound);
+  // Nothing is left beside it: no file moved aside, no new file unplaced.
+  EXPECT_TRUE(std::filesystem::is_empty(s.dir));
+}
+
+TEST(PosixCas, OfCallersRacingOnOneVersionExactlyOneWins) {
+  Scratch s;
+  const std::string path = (s.dir / "lock").string();
+  for (int round = 0; round < 50; ++round) {
+    const std::string start = "start " + std::to_string(round);
+    std::filesystem::remove(path);
+    ASSERT_TRUE(PosixWriteIfVersion(path, start, "").ok());
+    constexpr int kCallers = 6;
+    std::atomic<int> ready{0};
+    std::atomic<int> won{-1};
+    std::atomic<int> wins{0};
+    std::vector<std::thread> callers;
+    for (int i = 0; i < kCallers; ++i) {
+      callers.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < kCallers) std::this_thread::yield();
+        auto v = PosixWriteIfVersion(path, "taken by " + std::to_string(i), ContentVersion(start));
+        if (v.ok()) {
+          wins.fetch_add(1);
+          won = i;
+        } else {
+          EXPECT_TRUE(v.status().code() == StatusCode::kFailedPrecondition ||
+                      v.status().code() == StatusCode::kNotFound)
+              << v.status().ToString();
+        }
+      });
+    }
+    for (auto& t : callers) t.join();
+    ASSERT_EQ(wins.load(), 1) << "round " << round;
+    EXPECT_EQ(Slurp(path), "taken by " + std::to_string(won.load()));
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(s.dir), {}), 1);
+  }
+}
+
+// A claim is held while its writer changes the file: a fresh one (a writer at work) refuses
+// the change, one a dead writer left is broken once it is 10 s old.
+TEST(PosixCas, AClaimLeftByADeadWriterIsBrokenOnceStale) {
+  Scratch s;
+  const std::string path = (s.dir / "lock").string();
+  auto v = PosixWriteIfVersion(path, "held", "");
+  ASSERT_TRUE(v.ok());
+  const std::filesystem::path claim = path + ".claim." + *v;
+  std::ofstream(claim) << "a writer at work";
+  EXPECT_EQ(PosixWriteIfVersion(path, "mine", *v).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Slurp(path), "held");
+  std::filesystem::last_write_time(
+      claim, std::filesystem::file_time_type::clock::now() - std::chrono::seconds(20));
+  auto mine = PosixWriteIfVersion(path, "mine", *v);
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  EXPECT_EQ(Slurp(path), "mine");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(s.dir), {}), 1);
+}
+
+}  // namespace
+}  // namespace dcp::storage
