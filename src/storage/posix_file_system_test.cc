@@ -65,6 +65,31 @@ bool WriteCold(const std::string& path, int mib) {
   return dropped && Resident(path, 0, uint64_t(mib) << 20) < 0.5;
 }
 
+// Past 4096 pages the page cache is sampled in windows spread over the ranges: the answer
+// still tells which share of them is resident.
+TEST(PosixFileSystemTest, TheCachedFractionOfLargeRangesIsSampledEvenly) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  ScratchDir dir;
+  const std::string path = dir.Sub("data");
+  if (!WriteCold(path, 64)) GTEST_SKIP() << path << " stays in memory (tmpfs?)";
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    std::vector<char> buf(kMiB);
+    for (uint64_t at = 0; at < 32 * kMiB; at += kMiB) {
+      ASSERT_EQ(::pread(fd, buf.data(), kMiB, static_cast<off_t>(at)), static_cast<ssize_t>(kMiB));
+    }
+    ::close(fd);
+  }
+  if (Resident(path, 0, 32 * kMiB) < 0.9) GTEST_SKIP() << "the page cache keeps too little here";
+  EXPECT_LT(Resident(path, 40 * kMiB, 64 * kMiB), 0.1);
+  // Three ranges, 16 of their 32 MiB read (clear of what read-ahead brought past 32 MiB).
+  const ByteRange ranges[] = {{0, 8 * kMiB}, {16 * kMiB, 8 * kMiB}, {48 * kMiB, 16 * kMiB}};
+  const double half = PosixFileSystem().CachedFraction(path, ranges).value_or(-1);
+  EXPECT_GT(half, 0.4);
+  EXPECT_LT(half, 0.6);
+}
+
 TEST(PosixFileSystemTest, AnnouncedRangesAreAdvisedAWindowAheadOfTheReads) {
   // A 32 MiB file out of the page cache; its second half announced: the kernel is asked for
   // 8 MiB of it at once, and for more only as bytes are read.
