@@ -31,16 +31,6 @@ using namespace std::chrono_literals;
 class NoFlockFileSystem final : public testfs::ForwardingFileSystem {
  public:
   bool IsObjectStore() const override { return true; }
-  Result<Versioned> ReadVersioned(const std::string& p, size_t max_bytes) override {
-    return base().ReadVersioned(p, max_bytes);
-  }
-  Result<std::string> WriteIfVersion(const std::string& p, std::string_view data,
-                                     const std::string& version) override {
-    return base().WriteIfVersion(p, data, version);
-  }
-  Status RemoveIfVersion(const std::string& p, const std::string& version) override {
-    return base().RemoveIfVersion(p, version);
-  }
 };
 
 // A POSIX file system whose flock does not work (ENOLCK on some NFS, FUSE): the lock file is
@@ -48,23 +38,19 @@ class NoFlockFileSystem final : public testfs::ForwardingFileSystem {
 class FlocklessFileSystem final : public testfs::ForwardingFileSystem {
  public:
   bool Flocks() const override { return false; }
-  Result<std::string> WriteIfVersion(const std::string& p, std::string_view data,
-                                     const std::string& version) override {
-    return base().WriteIfVersion(p, data, version);
-  }
-  Status RemoveIfVersion(const std::string& p, const std::string& version) override {
-    return base().RemoveIfVersion(p, version);
-  }
 };
 
 // A process on host `host` that takes the lock at `path` with `lease` seconds and holds it,
 // renewing, until killed. Returns once it holds the lock.
-pid_t HolderOnHost(const std::string& host, const std::string& path, double lease, bool no_flock) {
+// `env`: one more variable for it ("NAME=value").
+pid_t HolderOnHost(const std::string& host, const std::string& path, double lease, bool no_flock,
+                   const char* env = nullptr) {
   int ready[2];
   if (::pipe(ready) != 0) return -1;
   pid_t child = ::fork();
   if (child == 0) {
     ::setenv("DCP_HOST_ID", host.c_str(), 1);
+    if (env) ::putenv(const_cast<char*>(env));
     NoFlockFileSystem no_flock_fs;
     FileSystem& fs = no_flock ? static_cast<FileSystem&>(no_flock_fs) : PosixFileSystem();
     LeaseLock lock;
@@ -76,10 +62,11 @@ pid_t HolderOnHost(const std::string& host, const std::string& path, double leas
     (void)!::write(ready[1], &c, 1);
     for (;;) ::pause();
   }
+  ::close(ready[1]);  // a holder that could not take the lock ends the read
   char c = 0;
   const bool ok = ::read(ready[0], &c, 1) == 1;
   ::close(ready[0]);
-  ::close(ready[1]);
+  if (!ok) ::waitpid(child, nullptr, 0);
   return ok ? child : -1;
 }
 
@@ -108,6 +95,11 @@ TEST(LeaseLock, HolderRoundTripsWithFixedWidthTimes) {
   EXPECT_EQ(back->heartbeat_unix_ms, 1700000000456);
   h.heartbeat_unix_ms = 1;  // a renewal rewrites the file in place: same length
   EXPECT_EQ(EncodeLockHolder(h).size(), text.size());
+  EXPECT_TRUE(back->flock);
+  h.flock = false;  // a holder without flock says so; earlier decoders skip the line
+  auto no_flock = DecodeLockHolder(EncodeLockHolder(h));
+  ASSERT_TRUE(no_flock.ok());
+  EXPECT_FALSE(no_flock->flock);
   EXPECT_FALSE(DecodeLockHolder("dcp lock\nkind save\n").ok());
   EXPECT_FALSE(DecodeLockHolder("host pid\n").ok());
   EXPECT_FALSE(DecodeLockHolder(std::string(5000, 'x')).ok());
@@ -305,9 +297,10 @@ TEST(LeaseLock, ARenewalNeverOverwritesALockTakenMeanwhile) {
 class FailingWritesFileSystem final : public testfs::ForwardingFileSystem {
  public:
   bool IsObjectStore() const override { return true; }
-  Result<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& p) override {
+  Result<std::string> WriteIfVersion(const std::string& p, std::string_view data,
+                                     const std::string& version) override {
     if (failing) return Unavailable("the store is down");
-    return ForwardingFileSystem::NewExclusiveFile(p);
+    return ForwardingFileSystem::WriteIfVersion(p, data, version);
   }
   std::atomic<bool> failing{false};
 };
@@ -403,7 +396,7 @@ TEST(LeaseLock, WithoutFlockOnAFileSystemOfTakersOfAStaleLockExactlyOneWins) {
     for (int i = 0; i < kTakers; ++i) {
       takers.emplace_back([&, i] {
         got[i] = locks[i].Acquire(fs, path, "the test root", "save", "taker" + std::to_string(i),
-                                  {.lease_seconds = 0.5});
+                                  {.lease_seconds = 2});
       });
     }
     for (auto& t : takers) t.join();
@@ -428,39 +421,39 @@ TEST(LeaseLock, WithoutFlockOnAFileSystemOfTakersOfAStaleLockExactlyOneWins) {
 }
 
 // DCP_LOCKS_WITHOUT_FLOCK (flock that stays on one host, as Lustre's localflock): a holder
-// takes no kernel lock, and a taker judges it by its content alone.
+// takes no kernel lock, and a taker of its host that does take one (a process without the
+// variable) still finds its process alive: refused, as `dcp unlock` is, until it is gone.
 TEST(LeaseLock, LocksWithoutFlockWhenTold) {
   testing::TempDir d;
   const std::string path = d.Sub("lock");
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  pid_t child = ::fork();
-  if (child == 0) {
-    ::setenv("DCP_LOCKS_WITHOUT_FLOCK", "1", 1);
-    LeaseLock lock;
-    if (!lock.Acquire(PosixFileSystem(), path, "the test root", "save", "told",
-                      {.lease_seconds = 300})
-             .ok()) {
-      ::_exit(1);
+  pid_t holder =
+      HolderOnHost("host-a", path, /*lease=*/300, /*no_flock=*/false, "DCP_LOCKS_WITHOUT_FLOCK=1");
+  ASSERT_GT(holder, 0) << "the holder could not take the lock";
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0) Kill(pid);
     }
-    char c = 1;
-    (void)!::write(ready[1], &c, 1);
-    for (;;) ::pause();
-  }
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the holder could not take the lock";
+  } reaper{holder};
   int fd = ::open(path.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
   EXPECT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0) << "the holder took a kernel lock";
   ::close(fd);
-  FlocklessFileSystem fs;
+  AsHost a("host-a");
   LeaseLock lock;
-  Status st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  Status st =
+      lock.Acquire(PosixFileSystem(), path, "the test root", "save", "b", {.lease_seconds = 300});
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
-  EXPECT_NE(st.message().find("save told of process " + std::to_string(child)), std::string::npos)
+  EXPECT_NE(st.message().find("manager c0ffee of process " + std::to_string(holder)),
+            std::string::npos)
       << st.message();
-  Kill(child);
-  st = lock.Acquire(fs, path, "the test root", "save", "b", {.lease_seconds = 300});
+  auto unlocked = BreakLock(PosixFileSystem(), path);
+  EXPECT_FALSE(unlocked.ok());
+  EXPECT_NE(unlocked.status().message().find("alive on this host"), std::string::npos)
+      << unlocked.status().message();
+  Kill(holder);
+  reaper.pid = 0;
+  st = lock.Acquire(PosixFileSystem(), path, "the test root", "save", "b", {.lease_seconds = 300});
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_NE(lock.broke().find("is gone"), std::string::npos) << lock.broke();
 }

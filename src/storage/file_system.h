@@ -106,8 +106,8 @@ class FileSystem {
   virtual Result<Versioned> ReadVersioned(const std::string& path, size_t max_bytes);
   // Writes `data` at `path` only if it still holds `version` ("": only if absent) and returns
   // the new version; kFailedPrecondition when it changed meanwhile, kNotFound when it is gone.
-  // S3: If-Match / If-None-Match; POSIX: a rename aside and a link (storage/posix_cas.h). The
-  // default compares, then writes (not atomic).
+  // S3: If-Match / If-None-Match; POSIX: an exclusive claim, then a rename
+  // (storage/posix_cas.h). The default compares, then writes (not atomic).
   virtual Result<std::string> WriteIfVersion(const std::string& path, std::string_view data,
                                              const std::string& version);
   // Removes `path` only if it still holds `version` (kFailedPrecondition otherwise).

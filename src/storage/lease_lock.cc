@@ -264,6 +264,7 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
             NowUnixMs(),
             NowUnixMs(),
             ProcessIdentity(::getpid())};
+  st->me.flock = fs.Flocks();
   const ReadSeen read = [raw = st.get()] { return raw->Read(); };
 
   bool got = false;
@@ -369,12 +370,16 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
     // Taken over only as it was judged: without flock a write conditional on the version seen
     // (an empty file's, too), so of two takers, or a taker and a late renewal, one wins.
     if (versioned) st->version = seen.version;
+    st->me.flock = !versioned;
     Status w = st->Write();
     if (!w.ok()) {
       if (versioned &&
           (w.code() == StatusCode::kFailedPrecondition || w.code() == StatusCode::kNotFound)) {
         broke_.clear();
-        continue;  // it changed since it was judged: judge it again
+        // It changed since it was judged, or another writer is changing it: judge it again,
+        // after a pause that grows (a writer mid-change takes milliseconds).
+        std::this_thread::sleep_for(std::chrono::milliseconds(10 << std::min(attempt, 6)));
+        continue;
       }
       return w.Annotate("cannot lock " + what + ": ");
     }
@@ -449,7 +454,14 @@ Result<std::string> BreakLock(FileSystem& fs, const std::string& path) {
   std::string who = "an unreadable lock";
   if (lock.ok()) {
     who += " of " + std::to_string(lock->text.size()) + " bytes";
-    if (auto h = DecodeLockHolder(lock->text); h.ok()) who = DescribeLockHolder(*h);
+    if (auto h = DecodeLockHolder(lock->text); h.ok()) {
+      who = DescribeLockHolder(*h);
+      // A holder of this host that takes no flock (DCP_LOCKS_WITHOUT_FLOCK): its process.
+      if (!h->flock && JudgedHere(*h) && GoneHere(*h, /*kernel_lock=*/false).empty()) {
+        return FailedPrecondition(path + " is held by " + who +
+                                  ", which is alive on this host: stop it instead of unlocking");
+      }
+    }
   }
   if (!fs.IsObjectStore()) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);

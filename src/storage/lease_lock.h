@@ -16,13 +16,16 @@
 // the path and tries again. A holder that could not rewrite its lock for a lease no longer
 // counts it as its own (Check fails).
 //
-// On an object store, and on a file system whose flock fails (ENOLCK: some NFS, FUSE), every
+// On an object store, on a file system whose flock fails (ENOLCK: some NFS, FUSE) and where
+// DCP_LOCKS_WITHOUT_FLOCK=1 says flock does not reach other hosts (FileSystem::Flocks), every
 // change is a compare-and-swap on the version seen (FileSystem::WriteIfVersion; If-None-Match /
-// If-Match on S3; a rename aside and a link on POSIX): the lock is created only if
+// If-Match on S3; an exclusive claim and a rename on POSIX): the lock is created only if
 // absent, renewed only over the version its holder wrote, taken over only over the stale
 // version judged, removed only while it is the holder's. A lock is its holder's iff it carries
 // the holder's id: a write whose reply was lost (the retry is refused) reads back as its own.
-// There an empty lock file (left by a taker's open before its flock failed) holds nothing.
+// There an empty lock file (left by a taker's open before its flock failed) holds nothing, and
+// the lock says `flock no`: a taker of the same host that gets the flock still judges the
+// holder by its process.
 #pragma once
 
 #include <cstdint>

@@ -96,7 +96,7 @@ std::string EncodeLockHolder(const LockHolder& h) {
                 static_cast<long long>(h.heartbeat_unix_ms));
   return "dcp lock\nkind " + h.kind + "\nid " + h.id + "\nhost " + h.host + "\npid " +
          std::to_string(h.pid) + "\n" + times +
-         (h.process.empty() ? "" : "process " + h.process + "\n");
+         (h.process.empty() ? "" : "process " + h.process + "\n") + (h.flock ? "" : "flock no\n");
 }
 
 Result<LockHolder> DecodeLockHolder(std::string_view text) {
@@ -121,6 +121,7 @@ Result<LockHolder> DecodeLockHolder(std::string_view text) {
     if (key == "started") h.started_unix_ms = n, ++fields;
     if (key == "renewed") h.heartbeat_unix_ms = n, ++fields;
     if (key == "process") h.process = value;  // optional: earlier versions wrote none
+    if (key == "flock") h.flock = value != "no";
   }
   if (fields != 6) return DataLoss("incomplete dcp lock");
   return h;
@@ -147,9 +148,10 @@ bool JudgedHere(const LockHolder& h) {
 }
 
 std::string GoneHere(const LockHolder& h, bool kernel_lock) {
-  if (kernel_lock) return "its process is gone (the kernel released its lock)";
-  if (!ProcessAlive(h.pid)) return "process " + std::to_string(h.pid) + " is gone";
   const std::string start = SplitIdentity(h.process).start;
+  // The kernel lock was free: a holder that takes it is gone (whatever its pid names now).
+  if (kernel_lock && h.flock) return "its process is gone (the kernel released its lock)";
+  if (!ProcessAlive(h.pid)) return "process " + std::to_string(h.pid) + " is gone";
   if (!start.empty() && StartTime(h.pid) != start) {
     return "process " + std::to_string(h.pid) + " is gone (the pid is another process's now)";
   }

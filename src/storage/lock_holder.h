@@ -30,6 +30,9 @@ struct LockHolder {
   // its host, what tells its process from a later one with the same pid, or one a pid
   // namespace hides. Empty in locks of earlier versions.
   std::string process;
+  // Whether the holder holds the file's flock too (false: an object store, a file system
+  // without flock, DCP_LOCKS_WITHOUT_FLOCK): a free kernel lock then says nothing.
+  bool flock = true;
 };
 
 // The identity (LockHolder::process) of process `pid` as this process sees it now; "" when it
@@ -47,7 +50,8 @@ inline std::string Seconds(int64_t ms) { return std::to_string(ms > 0 ? ms / 100
 
 // Whether this process can judge `holder`'s process: same host name, same kernel (boot id) and
 // pid namespace. Then GoneHere says why it is gone, or "" while it lives; `kernel_lock`: the
-// caller holds the file's flock, so no live process of this kernel does.
+// caller holds the file's flock, so no live process of this kernel holds it by flock (a holder
+// that takes none, `flock no`, is still judged by its process).
 bool JudgedHere(const LockHolder& holder);
 std::string GoneHere(const LockHolder& holder, bool kernel_lock);
 

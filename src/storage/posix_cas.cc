@@ -7,17 +7,30 @@
 
 #include <atomic>
 #include <cerrno>
-#include <ctime>
 #include <functional>
 #include <random>
+#include <string>
+#include <vector>
 
 namespace dcp::storage {
 namespace {
 
 constexpr size_t kMaxCompared = size_t{1} << 20;
+// A claim unchanged this long (by the file system's own clock) belongs to a writer that died
+// or stalled mid-change: a change takes milliseconds.
+constexpr int64_t kStaleClaimSeconds = 10;
+// Successive stale claims passed over before giving up (each one a writer that died).
+constexpr int kMaxStaleClaims = 16;
 
-// A name beside `path` no other caller picks (the rename aside and the new file must stay on
-// the same file system for rename and link).
+// "Exists" (the one kFailedPrecondition of this file: the caller then looks again); every
+// other failure keeps its cause and a code that is not mistaken for contention.
+Status Exists(const std::string& path) { return FailedPrecondition(path + " exists"); }
+Status Failed(std::string_view op, const std::string& path, int err) {
+  return Status(StatusCode::kUnavailable, ErrnoStatus(op, path, err).message());
+}
+
+// A name beside `path` no other caller picks (renamed and linked files must stay on the same
+// file system).
 std::string UniqueSibling(const std::string& path, const char* what) {
   static const uint64_t seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
   static std::atomic<uint64_t> counter{0};
@@ -25,34 +38,37 @@ std::string UniqueSibling(const std::string& path, const char* what) {
          std::to_string(seed ^ counter.fetch_add(1));
 }
 
-Status WriteNew(const std::string& path, std::string_view data) {
+// A new file at `path` holding `data`, on disk; *mtime_s: its modification time, the file
+// system's clock now.
+Status WriteNew(const std::string& path, std::string_view data, int64_t* mtime_s = nullptr) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EEXIST) return FailedPrecondition(path + " exists");
-  if (fd < 0) return ErrnoStatus("create", path, errno);
-  const bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size()) &&
-                  ::fsync(fd) == 0;
-  const int err = errno;
+  if (fd < 0) return errno == EEXIST ? Exists(path) : Failed("create", path, errno);
+  const ssize_t n = ::write(fd, data.data(), data.size());
+  int err = n < 0 ? errno : EIO;  // a short write sets no errno
+  bool ok = n == static_cast<ssize_t>(data.size());
+  if (ok && ::fsync(fd) != 0) ok = false, err = errno;
+  struct stat st;
+  if (ok && mtime_s) *mtime_s = ::fstat(fd, &st) == 0 ? st.st_mtim.tv_sec : 0;
   ::close(fd);
   if (!ok) {
     ::unlink(path.c_str());
-    return ErrnoStatus("write", path, err);
+    return Failed("write", path, err);
   }
   return OkStatus();
 }
 
-// Gives `from` the name `to` unless `to` exists (kFailedPrecondition): renameat2's NOREPLACE,
-// or, where the file system lacks it, a hard link (which never replaces either).
+// Gives `from` the name `to` unless `to` exists: renameat2's NOREPLACE or, where the file
+// system lacks it, a hard link (which never replaces either).
 Status PlaceNoReplace(const std::string& from, const std::string& to) {
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
     return OkStatus();
   }
-  if (errno == EEXIST) return FailedPrecondition(to + " exists");
+  if (errno == EEXIST) return Exists(to);
   if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
-    return ErrnoStatus("rename " + from + " to", to, errno);
+    return Failed("rename " + from + " to", to, errno);
   }
   if (::link(from.c_str(), to.c_str()) != 0) {
-    if (errno == EEXIST) return FailedPrecondition(to + " exists");
-    return ErrnoStatus("link " + from + " to", to, errno);
+    return errno == EEXIST ? Exists(to) : Failed("link " + from + " to", to, errno);
   }
   ::unlink(from.c_str());
   return OkStatus();
@@ -61,69 +77,87 @@ Status PlaceNoReplace(const std::string& from, const std::string& to) {
 // The version of the file at `path`, or "" for one too large to be what was compared with.
 Result<std::string> VersionOf(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return ErrnoStatus("open", path, errno);
+  if (fd < 0) {
+    return errno == ENOENT ? NotFound(path + " is gone") : Failed("open", path, errno);
+  }
   std::string text(kMaxCompared + 1, '\0');
   ssize_t n = ::pread(fd, text.data(), text.size(), 0);
   const int err = errno;
   ::close(fd);
-  if (n < 0) return ErrnoStatus("read", path, err);
+  if (n < 0) return Failed("read", path, err);
   if (static_cast<size_t>(n) > kMaxCompared) return std::string();
   text.resize(static_cast<size_t>(n));
   return ContentVersion(text);
 }
 
-std::string ReadSmall(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return "";
-  char buf[256];
-  ssize_t n = ::pread(fd, buf, sizeof(buf), 0);
-  ::close(fd);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+// What a change made beside the file: its claim, the stale claims it passed over (another
+// writer's, removed once the change is done: nobody could take them meanwhile), its scratch
+// file. Whatever is still named here goes when the change ends.
+struct Claimed {
+  std::string mine;
+  std::vector<std::string> passed;
+  std::string fresh;
+  ~Claimed() {
+    if (!mine.empty()) ::unlink(mine.c_str());
+    for (const std::string& p : passed) ::unlink(p.c_str());
+    if (!fresh.empty()) ::unlink(fresh.c_str());
+  }
+};
+
+std::string Successor(const std::string& path, const std::string& version, ino_t stale) {
+  return path + ".claim." + version + ".after." + std::to_string(stale);
 }
 
-// A writer that died holding a claim: its claim is broken after this long (a change takes
-// milliseconds).
-constexpr int kStaleClaimSeconds = 10;
-
-// Removes the claim at `claim` if it is still the one whose token was `token` (it is renamed
-// aside first, so a claim made again meanwhile is put back, not removed).
-void BreakClaim(const std::string& claim, const std::string& token) {
-  const std::string aside = UniqueSibling(claim, "stale");
-  if (::rename(claim.c_str(), aside.c_str()) != 0) return;
-  if (ReadSmall(aside) == token || !PlaceNoReplace(aside, claim).ok()) ::unlink(aside.c_str());
-}
-
-// The claim on version `version` of `path`: only its holder changes the file from that
-// version. Made by an exclusive create of a name the version gives (of two callers that saw
-// one version, one gets it), then checked: the file must still hold that version. Returns the
-// claim's name; kFailedPrecondition when the file changed or another caller holds the claim,
-// kNotFound when the file is gone.
-Result<std::string> Claim(const std::string& path, const std::string& version) {
-  const std::string claim = path + ".claim." + version;
-  const std::string token = UniqueSibling("", "token");
-  for (int attempt = 0;; ++attempt) {
-    Status made = WriteNew(claim, token);
-    if (made.ok()) break;
-    if (made.code() != StatusCode::kFailedPrecondition || attempt > 0) {
-      return made.code() == StatusCode::kFailedPrecondition
-                 ? FailedPrecondition(path + " is being changed by another writer")
-                 : made;
-    }
+// Takes the claim on version `version` of `path`: only its holder changes the file from that
+// version. A claim is a file created under a name the version gives, so of two callers that
+// saw one version one gets it; it is then checked: the file must still hold that version.
+// A claim unchanged for kStaleClaimSeconds by the file system's clock (the caller's scratch
+// file, just written, tells the time there) is passed over, never removed: its successor is a
+// claim named after the stale one's inode, taken the same way, so of two callers that found it
+// stale one goes on. kFailedPrecondition: the file changed, or another caller holds the claim;
+// kNotFound: the file is gone.
+Status Claim(const std::string& path, const std::string& version, Claimed* claimed) {
+  const std::string token = UniqueSibling(path, "cas-claim");
+  std::string name = path + ".claim." + version;
+  for (int hops = 0;; ++hops) {
+    int64_t now = 0;
+    DCP_RETURN_IF_ERROR(WriteNew(token, "", &now));
+    Status placed = PlaceNoReplace(token, name);
+    if (placed.ok()) break;
+    ::unlink(token.c_str());
+    if (placed.code() != StatusCode::kFailedPrecondition) return placed;
     struct stat st;
-    const std::string held = ReadSmall(claim);
-    if (::stat(claim.c_str(), &st) != 0 ||
-        ::time(nullptr) - st.st_mtim.tv_sec < kStaleClaimSeconds) {
+    const bool there = ::stat(name.c_str(), &st) == 0;
+    if (hops == kMaxStaleClaims || (there && now - st.st_mtim.tv_sec < kStaleClaimSeconds)) {
+      claimed->passed.clear();  // another writer's successor: it removes them
       return FailedPrecondition(path + " is being changed by another writer");
     }
-    BreakClaim(claim, held);
+    if (!there) continue;  // released meanwhile: try again
+    claimed->passed.push_back(name);
+    name = Successor(path, version, st.st_ino);
   }
+  claimed->mine = name;
   auto seen = VersionOf(path);
-  if (seen.ok() && *seen == version) return claim;
-  ::unlink(claim.c_str());
-  if (!seen.ok() && seen.status().code() == StatusCode::kNotFound)
-    return NotFound(path + " is gone");
-  DCP_RETURN_IF_ERROR(seen.status());
-  return FailedPrecondition(path + " changed meanwhile");
+  if (!seen.ok()) {
+    claimed->passed.clear();  // left as they are
+    return seen.status();
+  }
+  // Changed: nobody can change the file from `version` any more, its claims are litter.
+  if (*seen != version) return FailedPrecondition(path + " changed meanwhile");
+  return OkStatus();
+}
+
+// Whether a later caller passed over this caller's claim as stale (this one stalled past
+// kStaleClaimSeconds between its claim and its change): then it changes nothing.
+bool Overtaken(const std::string& path, const std::string& version, Claimed* claimed) {
+  struct stat st;
+  if (::stat(claimed->mine.c_str(), &st) != 0 ||
+      ::access(Successor(path, version, st.st_ino).c_str(), F_OK) == 0) {
+    claimed->mine.clear();
+    claimed->passed.clear();  // the successor's holder removes them
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -135,40 +169,34 @@ std::string ContentVersion(std::string_view text) {
 
 Result<std::string> PosixWriteIfVersion(const std::string& path, std::string_view data,
                                         const std::string& version) {
-  const std::string fresh = UniqueSibling(path, "cas-new");
-  DCP_RETURN_IF_ERROR(WriteNew(fresh, data));
+  Claimed claimed;
+  claimed.fresh = UniqueSibling(path, "cas-new");
+  DCP_RETURN_IF_ERROR(WriteNew(claimed.fresh, data));
   if (version.empty()) {
-    Status placed = PlaceNoReplace(fresh, path);
-    if (!placed.ok()) {
-      ::unlink(fresh.c_str());
-      return placed;
-    }
+    DCP_RETURN_IF_ERROR(PlaceNoReplace(claimed.fresh, path));
+    claimed.fresh.clear();
     return ContentVersion(data);
   }
-  auto claim = Claim(path, version);
-  if (!claim.ok()) {
-    ::unlink(fresh.c_str());
-    return claim.status();
+  DCP_RETURN_IF_ERROR(Claim(path, version, &claimed));
+  if (Overtaken(path, version, &claimed)) {
+    return FailedPrecondition(path + " is being changed by another writer");
   }
   // The file is replaced, never absent: a reader sees the old version or the new one.
-  const bool replaced = ::rename(fresh.c_str(), path.c_str()) == 0;
-  const int err = errno;
-  ::unlink(claim->c_str());
-  if (!replaced) {
-    ::unlink(fresh.c_str());
-    return ErrnoStatus("replace", path, err);
-  }
+  if (::rename(claimed.fresh.c_str(), path.c_str()) != 0) return Failed("replace", path, errno);
+  claimed.fresh.clear();
   return ContentVersion(data);
 }
 
 Status PosixRemoveIfVersion(const std::string& path, const std::string& version) {
-  auto claim = Claim(path, version);
-  if (!claim.ok())
-    return claim.status().code() == StatusCode::kNotFound ? OkStatus() : claim.status();
-  const bool removed = ::unlink(path.c_str()) == 0 || errno == ENOENT;
-  const int err = errno;
-  ::unlink(claim->c_str());
-  return removed ? OkStatus() : ErrnoStatus("remove", path, err);
+  Claimed claimed;
+  Status held = Claim(path, version, &claimed);
+  if (held.code() == StatusCode::kNotFound) return OkStatus();
+  DCP_RETURN_IF_ERROR(held);
+  if (Overtaken(path, version, &claimed)) {
+    return FailedPrecondition(path + " is being changed by another writer");
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Failed("remove", path, errno);
+  return OkStatus();
 }
 
 }  // namespace dcp::storage

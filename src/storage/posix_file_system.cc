@@ -188,9 +188,10 @@ class Posix final : public FileSystem {
     // mincore costs ~50 ns a page: past kExact pages, windows of kWindow pages spread evenly
     // over the ranges stand for them (eviction takes whole regions, not scattered pages).
     constexpr uint64_t kExact = 4096, kWindow = 8;
-    uint64_t pages = 0;
+    uint64_t pages = 0, inside = 0;  // bytes past the end are not cached
     for (const ByteRange& r : ranges) {
       if (r.offset >= size || r.length == 0) continue;
+      inside += std::min(size, r.offset + r.length) - r.offset;
       pages += (std::min(size, r.offset + r.length) - r.offset / page * page + page - 1) / page;
     }
     const uint64_t stride = pages <= kExact ? 0 : pages / (kExact / kWindow);
@@ -224,8 +225,9 @@ class Posix final : public FileSystem {
     }
     ::munmap(m, size);
     if (!ok) return std::nullopt;
-    if (sampled == 0) return 1.0;
-    return static_cast<double>(sampled_in) / static_cast<double>(sampled);
+    if (sampled == 0) return 0.0;
+    return static_cast<double>(sampled_in) / static_cast<double>(sampled) *
+           static_cast<double>(inside) / static_cast<double>(wanted);
   }
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     // Always a new inode: whatever sat at `path` (a planted symlink, a file hard-linked into a
@@ -352,11 +354,8 @@ class Posix final : public FileSystem {
   }  // flock that does not reach other hosts (Lustre's `localflock`) cannot be detected: the
   // user says so, and locks then take the compare-and-swap below.
   bool Flocks() const override {
-    static const bool off = [] {
-      const char* v = std::getenv("DCP_LOCKS_WITHOUT_FLOCK");
-      return v != nullptr && *v != '\0' && std::string_view(v) != "0";
-    }();
-    return !off;
+    const char* v = std::getenv("DCP_LOCKS_WITHOUT_FLOCK");
+    return v == nullptr || std::string_view(v) != "1";
   }
   // Atomic without flock (storage/posix_cas.h): the lease lock's writes where flock is missing.
   Result<std::string> WriteIfVersion(const std::string& path, std::string_view data,

@@ -1,7 +1,8 @@
 // A file system that passes calls to another: tests derive from it and override only the calls
 // they change (a gate, a fault, a planted change), instead of forwarding each by hand.
 // ReuseFile and WriteAtomic keep FileSystem's own implementations, which go through this
-// object's calls, so an override applies to them too.
+// object's calls, so an override applies to them too; the versioned calls (the lease lock's
+// compare-and-swap) go to the base whole, atomic as it makes them.
 #pragma once
 
 #include <cstddef>
@@ -57,6 +58,16 @@ class ForwardingFileSystem : public storage::FileSystem {
   Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
   bool IsObjectStore() const override { return base_.IsObjectStore(); }
   bool Flocks() const override { return base_.Flocks() && !IsObjectStore(); }
+  Result<Versioned> ReadVersioned(const std::string& p, size_t max_bytes) override {
+    return base_.ReadVersioned(p, max_bytes);
+  }
+  Result<std::string> WriteIfVersion(const std::string& p, std::string_view data,
+                                     const std::string& version) override {
+    return base_.WriteIfVersion(p, data, version);
+  }
+  Status RemoveIfVersion(const std::string& p, const std::string& version) override {
+    return base_.RemoveIfVersion(p, version);
+  }
   Status DropUnfinishedWrites(const std::string& d) override {
     return base_.DropUnfinishedWrites(d);
   }
