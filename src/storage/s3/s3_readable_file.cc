@@ -67,26 +67,33 @@ void S3ReadableFile::WillRead(std::span<const ByteRange> ranges) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Extent> added;
   for (const ByteRange& r : sorted) {
-    const uint64_t end = r.offset + r.length;
-    if (Overlaps(r.offset, end) || (!added.empty() && r.offset < added.back().end)) continue;
-    if (r.length > part) {
-      // A large range: part-sized extents, used when it is read piece by piece (a chunk
-      // streamed through a bounce buffer); read whole, it goes straight out instead.
-      ++group_;
-      for (uint64_t at = r.offset; at < end; at += part) {
-        const uint64_t piece_end = std::min(end, at + part);
-        added.push_back({at, piece_end, group_, piece_end - at});
+    // What earlier announcements cover is read from their extents (which now wait for these
+    // bytes too); the rest becomes extents of its own.
+    for (const ByteRange& piece : Uncovered(r.offset, r.offset + r.length)) {
+      const uint64_t begin =
+          added.empty() ? piece.offset : std::max(piece.offset, added.back().end);
+      const uint64_t end = piece.offset + piece.length;
+      if (begin >= end) continue;
+      if (end - begin > part) {
+        // A large range: part-sized extents, used when it is read piece by piece (a chunk
+        // streamed through a bounce buffer); read whole, it goes straight out instead.
+        ++group_;
+        for (uint64_t at = begin; at < end; at += part) {
+          const uint64_t piece_end = std::min(end, at + part);
+          added.push_back({at, piece_end, group_, piece_end - at});
+        }
+        ++group_;
+        continue;
       }
-      ++group_;
-      continue;
+      // Merged across a gap only where no earlier extent lies in it (extents never overlap).
+      if (!added.empty() && added.back().group == group_ && begin <= added.back().end + kGap &&
+          end - added.back().begin <= part && Free(added.back().end, begin)) {
+        added.back().end = end;
+        added.back().wanted += end - begin;
+        continue;
+      }
+      added.push_back({begin, end, group_, end - begin});
     }
-    if (!added.empty() && added.back().group == group_ && r.offset <= added.back().end + kGap &&
-        end - added.back().begin <= part) {
-      added.back().end = end;
-      added.back().wanted += r.length;
-      continue;
-    }
-    added.push_back({r.offset, end, group_, r.length});
   }
   for (Extent& e : added) extents_.push_back(std::move(e));
   std::sort(extents_.begin(), extents_.end(),
@@ -167,11 +174,27 @@ size_t S3ReadableFile::Find(uint64_t offset, uint64_t length) const {
   return static_cast<size_t>(std::prev(it) - extents_.begin());
 }
 
-bool S3ReadableFile::Overlaps(uint64_t begin, uint64_t end) const {
+bool S3ReadableFile::Free(uint64_t begin, uint64_t end) const {
   auto it = std::upper_bound(extents_.begin(), extents_.end(), begin,
                              [](uint64_t o, const Extent& e) { return o < e.begin; });
-  if (it != extents_.begin() && std::prev(it)->end > begin) return true;
-  return it != extents_.end() && it->begin < end;
+  if (it != extents_.begin() && std::prev(it)->end > begin) return false;
+  return it == extents_.end() || it->begin >= end;
+}
+
+std::vector<ByteRange> S3ReadableFile::Uncovered(uint64_t begin, uint64_t end) {
+  std::vector<ByteRange> out;
+  auto it = std::upper_bound(extents_.begin(), extents_.end(), begin,
+                             [](uint64_t o, const Extent& e) { return o < e.begin; });
+  if (it != extents_.begin() && std::prev(it)->end > begin) --it;
+  uint64_t at = begin;
+  for (; it != extents_.end() && it->begin < end; ++it) {
+    if (it->begin > at) out.push_back({at, it->begin - at});
+    const uint64_t lo = std::max(at, it->begin), hi = std::min(end, it->end);
+    if (hi > lo) it->wanted += hi - lo;
+    at = std::max(at, it->end);
+  }
+  if (at < end) out.push_back({at, end - at});
+  return out;
 }
 
 // Extent k is fetched ahead of a read of extent i: small ones always, pieces of a large range

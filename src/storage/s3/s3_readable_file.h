@@ -30,8 +30,7 @@ class S3ReadableFile final : public ReadableFile {
   S3ReadableFile(S3FileSystem& fs, S3Location loc, std::string path, uint64_t size);
   ~S3ReadableFile() override;  // waits for the GETs it started
 
-  // Adds extents for `ranges`; a range overlapping an extent already announced is skipped
-  // (it is read directly, or from that extent).
+  // Adds extents for `ranges`; what an extent already announced covers is read from it.
   void WillRead(std::span<const ByteRange> ranges) override;
   Status ReadAt(uint64_t offset, std::span<std::byte> dst) override;
   uint64_t size() const override { return size_; }
@@ -50,7 +49,11 @@ class S3ReadableFile final : public ReadableFile {
 
   // The extent holding [offset, offset + length), or extents_.size(). Holds mu_.
   size_t Find(uint64_t offset, uint64_t length) const;
-  bool Overlaps(uint64_t begin, uint64_t end) const;
+  // The parts of [begin, end) no extent covers; the extents covering the rest count those
+  // bytes as wanted. Holds mu_.
+  std::vector<ByteRange> Uncovered(uint64_t begin, uint64_t end);
+  // Whether no extent lies in [begin, end). Holds mu_.
+  bool Free(uint64_t begin, uint64_t end) const;
   bool FetchAhead(size_t i, size_t k) const;
   // Extent i and the next ones started; the oldest finished beyond the budget dropped.
   void StartWindow(size_t i);
