@@ -1,6 +1,7 @@
 // A load whose every rank finds the stored chunks it reads in its host's page cache copies
 // them from there: no broadcast, no exchange of identities (LoadOptions::broadcast_cached
-// forces one); a load from storage that is not cached broadcasts as before.
+// forces one); a load from storage that is not cached broadcasts as before; ranks of one host
+// share reads of an object store, which no page cache holds for them.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "dcp/checkpoint.h"
 #include "storage/file_system.h"
 #include "test_util.h"
+#include "testfs/forwarding_file_system.h"
 
 namespace dcp {
 namespace {
@@ -75,6 +77,43 @@ TEST(CachedReads, WarmLoadsReadFromThePageCacheColdOnesBroadcast) {
   EXPECT_GT(load_all(true), 0u);
   if (!DropCache(d.path())) GTEST_SKIP() << d.path() << " keeps its pages (a tmpfs)";
   EXPECT_GT(load_all(false), 0u);  // from storage: read once, broadcast
+}
+
+// The real file system seen as an object store: reads no page cache keeps for the host.
+class AsObjectStore final : public testfs::ForwardingFileSystem {
+ public:
+  bool IsObjectStore() const override { return true; }
+};
+
+// Ranks of one host (no broadcast_within_host): on a file system each reads what it wants
+// (the host's page cache makes storage deliver it once); on an object store, where each read
+// is a request, a shard several ranks want is still read once and broadcast.
+TEST(CachedReads, RanksOfOneHostShareReadsOfAnObjectStoreOnly) {
+  TempDir d;
+  const std::vector<float> want = Pattern(3);
+  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    std::vector<float> w = want;
+    StateDict sd;
+    sd.add("w", TensorView(w.data(), DType::kF32, Shape{kRows, kCols}));
+    save(sd, d.path(), {.comm = c});
+  });
+  auto broadcasts_reading_from = [&](storage::FileSystem& fs) {
+    std::array<uint64_t, 2> broadcasts{};
+    testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+      std::vector<float> got(kRows * kCols, 0);
+      StateDict sd;
+      sd.add("w", TensorView(got.data(), DType::kF32, Shape{kRows, kCols}));
+      auto r = checkpoint::Load(sd, d.path(), {.comm = c}, fs);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(got, want) << "rank " << c->rank();
+      broadcasts[c->rank()] = r->broadcasts;
+    });
+    return broadcasts[0] + broadcasts[1];
+  };
+  DropCache(d.path());
+  EXPECT_EQ(broadcasts_reading_from(storage::PosixFileSystem()), 0u);
+  AsObjectStore store;
+  EXPECT_GT(broadcasts_reading_from(store), 0u);
 }
 
 }  // namespace

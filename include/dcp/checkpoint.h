@@ -115,7 +115,8 @@ struct LoadOptions {
   // host are read by each of them (storage is read once, the others copy from memory, which
   // beats a broadcast between processes) and only groups spanning hosts broadcast. True
   // broadcasts within a host too (the read-once machinery on one machine, or memory that
-  // page-cache copies cannot reach, such as device memory later).
+  // page-cache copies cannot reach, such as device memory later). Object stores always do:
+  // nothing caches their reads for the host, each one is a request.
   bool broadcast_within_host = false;
   // When every rank finds the stored chunks it would read in its host's page cache (a restart
   // on the machines that just wrote or read the checkpoint), reading them is a memory copy and

@@ -265,6 +265,7 @@ Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::
       for (uint32_t i : op.items) whole.emplace_back(plan.chunks[i].tensor, plan.chunks[i].stored);
     }
     reads.HintWhole(whole);
+    reads.HintPrivate();
   }
   // A staging buffer for `op`'s chunks, one after the other, from which this rank's regions
   // are scattered once it completes.

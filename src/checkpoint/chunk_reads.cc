@@ -82,6 +82,13 @@ void ChunkReads::HintWhole(const std::vector<std::pair<uint32_t, uint32_t>>& chu
   if (fs_.IsObjectStore()) HintRanges(chunks);
 }
 
+void ChunkReads::HintPrivate() {
+  if (!fs_.IsObjectStore() || private_plan_ == nullptr) return;
+  std::vector<bool>& done = done_[private_plan_];
+  done.resize(private_plan_->reads.size(), false);
+  Hint(*private_plan_, done);
+}
+
 void ChunkReads::Hint(const planner::LocalLoadPlan& plan, const std::vector<bool>& done) {
   // Once per plan, for all of its reads this rank makes. An object store then fetches them in
   // file order ahead of reads that come one broadcast at a time. A file system reads a rank's

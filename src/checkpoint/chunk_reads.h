@@ -48,6 +48,9 @@ class ChunkReads {
   // On an object store: (tensor, stored chunk) pairs that ReadWhole will read, so that they
   // are fetched ahead, coalesced.
   void HintWhole(const std::vector<std::pair<uint32_t, uint32_t>>& chunks);
+  // On an object store: the private plan's reads too, so that they are fetched while the
+  // shared phase runs (after the shared chunks announced before, which are wanted first).
+  void HintPrivate();
   // Reads stored chunk `stored` of metadata tensor `tensor` whole into `dst`.
   Status ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::byte> dst);
 

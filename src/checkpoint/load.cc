@@ -79,8 +79,8 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
                                                   const metadata::Metadata* md,
                                                   const LoadOptions& opts,
                                                   const std::vector<std::vector<bool>>* readable,
-                                                  bool cached_here, bool* all_cached_out,
-                                                  uint64_t* smallest_budget) {
+                                                  bool cached_here, bool within_host,
+                                                  bool* all_cached_out, uint64_t* smallest_budget) {
   const std::string encoded = plan_status.ok() ? planner::EncodeLoadIdentity(id) : std::string();
   const bool verify = opts.verify_checksums && md && md->has_checksums;
   std::string hello;
@@ -93,7 +93,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   w.Varint(opts.broadcast_batch_bytes);
   w.Varint(opts.broadcast_slab_bytes);
   w.Byte(verify ? 1 : 0);
-  w.Byte(opts.broadcast_within_host ? 1 : 0);
+  w.Byte(within_host ? 1 : 0);
   DCP_ASSIGN_OR_RETURN(auto hellos, AllGatherOrFail(comm, plan_status, hello));
   const int world = comm.size();
   std::vector<uint64_t> hash_of_rank(world), host_of_rank(world);
@@ -127,9 +127,9 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     DCP_ASSIGN_OR_RETURN(auto d, planner::DecodeLoadIdentity(lists[h.front()]));
     distinct.push_back(std::move(d));
   }
-  return planner::PlanBroadcast(distinct, classes.holders, world,
-                                {md, verify, opts.broadcast_within_host ? nullptr : &host_of_rank,
-                                 opts.broadcast_slab_bytes, readable});
+  return planner::PlanBroadcast(
+      distinct, classes.holders, world,
+      {md, verify, within_host ? nullptr : &host_of_rank, opts.broadcast_slab_bytes, readable});
 }
 
 // This rank's part in the shared phase: its memory for each shared shard or slab of its
@@ -370,7 +370,9 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
             md.ok() ? &*md : nullptr, opts, hooks ? hooks->readable : nullptr,
             !opts.broadcast_cached && plan.ok() &&
                 ReadsAreCached(fs, dir, *md, *plan, hooks ? hooks->readable : nullptr, me),
-            &all_cached, &smallest_budget));
+            // An object store has no page cache the ranks of a host share: each read is a
+            // request, so a replicated shard is fetched once per job, not once per rank.
+            opts.broadcast_within_host || fs.IsObjectStore(), &all_cached, &smallest_budget));
     // Every rank reads from its page cache: the private path, as without broadcast (agreed
     // in the exchange above).
     broadcast = !all_cached;
