@@ -87,6 +87,8 @@ struct LoadOptions {
   bool verify_checksums = true;
   // Skip state dict entries that the checkpoint lacks instead of failing.
   bool allow_partial = false;
+  // Data files a reader keeps open (file systems; an object store's stay open, holding no
+  // descriptor).
   int max_open_files = 8;
   // Read-once broadcast: a destination shard held by several ranks is read from storage
   // by one of them (byte-balanced) and sent to the others while the next is read. A group of

@@ -390,6 +390,47 @@ def test_a_load_fetches_every_announced_file_at_once(s3, dcp_cli):
         proxy.stop()
 
 
+def test_objects_announced_stay_open_past_max_open_files(s3, dcp_cli):
+    """A load of four ranks' objects with max_open_files=1 asks the store for no more than
+    with the default: the open-file limit is for descriptors, and closing an object dropped
+    the extents announced in it, so its reads went out one GET each."""
+    server, _ = s3
+    root = f"s3://{BUCKET}/manyfiles"
+    p = run(["mpirun", "-np", "4", "--oversubscribe", dcp_cli, "demo", "--layers", "1",
+             "--width-scale", "0.1", "--save-layout", "dp4", "--load-layout", "dp4", "--dir",
+             root], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    gets = []
+    proxy = FaultProxy(server.port, every=0,
+                       gate=lambda method, path: gets.append(path) if method == "GET" else None)
+    # Each load is preceded by a marker: a look for a checkpoint that does not exist.
+    code = ("import hyperdcp as dcp, sys, torch\n"
+            "ck = sys.argv[1]; md = dcp.read_metadata(ck)\n"
+            "sd = dcp.load_all(ck, keys=list(md.tensors), no_dist=True)\n"
+            "want = {k: v.clone() for k, v in sd.items()}\n"
+            "for n in (8, 1):\n"
+            "    for v in sd.values(): v.zero_()\n"
+            "    try: dcp.read_metadata(f'{ck}-marker')\n"
+            "    except Exception: pass\n"
+            "    dcp.load(sd, ck, no_dist=True, max_open_files=n)\n"
+            "    same = lambda a, b: torch.equal(a.view(torch.uint8), b.view(torch.uint8))\n"
+            "    assert all(same(sd[k], want[k]) for k in sd), n  # bytes: the demo's have NaNs\n"
+            "print('loaded')\n")
+    try:
+        p = run([sys.executable, "-c", code, f"{root}/step_100"],
+                env={"AWS_ENDPOINT_URL": proxy.endpoint})
+        assert p.returncode == 0 and "loaded" in p.stdout, p.stdout + p.stderr
+    finally:
+        proxy.stop()
+    marks = [i for i, k in enumerate(gets) if "-marker" in k]
+    starts = [i for i in marks if i - 1 not in marks]  # a marker may take several GETs
+    assert len(starts) == 2, gets
+    data = lambda seg: [k.split("?")[0] for k in seg if k.split("?")[0].endswith(".safetensors")]
+    default, one = data(gets[starts[0]:starts[1]]), data(gets[starts[1]:])
+    assert len(set(default)) == 4, default
+    assert len(one) <= len(default), (len(one), len(default))
+
+
 def test_a_load_reads_its_values_in_one_request(s3):
     """A rank's non-tensor values sit side by side in one object: the load announces them and
     fetches them in one ranged GET, not one round trip each."""

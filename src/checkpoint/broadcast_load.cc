@@ -265,7 +265,6 @@ Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::
       for (uint32_t i : op.items) whole.emplace_back(plan.chunks[i].tensor, plan.chunks[i].stored);
     }
     reads.HintWhole(whole);
-    reads.HintPrivate();
   }
   // A staging buffer for `op`'s chunks, one after the other, from which this rank's regions
   // are scattered once it completes.
@@ -420,6 +419,9 @@ Status RunSharedPhase(Comm& world, const metadata::Metadata& md, const planner::
     DCP_RETURN_IF_ERROR(in_flight.Reserve(posted.held));
     DCP_RETURN_IF_ERROR(in_flight.Post(group.IAllGatherV(send, from), std::move(posted)));
   }
+  // This rank's shared reads are all issued: an object store fetches its own chunks while it
+  // waits for the others' (not before, where they would compete with the shared reads).
+  reads.HintPrivate();
   Status drained = in_flight.Drain();
   reads.set_between_chunks(nullptr);
   return drained;

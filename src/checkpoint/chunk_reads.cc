@@ -44,7 +44,9 @@ Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
                     ((*f)->size() < info.size ? " (truncated)" : ""));
   }
   ++stats_->files_opened;
-  while (open_.size() >= max_open_) open_.pop_back();
+  // An object store's file holds no descriptor, but the extents announced in it: closing it
+  // would send its reads out one GET each, so only file systems' files are limited.
+  while (!fs_.IsObjectStore() && open_.size() >= max_open_) open_.pop_back();
   open_.emplace_front(file, std::move(f).value());
   if (auto it = announced_.find(file); it != announced_.end()) {
     open_.front().second->WillRead(it->second);
@@ -59,6 +61,9 @@ storage::StoredRange RangeOf(const metadata::Metadata& md, const metadata::Store
 void ChunkReads::HintRanges(const std::vector<std::pair<uint32_t, uint32_t>>& chunks) {
   std::map<uint32_t, std::vector<storage::ByteRange>> by_file;
   for (const auto& [tensor, stored] : chunks) {
+    // Each stored chunk once (several items share one; the shared and private plans may name
+    // the same), so that an extent waits for no byte twice.
+    if (!announced_chunks_.insert({tensor, stored}).second) continue;
     const metadata::StoredChunk& sc = md_.tensors[tensor].chunks[stored];
     by_file[sc.file].push_back({sc.byte_offset, sc.byte_length});
   }
@@ -70,7 +75,7 @@ void ChunkReads::Announce(std::map<uint32_t, std::vector<storage::ByteRange>>& b
     auto f = Open(file);
     if (f.ok()) (*f)->WillRead(ranges);  // an open that fails is reported by the read itself
     // A file system's file closed by the LRU of open files is told again when reopened (Open);
-    // an object store's fetches went ahead already.
+    // an object store's files stay open until the load ends.
     if (!fs_.IsObjectStore()) {
       std::vector<storage::ByteRange>& kept = announced_[file];
       kept.insert(kept.end(), ranges.begin(), ranges.end());

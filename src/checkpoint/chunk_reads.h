@@ -49,7 +49,7 @@ class ChunkReads {
   // are fetched ahead, coalesced.
   void HintWhole(const std::vector<std::pair<uint32_t, uint32_t>>& chunks);
   // On an object store: the private plan's reads too, so that they are fetched while the
-  // shared phase runs (after the shared chunks announced before, which are wanted first).
+  // shared phase waits on other ranks (called once this rank's shared reads are issued).
   void HintPrivate();
   // Reads stored chunk `stored` of metadata tensor `tensor` whole into `dst`.
   Status ReadWhole(uint32_t tensor, uint32_t stored, std::span<std::byte> dst);
@@ -91,7 +91,8 @@ class ChunkReads {
   const metadata::Metadata& md_;
   const std::string ckpt_;
   const bool verify_;
-  size_t max_open_;
+  size_t max_open_;  // file systems' files (object stores' stay open)
+  std::set<std::pair<uint32_t, uint32_t>> announced_chunks_;  // object stores: (tensor, stored)
   storage::FileSystem& fs_;
   LoadResult* stats_;
   std::function<void()> between_chunks_;

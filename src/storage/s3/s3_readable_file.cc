@@ -64,6 +64,18 @@ void S3ReadableFile::WillRead(std::span<const ByteRange> ranges) {
   }
   std::sort(sorted.begin(), sorted.end(),
             [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  // Overlapping ranges as one, so that an extent waits for each byte once (touching ones stay
+  // apart: merged, a run of small chunks would be cut at part boundaries inside chunks).
+  std::vector<ByteRange> merged;
+  for (const ByteRange& r : sorted) {
+    if (!merged.empty() && r.offset < merged.back().offset + merged.back().length) {
+      ByteRange& m = merged.back();
+      m.length = std::max(m.offset + m.length, r.offset + r.length) - m.offset;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  sorted = std::move(merged);
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Extent> added;
   for (const ByteRange& r : sorted) {
@@ -161,9 +173,9 @@ Status S3ReadableFile::ReadExtent(size_t i, uint64_t offset, std::span<std::byte
     return s;
   }
   it->served += dst.size();
-  // Its announced bytes all read: not needed again (a gap merged in is never read; a read
-  // after this fetches it anew).
-  if (it->served >= it->wanted) it->fetch.reset();
+  // Its announced bytes all read: gone (a gap merged in is never read). A later read there
+  // goes out alone, and a later announcement makes an extent of its own.
+  if (it->served >= it->wanted) extents_.erase(it);
   return OkStatus();
 }
 
