@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <array>
 #include <filesystem>
 #include <numeric>
 #include <vector>
@@ -46,31 +45,44 @@ bool DropCache(const std::string& dir) {
   return dropped;
 }
 
-TEST(CachedReads, WarmLoadsReadFromThePageCacheColdOnesBroadcast) {
-  TempDir d;
-  const std::vector<float> want = Pattern(1);
-  testing::RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
+// `want` saved to `dir` by `ranks` ranks, each holding it whole.
+void SaveWhole(const std::string& dir, int ranks, const std::vector<float>& want) {
+  testing::RunRanks(ranks, [&](const std::shared_ptr<Comm>& c) {
     std::vector<float> w = want;
     StateDict sd;
     sd.add("w", TensorView(w.data(), DType::kF32, Shape{kRows, kCols}));
-    save(sd, d.path(), {.comm = c});
+    save(sd, dir, {.comm = c});
   });
-  // Loads on 4 ranks that broadcast within the host when they broadcast at all; each one's
-  // total of broadcasts over the ranks.
+}
+
+// A load of `dir` on `ranks` ranks, each into the whole tensor (checked against `want`), with
+// `opts` (its comm set per rank) from `fs`: the total of broadcasts over the ranks.
+uint64_t BroadcastsOfLoad(const std::string& dir, int ranks, const std::vector<float>& want,
+                          LoadOptions opts, storage::FileSystem& fs) {
+  std::vector<uint64_t> broadcasts(static_cast<size_t>(ranks), 0);
+  testing::RunRanks(ranks, [&](const std::shared_ptr<Comm>& c) {
+    std::vector<float> got(kRows * kCols, 0);
+    StateDict sd;
+    sd.add("w", TensorView(got.data(), DType::kF32, Shape{kRows, kCols}));
+    LoadOptions mine = opts;
+    mine.comm = c;
+    auto r = checkpoint::Load(sd, dir, mine, fs);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(got, want) << "rank " << c->rank();
+    broadcasts[static_cast<size_t>(c->rank())] = r->broadcasts;
+  });
+  return std::accumulate(broadcasts.begin(), broadcasts.end(), uint64_t{0});
+}
+
+TEST(CachedReads, WarmLoadsReadFromThePageCacheColdOnesBroadcast) {
+  TempDir d;
+  const std::vector<float> want = Pattern(1);
+  SaveWhole(d.path(), 4, want);
+  // Loads on 4 ranks that broadcast within the host when they broadcast at all.
   auto load_all = [&](bool cached) {
-    std::array<uint64_t, 4> broadcasts{};
-    testing::RunRanks(4, [&](const std::shared_ptr<Comm>& c) {
-      std::vector<float> got(kRows * kCols, 0);
-      StateDict sd;
-      sd.add("w", TensorView(got.data(), DType::kF32, Shape{kRows, kCols}));
-      auto r = checkpoint::Load(
-          sd, d.path(), {.comm = c, .broadcast_within_host = true, .broadcast_cached = cached},
-          storage::PosixFileSystem());
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      EXPECT_EQ(got, want) << "rank " << c->rank();
-      broadcasts[c->rank()] = r->broadcasts;
-    });
-    return broadcasts[0] + broadcasts[1] + broadcasts[2] + broadcasts[3];
+    return BroadcastsOfLoad(d.path(), 4, want,
+                            {.broadcast_within_host = true, .broadcast_cached = cached},
+                            storage::PosixFileSystem());
   };
   // Just written: in the page cache. Read from there by each rank, unless forced.
   EXPECT_EQ(load_all(false), 0u);
@@ -91,29 +103,11 @@ class AsObjectStore final : public testfs::ForwardingFileSystem {
 TEST(CachedReads, RanksOfOneHostShareReadsOfAnObjectStoreOnly) {
   TempDir d;
   const std::vector<float> want = Pattern(3);
-  testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
-    std::vector<float> w = want;
-    StateDict sd;
-    sd.add("w", TensorView(w.data(), DType::kF32, Shape{kRows, kCols}));
-    save(sd, d.path(), {.comm = c});
-  });
-  auto broadcasts_reading_from = [&](storage::FileSystem& fs) {
-    std::array<uint64_t, 2> broadcasts{};
-    testing::RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
-      std::vector<float> got(kRows * kCols, 0);
-      StateDict sd;
-      sd.add("w", TensorView(got.data(), DType::kF32, Shape{kRows, kCols}));
-      auto r = checkpoint::Load(sd, d.path(), {.comm = c}, fs);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      EXPECT_EQ(got, want) << "rank " << c->rank();
-      broadcasts[c->rank()] = r->broadcasts;
-    });
-    return broadcasts[0] + broadcasts[1];
-  };
+  SaveWhole(d.path(), 2, want);
   DropCache(d.path());
-  EXPECT_EQ(broadcasts_reading_from(storage::PosixFileSystem()), 0u);
+  EXPECT_EQ(BroadcastsOfLoad(d.path(), 2, want, {}, storage::PosixFileSystem()), 0u);
   AsObjectStore store;
-  EXPECT_GT(broadcasts_reading_from(store), 0u);
+  EXPECT_GT(BroadcastsOfLoad(d.path(), 2, want, {}, store), 0u);
 }
 
 }  // namespace
