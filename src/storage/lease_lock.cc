@@ -321,6 +321,21 @@ Status LeaseLock::Acquire(FileSystem& fs, const std::string& path, const std::st
       if (!now.ok() && now.status().code() == StatusCode::kNotFound) continue;
       DCP_RETURN_IF_ERROR(now.status());
       seen = std::move(*now);
+      if (kernel_lock) {
+        // Written by a holder that takes no flock: its lock changes only by compare-and-swap
+        // (an in-place write could cross a versioned taker's rename).
+        auto h = DecodeLockHolder(seen.text);
+        if (h.ok() && !h->flock) {
+          ::close(st->fd);
+          st->fd = -1;
+          kernel_lock = false;
+          versioned = true;
+          auto again = st->Read();
+          if (!again.ok() && again.status().code() == StatusCode::kNotFound) continue;
+          DCP_RETURN_IF_ERROR(again.status());
+          seen = std::move(*again);
+        }
+      }
     } else {
       // Created only if absent; a lost reply's retry is refused, but reads back as ours.
       auto created = fs.WriteIfVersion(path, EncodeLockHolder(st->me), "");

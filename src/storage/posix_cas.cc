@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <functional>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@ constexpr int kMaxStaleClaims = 16;
 // other failure keeps its cause and a code that is not mistaken for contention.
 Status Exists(const std::string& path) { return FailedPrecondition(path + " exists"); }
 Status Failed(std::string_view op, const std::string& path, int err) {
+  if (err == ENOENT) return NotFound(ErrnoStatus(op, path, err).message());
   return Status(StatusCode::kUnavailable, ErrnoStatus(op, path, err).message());
 }
 
@@ -39,8 +41,9 @@ std::string UniqueSibling(const std::string& path, const char* what) {
 }
 
 // A new file at `path` holding `data`, on disk; *mtime_s: its modification time, the file
-// system's clock now.
-Status WriteNew(const std::string& path, std::string_view data, int64_t* mtime_s = nullptr) {
+// system's clock now; *ino: its inode.
+Status WriteNew(const std::string& path, std::string_view data, int64_t* mtime_s = nullptr,
+                ino_t* ino = nullptr) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return errno == EEXIST ? Exists(path) : Failed("create", path, errno);
   const ssize_t n = ::write(fd, data.data(), data.size());
@@ -48,7 +51,11 @@ Status WriteNew(const std::string& path, std::string_view data, int64_t* mtime_s
   bool ok = n == static_cast<ssize_t>(data.size());
   if (ok && ::fsync(fd) != 0) ok = false, err = errno;
   struct stat st;
-  if (ok && mtime_s) *mtime_s = ::fstat(fd, &st) == 0 ? st.st_mtim.tv_sec : 0;
+  if (ok && (mtime_s || ino)) {
+    const bool known = ::fstat(fd, &st) == 0;
+    if (mtime_s) *mtime_s = known ? st.st_mtim.tv_sec : 0;
+    if (ino) *ino = known ? st.st_ino : 0;
+  }
   ::close(fd);
   if (!ok) {
     ::unlink(path.c_str());
@@ -95,11 +102,14 @@ Result<std::string> VersionOf(const std::string& path) {
 // file. Whatever is still named here goes when the change ends.
 struct Claimed {
   std::string mine;
+  ino_t mine_ino = 0;  // its inode: the claim at that name is still this one
+  std::chrono::steady_clock::time_point claimed_at;
   std::vector<std::string> passed;
   std::string fresh;
   ~Claimed() {
-    if (!mine.empty()) ::unlink(mine.c_str());
+    // The stale ones first: while `mine` stands nobody takes a claim on the version anew.
     for (const std::string& p : passed) ::unlink(p.c_str());
+    if (!mine.empty()) ::unlink(mine.c_str());
     if (!fresh.empty()) ::unlink(fresh.c_str());
   }
 };
@@ -119,9 +129,11 @@ std::string Successor(const std::string& path, const std::string& version, ino_t
 Status Claim(const std::string& path, const std::string& version, Claimed* claimed) {
   const std::string token = UniqueSibling(path, "cas-claim");
   std::string name = path + ".claim." + version;
+  std::vector<std::string> passed;  // claimed->passed only once a claim is this caller's
   for (int hops = 0;; ++hops) {
     int64_t now = 0;
-    DCP_RETURN_IF_ERROR(WriteNew(token, "", &now));
+    claimed->claimed_at = std::chrono::steady_clock::now();
+    DCP_RETURN_IF_ERROR(WriteNew(token, "", &now, &claimed->mine_ino));
     Status placed = PlaceNoReplace(token, name);
     if (placed.ok()) break;
     ::unlink(token.c_str());
@@ -129,14 +141,14 @@ Status Claim(const std::string& path, const std::string& version, Claimed* claim
     struct stat st;
     const bool there = ::stat(name.c_str(), &st) == 0;
     if (hops == kMaxStaleClaims || (there && now - st.st_mtim.tv_sec < kStaleClaimSeconds)) {
-      claimed->passed.clear();  // another writer's successor: it removes them
       return FailedPrecondition(path + " is being changed by another writer");
     }
     if (!there) continue;  // released meanwhile: try again
-    claimed->passed.push_back(name);
+    passed.push_back(name);
     name = Successor(path, version, st.st_ino);
   }
   claimed->mine = name;
+  claimed->passed = std::move(passed);
   auto seen = VersionOf(path);
   if (!seen.ok()) {
     claimed->passed.clear();  // left as they are
@@ -149,10 +161,14 @@ Status Claim(const std::string& path, const std::string& version, Claimed* claim
 
 // Whether a later caller passed over this caller's claim as stale (this one stalled past
 // kStaleClaimSeconds between its claim and its change): then it changes nothing.
+// Also when it took so long that a claim this old could be passed over before its change
+// lands: it gives up then, leaving its claim for a successor to pass over.
 bool Overtaken(const std::string& path, const std::string& version, Claimed* claimed) {
   struct stat st;
-  if (::stat(claimed->mine.c_str(), &st) != 0 ||
-      ::access(Successor(path, version, st.st_ino).c_str(), F_OK) == 0) {
+  const bool mine = ::stat(claimed->mine.c_str(), &st) == 0 && st.st_ino == claimed->mine_ino;
+  const bool late = std::chrono::steady_clock::now() - claimed->claimed_at >
+                    std::chrono::seconds(kStaleClaimSeconds / 2);
+  if (!mine || late || ::access(Successor(path, version, st.st_ino).c_str(), F_OK) == 0) {
     claimed->mine.clear();
     claimed->passed.clear();  // the successor's holder removes them
     return true;
