@@ -53,7 +53,18 @@ def test_framework_checkpoints_on_hyperdcp_as_on_torch_dcp(torchrun, tmp_path, f
     out = {}
     for mode in ("torch", "hyperdcp"):
         # A failing run fails the test with every rank's whole output (the torchrun fixture).
-        out[mode] = torchrun(2, "fw_flows.py", flow, mode, tmp_path / mode, timeout=300)
+        try:
+            out[mode] = torchrun(2, "fw_flows.py", flow, mode, tmp_path / mode, timeout=300)
+        except pytest.fail.Exception as e:
+            # torch DCP's own run (hyperdcp not imported) once aborted at interpreter exit
+            # ("terminate called without an active exception") after both ranks had finished
+            # their flow and rank 0 had written the result: that run is the reference only.
+            said = str(e)
+            if not (mode == "torch" and said.count(f"{flow}: ok") == 2
+                    and "terminate called without an active exception" in said
+                    and (tmp_path / mode / f"result-{flow}.pt").exists()):
+                raise
+            out[mode] = said
         assert out[mode].count(f"{flow}: ok") == 2, f"{mode} run of {flow}:\n{out[mode]}"
 
     theirs = torch.load(tmp_path / "torch" / f"result-{flow}.pt", weights_only=True)
