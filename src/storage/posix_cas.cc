@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -81,18 +82,24 @@ Status PlaceNoReplace(const std::string& from, const std::string& to) {
   return OkStatus();
 }
 
-// The version of the file at `path`, or "" for one too large to be what was compared with.
+// The version of the file at `path`, or "" for one no caller compares with (too large).
 Result<std::string> VersionOf(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     return errno == ENOENT ? NotFound(path + " is gone") : Failed("open", path, errno);
   }
-  std::string text(kMaxCompared + 1, '\0');
+  // Sized by the file (a lock is a few hundred bytes; renewals come every lease/4).
+  struct stat st;
+  const size_t size = ::fstat(fd, &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
+  std::string text(std::min(size, kMaxCompared) + 1, '\0');
   ssize_t n = ::pread(fd, text.data(), text.size(), 0);
   const int err = errno;
   ::close(fd);
   if (n < 0) return Failed("read", path, err);
-  if (static_cast<size_t>(n) > kMaxCompared) return std::string();
+  // Too large, or grown since its size was taken: no version it was compared with.
+  if (static_cast<size_t>(n) > kMaxCompared || static_cast<size_t>(n) == text.size()) {
+    return std::string();
+  }
   text.resize(static_cast<size_t>(n));
   return ContentVersion(text);
 }
