@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dcp/checkpoint.h"
@@ -82,6 +83,44 @@ struct DcpToHfResult {
 // `dst` is left as it was.
 DcpToHfResult convert_dcp_to_hf(const std::string& src, const std::string& dst,
                                 const DcpToHfOptions& opts = {});
+
+// ---- Saving as torch's HuggingFaceStorageWriter does (torch.distributed.checkpoint.hf_storage):
+// the same files, names and headers, which torch's HuggingFaceStorageReader, its consolidation
+// and transformers read, written by the engine. Replicated chunks are written once (byte-
+// balanced over their holders); every rank writes its files at once.
+struct TorchHfSaveOptions {
+  std::shared_ptr<Comm> comm;  // null: a world of one
+  // The output file (1..N) of each tensor, in the caller's order (the order of the
+  // consolidated files and the index); empty: every tensor in file 1. A tensor of the state
+  // dict it lacks is an error.
+  std::vector<std::pair<std::string, int>> fqn_to_index;
+  // true (torch's save_distributed): rank r writes its chunks into
+  // shard-<r+1>-model-<i>-of-<N>.safetensors, with their offsets in the header. false (a full
+  // state dict, torch's default): model-<i>-of-<N>.safetensors and the index; under several
+  // ranks written as consolidated files (torch would have every rank write the same names).
+  bool save_distributed = true;
+  // With save_distributed: consolidated files (whole tensors, torch's header) and the index
+  // are written into this directory (torch's enable_consolidation; `dir` is then its
+  // "sharded" subdirectory); empty: none. Files are spread over the ranks by bytes.
+  std::string consolidate_into;
+  // Consolidation loads tensors in groups of at most this many bytes (a larger one alone).
+  uint64_t buffer_bytes = uint64_t{256} << 20;
+};
+
+struct TorchHfSaveResult {
+  uint64_t files = 0;        // written by this rank: its shards and consolidated files
+  uint64_t bytes = 0;        // tensor bytes written by this rank
+  uint64_t total_bytes = 0;  // tensor bytes of the state, each replica counted once
+  uint64_t tensors = 0;      // distinct tensors
+  double seconds = 0;
+};
+
+// Every rank of opts.comm calls it. Files are written under temporary names and renamed into
+// place; torch-named shard files in `dir` that this save did not write (an earlier save on
+// more ranks) are removed, so readers never mix two saves. Non-tensor entries are refused
+// (safetensors holds tensors only), as is a rank holding two chunks of one tensor for one file.
+TorchHfSaveResult save_torch_hf(const StateDict& sd, const std::string& dir,
+                                const TorchHfSaveOptions& opts = {});
 
 // "5GB", "500MB", "1.5GiB", "123": decimal units KB/MB/GB/TB (10^3...), binary KiB/MiB/GiB/TiB,
 // case-insensitive, B optional. kInvalidArgument for anything else or 0.

@@ -17,7 +17,7 @@ from ._formats import COMMITTED, PROBE, holds_torch_format
 from ._load_engine import load_directory
 from ._optimizers import fill_empty_optimizers
 from ._prepare import Prepared, failure_text, prepare_on_every_rank, release
-from ._torch_args import Delegate, load_source, location, save_target, staging
+from ._torch_args import Delegate, HfTarget, load_source, location, save_target, staging
 
 
 
@@ -84,6 +84,10 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     if isinstance(target, Delegate):
         return _delegate.save(target, state_dict, checkpoint_id, storage_writer, planner,
                               process_group, no_dist, use_collectives)
+    if isinstance(target, HfTarget):
+        if base:
+            raise invalid_argument("incremental_base: a HuggingFace save writes whole files")
+        return _save_hf(state_dict, target, comm_for(process_group, no_dist), started)
     directory, writer_overwrite = target
     overwrite = writer_overwrite if overwrite is None else overwrite
     comm = comm_for(process_group, no_dist)
@@ -91,6 +95,18 @@ def save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | None" =
     try:
         result = _boundary.call(comm, _dcp.save, p.sd, directory, comm, use_collectives, step,
                                 base)
+    finally:
+        release(p)
+    return _timed(result, p, started)
+
+
+def _save_hf(state_dict: Any, target: HfTarget, comm: Any, started: float) -> Any:
+    """torch's HuggingFaceStorageWriter's files, written by the engine (docs/huggingface.md)."""
+    p = prepare_on_every_rank(state_dict, comm, for_load=False, agree=True)
+    try:
+        result = _boundary.call(comm, _dcp.save_torch_hf, p.sd, target.directory, comm,
+                                list(target.fqn_to_index), target.save_distributed,
+                                target.consolidate_into)
     finally:
         release(p)
     return _timed(result, p, started)
@@ -289,6 +305,8 @@ def async_save(state_dict: Dict[str, Any], checkpoint_id: "os.PathLike | str | N
     response = staging(async_stager)
     target = response if isinstance(response, Delegate) else \
         save_target(checkpoint_id, storage_writer, planner)
+    if isinstance(target, HfTarget):  # torch stages, then saves through save (hyperdcp's)
+        target = Delegate("HuggingFaceStorageWriter: torch's async_save stages the state")
     base = _base_of(incremental_base, target)
     if isinstance(target, Delegate):
         return _delegate.async_save(target, state_dict, checkpoint_id, storage_writer, planner,

@@ -87,6 +87,19 @@ def load(state_dict: StateDict, dir: str, comm: Comm, broadcast: bool, allow_par
          max_broadcast_buffer_bytes: int = 256 << 20) -> LoadResult: ...
 def unlock(path: str) -> List[str]: ...
 
+class HfSaveResult:
+    files_written: int
+    bytes_written: int
+    total_bytes: int
+    tensors: int
+    total_seconds: float
+    call_seconds: float  # set by hyperdcp's save: the whole call as the caller waited
+    python_seconds: float  # the Python side's share of call_seconds
+
+def save_torch_hf(state_dict: StateDict, dir: str, comm: Comm,
+                  fqn_to_index: List[Tuple[str, int]], save_distributed: bool,
+                  consolidate_into: str) -> HfSaveResult: ...
+
 class StagingStats:
     bytes_staged: int
     bytes_allocated: int

@@ -88,9 +88,37 @@ def _storage(storage: Any, checkpoint_id: Any, role: str,
         f"no checkpoint directory: pass checkpoint_id (a path) or {role}=FileSystem{kind}(path)")
 
 
+@dataclass(frozen=True)
+class HfTarget:
+    """A save in the layout of torch's HuggingFaceStorageWriter, served by the engine."""
+
+    directory: str  # the writer's path: where the shards (or a full state dict's files) go
+    fqn_to_index: Tuple[Tuple[str, int], ...]  # empty: every tensor in file 1
+    save_distributed: bool
+    consolidate_into: str  # "": no consolidation
+
+
+def _hf_target(checkpoint_id: Any, writer: Any, planner: Any) -> Union[HfTarget, Delegate]:
+    if planner is not None and not _is_torch(planner, ("DefaultSavePlanner",)):
+        return Delegate(f"planner={_class_name(planner)} may plan differently from hyperdcp")
+    # torch: checkpoint_id resets the writer's path (the consolidation target stays).
+    where = location(checkpoint_id if checkpoint_id is not None else writer.path)
+    if isinstance(where, Delegate) or where.startswith("s3://"):
+        return Delegate("HuggingFaceStorageWriter: hyperdcp writes safetensors to local paths")
+    distributed = bool(getattr(writer, "save_distributed", False))
+    consolidate = getattr(writer, "consolidated_output_path", None) \
+        if getattr(writer, "enable_consolidation", False) and distributed else None
+    mapping = getattr(writer, "fqn_to_index_mapping", None) or {}
+    return HfTarget(where, tuple((str(k), int(v)) for k, v in mapping.items()), distributed,
+                    os.fspath(consolidate) if consolidate is not None else "")
+
+
 def save_target(checkpoint_id: Any, storage_writer: Any,
-                planner: Any) -> Union[Tuple[str, bool], Delegate]:
-    """(directory, overwrite) of a save called with torch's keywords, or a Delegate."""
+                planner: Any) -> Union[Tuple[str, bool], HfTarget, Delegate]:
+    """(directory, overwrite) of a save called with torch's keywords, an HfTarget for torch's
+    HuggingFaceStorageWriter, or a Delegate."""
+    if _is_torch(storage_writer, ("HuggingFaceStorageWriter",)):
+        return _hf_target(checkpoint_id, storage_writer, planner)
     where = _storage(storage_writer, checkpoint_id, "storage_writer",
                      ("FileSystemWriter", "_FileSystemWriter"), ("S3StorageWriter",))
     if isinstance(where, Delegate):
@@ -107,7 +135,7 @@ def load_source(checkpoint_id: Any, storage_reader: Any, planner: Any,
                 allow_partial: Optional[bool]) -> Union[Tuple[str, bool], Delegate]:
     """(directory, allow_partial) of a load called with torch's keywords, or a Delegate."""
     where = _storage(storage_reader, checkpoint_id, "storage_reader",
-                     ("FileSystemReader",), ("S3StorageReader",))
+                     ("FileSystemReader", "HuggingFaceStorageReader"), ("S3StorageReader",))
     if isinstance(where, Delegate):
         return where
     partial = bool(allow_partial)

@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "dcp/async.h"
 #include "dcp/checkpoint.h"
+#include "dcp/convert.h"
 #include "dcp/state_dict.h"
 
 namespace py = pybind11;
@@ -206,6 +207,36 @@ void BindCheckpoint(py::module_& m) {
       },
       py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("use_collectives"),
       py::arg("step") = 0, py::arg("incremental_base") = "");
+
+  py::class_<TorchHfSaveResult>(m, "HfSaveResult", py::dynamic_attr(),
+                                "What a save in torch's HuggingFace layout did on this rank.")
+      .def_readonly("files_written", &TorchHfSaveResult::files)
+      .def_readonly("bytes_written", &TorchHfSaveResult::bytes)
+      .def_readonly("total_bytes", &TorchHfSaveResult::total_bytes)
+      .def_readonly("tensors", &TorchHfSaveResult::tensors)
+      .def_readonly("total_seconds", &TorchHfSaveResult::seconds)
+      .def("__repr__", [](const TorchHfSaveResult& r) {
+        return Repr("HfSaveResult",
+                    std::vector<std::string>{"files_written=" + std::to_string(r.files),
+                                             "bytes_written=" + std::to_string(r.bytes),
+                                             "total_seconds=" + std::to_string(r.seconds)});
+      });
+
+  m.def(
+      "save_torch_hf",
+      [](const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,
+         std::vector<std::pair<std::string, int>> fqn_to_index, bool save_distributed,
+         std::string consolidate_into) {
+        TorchHfSaveOptions opts;
+        opts.comm = std::move(comm);
+        opts.fqn_to_index = std::move(fqn_to_index);
+        opts.save_distributed = save_distributed;
+        opts.consolidate_into = std::move(consolidate_into);
+        py::gil_scoped_release release;
+        return save_torch_hf(sd, dir, opts);
+      },
+      py::arg("state_dict"), py::arg("dir"), py::arg("comm"), py::arg("fqn_to_index"),
+      py::arg("save_distributed"), py::arg("consolidate_into"));
 
   m.def(
       "load",

@@ -41,48 +41,21 @@ std::string ShardHeader(const std::vector<OutTensor>& tensors, const OutShard& s
   return std::move(header).Finish();
 }
 
-// Writes one output shard: header, then the tensors group by group, each group filled by a
-// dcp load into `buffer`. Written under a temporary name and renamed when complete.
+// Writes one output shard, counted into `out`.
 Status WriteShard(const std::string& src, const std::string& dst,
                   const std::vector<OutTensor>& tensors, const OutShard& shard,
                   const DcpToHfOptions& opts, storage::FileSystem& src_fs, storage::FileSystem& fs,
                   std::vector<std::byte>& buffer, DcpToHfResult* out) {
-  const std::string path = storage::JoinPath(dst, shard.file);
-  const std::string tmp = path + ".tmp";
-  DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
-  const std::string header = ShardHeader(tensors, shard);
-  DCP_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(header.data(), header.size()))));
-  for (size_t i = 0; i < shard.tensors.size();) {
-    // A group: consecutive tensors up to the budget, at least one.
-    uint64_t group_bytes = 0;
-    size_t j = i;
-    while (j < shard.tensors.size() &&
-           (j == i || group_bytes + tensors[shard.tensors[j]].bytes <= opts.buffer_bytes)) {
-      group_bytes += tensors[shard.tensors[j]].bytes;
-      ++j;
-    }
-    // Grown to the largest group, never shrunk: no zero-filling pass over fresh memory
-    // beyond the first use.
-    if (buffer.size() < std::max<uint64_t>(group_bytes, 1))
-      buffer.resize(std::max<uint64_t>(group_bytes, 1));
-    StateDict sd;
-    uint64_t pos = 0;
-    for (size_t k = i; k < j; ++k) {
-      const OutTensor& t = tensors[shard.tensors[k]];
-      sd.add(t.fqn, TensorView{buffer.data() + pos, t.dtype, t.shape});
-      pos += t.bytes;
-    }
-    auto loaded = checkpoint::Load(sd, src, LoadOptions{}, src_fs);
-    if (!loaded.ok()) return loaded.status();
-    DCP_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(buffer.data(), group_bytes)));
-    out->tensors += j - i;
-    out->bytes += group_bytes;
-    if (opts.progress) opts.progress(out->bytes, out->tensors);
-    i = j;
-  }
-  DCP_RETURN_IF_ERROR(file->Sync());
-  DCP_RETURN_IF_ERROR(file->Close());
-  DCP_RETURN_IF_ERROR(fs.Rename(tmp, path));
+  const uint64_t bytes_before = out->bytes, tensors_before = out->tensors;
+  DCP_RETURN_IF_ERROR(WriteLoadedTensors(
+      src, storage::JoinPath(dst, shard.file), ShardHeader(tensors, shard), tensors, shard.tensors,
+      opts.buffer_bytes,
+      [&](uint64_t bytes, uint64_t count) {
+        out->bytes = bytes_before + bytes;
+        out->tensors = tensors_before + count;
+        if (opts.progress) opts.progress(out->bytes, out->tensors);
+      },
+      src_fs, fs, buffer));
   ++out->shards;
   return OkStatus();
 }
@@ -155,6 +128,47 @@ Status InstallExport(storage::FileSystem& fs, const std::string& staging, const 
 }
 
 }  // namespace
+
+Status WriteLoadedTensors(const std::string& src, const std::string& path,
+                          const std::string& header, const std::vector<OutTensor>& tensors,
+                          const std::vector<size_t>& order, uint64_t buffer_bytes,
+                          const std::function<void(uint64_t bytes, uint64_t tensors)>& progress,
+                          storage::FileSystem& src_fs, storage::FileSystem& fs,
+                          std::vector<std::byte>& buffer) {
+  const std::string tmp = path + ".tmp";
+  DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
+  DCP_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(header.data(), header.size()))));
+  uint64_t done_bytes = 0;
+  for (size_t i = 0; i < order.size();) {
+    // A group: consecutive tensors up to the budget, at least one.
+    uint64_t group_bytes = 0;
+    size_t j = i;
+    while (j < order.size() && (j == i || group_bytes + tensors[order[j]].bytes <= buffer_bytes)) {
+      group_bytes += tensors[order[j]].bytes;
+      ++j;
+    }
+    // Grown to the largest group, never shrunk: no zero-filling pass over fresh memory
+    // beyond the first use.
+    if (buffer.size() < std::max<uint64_t>(group_bytes, 1))
+      buffer.resize(std::max<uint64_t>(group_bytes, 1));
+    StateDict sd;
+    uint64_t pos = 0;
+    for (size_t k = i; k < j; ++k) {
+      const OutTensor& t = tensors[order[k]];
+      sd.add(t.fqn, TensorView{buffer.data() + pos, t.dtype, t.shape});
+      pos += t.bytes;
+    }
+    auto loaded = checkpoint::Load(sd, src, LoadOptions{}, src_fs);
+    if (!loaded.ok()) return loaded.status();
+    DCP_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(buffer.data(), group_bytes)));
+    done_bytes += group_bytes;
+    if (progress) progress(done_bytes, j);
+    i = j;
+  }
+  DCP_RETURN_IF_ERROR(file->Sync());
+  DCP_RETURN_IF_ERROR(file->Close());
+  return fs.Rename(tmp, path);
+}
 
 std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world) {
   std::vector<size_t> order(file_bytes.size());

@@ -50,6 +50,17 @@ struct OutShard {
 // starting 8-byte aligned every tensor is aligned to its element size.
 std::vector<OutShard> PlanShards(const std::vector<OutTensor>& tensors, uint64_t max_shard_bytes);
 
+// Writes `path` (as `path`.tmp, renamed into place once durable): `header`, then the tensors
+// `order` (indices into `tensors`) one after another, loaded from checkpoint `src` (read from
+// `src_fs`) group by group into `buffer`: consecutive tensors up to `buffer_bytes`, a larger one
+// alone. `progress` (optional): bytes and tensors written so far.
+Status WriteLoadedTensors(const std::string& src, const std::string& path,
+                          const std::string& header, const std::vector<OutTensor>& tensors,
+                          const std::vector<size_t>& order, uint64_t buffer_bytes,
+                          const std::function<void(uint64_t bytes, uint64_t tensors)>& progress,
+                          storage::FileSystem& src_fs, storage::FileSystem& fs,
+                          std::vector<std::byte>& buffer);
+
 // `fs` holds the export (written into a staging directory renamed into place: a local file
 // system); the checkpoint is read from `src_fs` when given (an object store), else from `fs`.
 // `after_shard` (tests): called on this rank after shard `index` is written and the source
@@ -58,5 +69,9 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
                               const DcpToHfOptions& opts, storage::FileSystem& fs,
                               const std::function<void(size_t index)>& after_shard = {},
                               storage::FileSystem* src_fs = nullptr);
+
+// save_torch_hf (dcp/convert.h) on a given file system.
+Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& dir,
+                                      const TorchHfSaveOptions& opts, storage::FileSystem& fs);
 
 }  // namespace dcp::convert

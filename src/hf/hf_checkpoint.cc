@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "hf/torch_hf_format.h"
+
 namespace dcp::hf {
 namespace {
 
@@ -18,11 +20,50 @@ bool IsPlainFileName(std::string_view n) {
   return !n.empty() && n[0] != '.' && n.find('/') == std::string_view::npos;
 }
 
+// The chunk offsets of `DCP_SHARDING_INFO` ({name: {"saved_offsets": [...]}}), checked: one
+// entry per tensor of the file, as many offsets as dimensions, each chunk's end representable.
+Status ReadShardingInfo(const std::string& path, ShardFile& shard) {
+  shard.offsets.clear();
+  for (const HeaderTensor& t : shard.header.tensors)
+    shard.offsets.push_back(Shape::Zeros(t.shape.rank()));
+  auto it = shard.header.metadata.find(std::string(kShardingInfoKey));
+  if (it == shard.header.metadata.end()) return OkStatus();
+  const std::string where = path + ": " + std::string(kShardingInfoKey);
+  nlohmann::json j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss(where + " is not a JSON object");
+  for (size_t i = 0; i < shard.header.tensors.size(); ++i) {
+    const HeaderTensor& t = shard.header.tensors[i];
+    auto e = j.find(t.name);
+    if (e == j.end() || !e->is_object() || !e->contains("saved_offsets") ||
+        !(*e)["saved_offsets"].is_array()) {
+      return DataLoss(where + " gives no saved_offsets for tensor '" + t.name + "'");
+    }
+    const nlohmann::json& offs = (*e)["saved_offsets"];
+    if (static_cast<int>(offs.size()) != t.shape.rank()) {
+      return DataLoss(where + ": tensor '" + t.name + "' of " + std::to_string(t.shape.rank()) +
+                      " dimensions has " + std::to_string(offs.size()) + " saved_offsets");
+    }
+    for (int d = 0; d < t.shape.rank(); ++d) {
+      const nlohmann::json& o = offs[d];
+      if (!o.is_number_unsigned() || o.get<uint64_t>() > (uint64_t{1} << 62) ||
+          o.get<uint64_t>() + static_cast<uint64_t>(t.shape[d]) > (uint64_t{1} << 62)) {
+        return DataLoss(where + ": tensor '" + t.name + "' has a bad offset " + o.dump());
+      }
+      shard.offsets[i][d] = o.get<int64_t>();
+    }
+  }
+  return OkStatus();
+}
+
 Status ReadShard(storage::FileSystem& fs, const std::string& dir, ShardFile& shard) {
   const std::string path = storage::JoinPath(dir, shard.name);
   DCP_ASSIGN_OR_RETURN(shard.size, fs.FileSize(path));
   DCP_ASSIGN_OR_RETURN(shard.header, ReadSafetensorsHeader(fs, path));
-  return OkStatus();
+  return ReadShardingInfo(path, shard);
+}
+
+bool Sharded(const ShardFile& f) {
+  return f.header.metadata.count(std::string(kShardingInfoKey)) > 0;
 }
 
 // The shard names of an index, checking its shape: {"weight_map": {name: file, ...}, ...}.
@@ -49,12 +90,15 @@ Result<std::map<std::string, std::string>> ReadIndex(storage::FileSystem& fs,
 SourceKind DetectSource(storage::FileSystem& fs, const std::string& path) {
   auto names = fs.List(path);
   if (names.ok()) {
-    bool single = false;
+    bool single = false, torch_files = false;
     for (const std::string& n : *names) {
       if (n == kIndexFileName) return SourceKind::kIndexedDir;
       single = single || n == kSingleFileName;
+      torch_files = torch_files || IsTorchHfFileName(n);
     }
-    return single ? SourceKind::kSingleFileDir : SourceKind::kNone;
+    return single        ? SourceKind::kSingleFileDir
+           : torch_files ? SourceKind::kTorchFilesDir
+                         : SourceKind::kNone;
   }
   if (EndsWith(path, ".safetensors") && fs.FileSize(path).ok()) return SourceKind::kFile;
   return SourceKind::kNone;
@@ -108,6 +152,15 @@ Result<HfSource> OpenSource(storage::FileSystem& fs, const std::string& path) {
       src.data_dir = path;
       src.files.push_back({std::string(kSingleFileName), 0, {}});
       break;
+    case SourceKind::kTorchFilesDir: {
+      src.data_dir = path;
+      DCP_ASSIGN_OR_RETURN(auto names, fs.List(path));
+      std::sort(names.begin(), names.end());
+      for (const std::string& n : names) {
+        if (IsTorchHfFileName(n)) src.files.push_back({n, 0, {}});
+      }
+      break;
+    }
     case SourceKind::kIndexedDir: {
       src.data_dir = path;
       const std::string index = storage::JoinPath(path, std::string(kIndexFileName));
@@ -132,16 +185,42 @@ Result<HfSource> OpenSource(storage::FileSystem& fs, const std::string& path) {
   }
   for (ShardFile& f : src.files) DCP_RETURN_IF_ERROR(ReadShard(fs, src.data_dir, f));
 
-  // Every tensor in exactly one file; every index entry where the index says.
+  // Every tensor in exactly one file, or in chunks of sharded files that agree on its dtype and
+  // rank and do not overlap; every index entry where the index says.
   std::unordered_map<std::string_view, uint32_t> where;
+  std::unordered_map<std::string_view, std::vector<std::pair<uint32_t, size_t>>> chunks;
   for (uint32_t i = 0; i < src.files.size(); ++i) {
-    for (const HeaderTensor& t : src.files[i].header.tensors) {
+    const ShardFile& f = src.files[i];
+    for (size_t k = 0; k < f.header.tensors.size(); ++k) {
+      const HeaderTensor& t = f.header.tensors[k];
       auto [it, fresh] = where.emplace(t.name, i);
-      if (!fresh) {
+      chunks[t.name].push_back({i, k});
+      const ShardFile& first = src.files[it->second];
+      if (fresh) continue;
+      const HeaderTensor& t0 = first.header.tensors[chunks[t.name].front().second];
+      if (!Sharded(first) || !Sharded(f) || t0.dtype != t.dtype ||
+          t0.shape.rank() != t.shape.rank()) {
         return DataLoss("HuggingFace checkpoint " + path + ": tensor '" + t.name +
-                        "' is stored in both " + src.files[it->second].name + " and " +
-                        src.files[i].name);
+                        "' is stored in both " + first.name + " and " + f.name +
+                        (Sharded(first) && Sharded(f) ? " with different dtypes or ranks"
+                                                      : " (not as chunks of it)"));
       }
+    }
+  }
+  for (const auto& [name, list] : chunks) {
+    if (list.size() < 2) continue;
+    auto box_of = [&](size_t n) {
+      const ShardFile& f = src.files[list[n].first];
+      return Box{f.offsets[list[n].second], f.header.tensors[list[n].second].shape};
+    };
+    std::vector<Box> boxes;
+    for (size_t n = 0; n < list.size(); ++n) boxes.push_back(box_of(n));
+    if (auto pair = FindOverlap(boxes)) {
+      return DataLoss("HuggingFace checkpoint " + path + ": tensor '" + std::string(name) +
+                      "' has overlapping chunks " + boxes[pair->first].ToString() + " in " +
+                      src.files[list[pair->first].first].name + " and " +
+                      boxes[pair->second].ToString() + " in " +
+                      src.files[list[pair->second].first].name);
     }
   }
   for (const auto& [name, file] : weight_map) {
@@ -158,20 +237,31 @@ metadata::Metadata ToMetadata(const HfSource& src) {
   metadata::Metadata md;
   md.world_size = 1;
   md.has_checksums = false;
+  std::map<std::string_view, metadata::TensorMeta> tensors;
   for (uint32_t i = 0; i < src.files.size(); ++i) {
     const ShardFile& f = src.files[i];
     md.files.push_back({f.name, f.size});
-    for (const HeaderTensor& t : f.header.tensors) {
-      metadata::TensorMeta& tm = md.tensors.emplace_back();
-      tm.fqn = t.name;
-      tm.dtype = t.dtype;
-      tm.global_shape = t.shape;
+    for (size_t k = 0; k < f.header.tensors.size(); ++k) {
+      const HeaderTensor& t = f.header.tensors[k];
+      const Shape& at = f.offsets.empty() ? Shape::Zeros(t.shape.rank()) : f.offsets[k];
+      metadata::TensorMeta& tm = tensors[t.name];
+      if (tm.chunks.empty()) {
+        tm.fqn = t.name;
+        tm.dtype = t.dtype;
+        tm.global_shape = Shape::Zeros(t.shape.rank());
+      }
+      for (int d = 0; d < t.shape.rank(); ++d) {
+        tm.global_shape[d] = std::max(tm.global_shape[d], at[d] + t.shape[d]);
+      }
       tm.chunks.push_back(
-          {Box::Whole(t.shape), i, f.header.data_start() + t.begin, t.end - t.begin, /*xxh3=*/0});
+          {Box{at, t.shape}, i, f.header.data_start() + t.begin, t.end - t.begin, /*xxh3=*/0});
     }
   }
-  std::sort(md.tensors.begin(), md.tensors.end(),
-            [](const auto& a, const auto& b) { return a.fqn < b.fqn; });
+  for (auto& [name, tm] : tensors) {
+    std::sort(tm.chunks.begin(), tm.chunks.end(),
+              [](const auto& a, const auto& b) { return a.box < b.box; });
+    md.tensors.push_back(std::move(tm));
+  }
   return md;
 }
 

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <tuple>
 
+#include "hf/torch_hf_format.h"
 #include "storage/data_files.h"
 #include "test_util.h"
 
@@ -139,6 +141,105 @@ TEST(HfCheckpointTest, MalformedShardNamesFile) {
   EXPECT_EQ(src.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(src.status().message().find(tmp.Sub("model.safetensors")), std::string::npos)
       << src.status().message();
+}
+
+// A shard as torch's HuggingFaceStorageWriter writes it: U8 chunks at the given offsets,
+// each filled with `fill`; `info` overrides the sharding info's text.
+void WriteShard(const std::string& path,
+                const std::vector<std::tuple<std::string, Shape, Shape>>& chunks, std::byte fill,
+                const std::string* info = nullptr) {
+  static std::vector<std::vector<std::byte>> keep;
+  std::vector<ShardedTensor> offsets;
+  std::vector<storage::TensorToWrite> items;
+  for (const auto& [name, at, shape] : chunks) {
+    keep.emplace_back(*shape.NumElements(), fill);
+    items.push_back({name, DType::kU8, shape, keep.back()});
+    offsets.push_back({name, at});
+  }
+  storage::SafetensorsHeader header(std::vector<std::pair<std::string, std::string>>{
+      {std::string(kShardingInfoKey), info ? *info : ShardingInfoJson(offsets)}});
+  for (const auto& t : items) header.Add(t.key, t.dtype, t.shape, t.data.size());
+  ASSERT_TRUE(
+      storage::WriteSafetensorsFileWithHeader(Fs(), path, std::move(header).Finish(), items).ok());
+}
+
+TEST(HfCheckpointTest, TorchShardsAreChunksOfOneTensor) {
+  TempDir tmp;
+  WriteShard(tmp.Sub("shard-00001-model-00001-of-00001.safetensors"),
+             {{"w", Shape{0, 0}, Shape{2, 4}}, {"b", Shape{0}, Shape{3}}}, std::byte{1});
+  WriteShard(tmp.Sub("shard-00002-model-00001-of-00001.safetensors"),
+             {{"w", Shape{2, 0}, Shape{3, 4}}}, std::byte{2});
+  WriteFile(tmp.Sub("notes.safetensors"), {{"x", 1}});  // not torch's: not read
+  EXPECT_EQ(DetectSource(Fs(), tmp.path()), SourceKind::kTorchFilesDir);
+  auto src = OpenSource(Fs(), tmp.path());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_EQ(src->files.size(), 2u);
+  metadata::Metadata md = ToMetadata(*src);
+  ASSERT_EQ(md.tensors.size(), 2u);
+  EXPECT_EQ(md.tensors[0].fqn, "b");
+  EXPECT_EQ(md.tensors[0].global_shape, (Shape{3}));
+  const metadata::TensorMeta& w = md.tensors[1];
+  EXPECT_EQ(w.global_shape, (Shape{5, 4}));
+  ASSERT_EQ(w.chunks.size(), 2u);
+  EXPECT_EQ(w.chunks[0].box, (Box{Shape{0, 0}, Shape{2, 4}}));
+  EXPECT_EQ(w.chunks[1].box, (Box{Shape{2, 0}, Shape{3, 4}}));
+  EXPECT_EQ(md.files[w.chunks[1].file].name, "shard-00002-model-00001-of-00001.safetensors");
+  EXPECT_EQ(w.chunks[1].byte_length, 12u);
+}
+
+TEST(HfCheckpointTest, ADcpDataDirectoryIsNoSource) {
+  TempDir tmp;
+  WriteFile(tmp.Sub("data-1-r0.safetensors"), {{"a", 4}});
+  EXPECT_EQ(DetectSource(Fs(), tmp.path()), SourceKind::kNone);
+}
+
+TEST(HfCheckpointTest, BadTorchShardsAreNamed) {
+  auto expect = [](auto write, const std::string& fragment) {
+    TempDir tmp;
+    write(tmp);
+    auto src = OpenSource(Fs(), tmp.path());
+    ASSERT_FALSE(src.ok()) << fragment;
+    EXPECT_EQ(src.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(src.status().message().find(fragment), std::string::npos) << src.status().message();
+  };
+  const std::string a = "shard-00001-model-00001-of-00001.safetensors";
+  const std::string b = "shard-00002-model-00001-of-00001.safetensors";
+  expect(
+      [&](TempDir& t) {
+        WriteShard(t.Sub(a), {{"w", Shape{0}, Shape{4}}}, std::byte{1});
+        WriteShard(t.Sub(b), {{"w", Shape{3}, Shape{4}}}, std::byte{2});
+      },
+      "tensor 'w' has overlapping chunks");
+  expect(
+      [&](TempDir& t) {
+        WriteShard(t.Sub(a), {{"w", Shape{0}, Shape{4}}}, std::byte{1});
+        WriteFile(t.Sub(b), {{"w", 4}});
+      },
+      "tensor 'w' is stored in both " + a + " and " + b + " (not as chunks of it)");
+  const std::string no_entry = R"({"v": {"saved_offsets": [0]}})";
+  expect(
+      [&](TempDir& t) {
+        WriteShard(t.Sub(a), {{"w", Shape{0}, Shape{4}}}, std::byte{1}, &no_entry);
+      },
+      "gives no saved_offsets for tensor 'w'");
+  const std::string wrong_rank = R"({"w": {"saved_offsets": [0, 0]}})";
+  expect(
+      [&](TempDir& t) {
+        WriteShard(t.Sub(a), {{"w", Shape{0}, Shape{4}}}, std::byte{1}, &wrong_rank);
+      },
+      "tensor 'w' of 1 dimensions has 2 saved_offsets");
+  const std::string negative = R"({"w": {"saved_offsets": [-1]}})";
+  expect(
+      [&](TempDir& t) {
+        WriteShard(t.Sub(a), {{"w", Shape{0}, Shape{4}}}, std::byte{1}, &negative);
+      },
+      "tensor 'w' has a bad offset -1");
+  const std::string garbage = "[1";
+  expect(
+      [&](TempDir& t) {
+        WriteShard(t.Sub(a), {{"w", Shape{0}, Shape{4}}}, std::byte{1}, &garbage);
+      },
+      "DCP_SHARDING_INFO is not a JSON object");
 }
 
 }  // namespace

@@ -30,9 +30,38 @@ Status Finish(WritableFile& f) {
   return f.Close();
 }
 
+// The header, then each tensor's data; durable and closed on return.
+Result<WrittenFile> WriteTensors(WritableFile& file, const std::string& header,
+                                 const std::vector<TensorToWrite>& tensors, uint64_t block_size) {
+  DCP_RETURN_IF_ERROR(file.Append(std::as_bytes(std::span(header.data(), header.size()))));
+  WrittenFile out;
+  uint64_t offset = header.size();
+  for (const TensorToWrite& t : tensors) {
+    WrittenRange r{offset, t.data.size(), 0, {}};
+    DCP_RETURN_IF_ERROR(AppendHashed(file, t.data, block_size, &r));
+    offset += t.data.size();
+    out.ranges.push_back(r);
+  }
+  DCP_RETURN_IF_ERROR(Finish(file));
+  out.size = offset;
+  return out;
+}
+
 }  // namespace
 
-SafetensorsHeader::SafetensorsHeader() : json_(R"({"__metadata__":{"format":"pt"})") {}
+SafetensorsHeader::SafetensorsHeader()
+    : SafetensorsHeader(std::vector<std::pair<std::string, std::string>>{{"format", "pt"}}) {}
+
+SafetensorsHeader::SafetensorsHeader(
+    const std::vector<std::pair<std::string, std::string>>& metadata)
+    : json_(R"({"__metadata__":{)") {
+  for (size_t i = 0; i < metadata.size(); ++i) {
+    if (i > 0) json_ += ',';
+    json_ +=
+        nlohmann::json(metadata[i].first).dump() + ':' + nlohmann::json(metadata[i].second).dump();
+  }
+  json_ += '}';
+}
 
 void SafetensorsHeader::Add(std::string_view key, DType dtype, const Shape& shape, uint64_t bytes) {
   json_ += ',';
@@ -80,18 +109,14 @@ Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path
   if (!file) {
     DCP_ASSIGN_OR_RETURN(file, fs.NewWritableFile(path));
   }
-  DCP_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(prefix.data(), prefix.size()))));
-  WrittenFile out;
-  uint64_t offset = prefix.size();
-  for (const TensorToWrite& t : tensors) {
-    WrittenRange r{offset, t.data.size(), 0, {}};
-    DCP_RETURN_IF_ERROR(AppendHashed(*file, t.data, block_size, &r));
-    offset += t.data.size();
-    out.ranges.push_back(r);
-  }
-  DCP_RETURN_IF_ERROR(Finish(*file));
-  out.size = offset;
-  return out;
+  return WriteTensors(*file, prefix, tensors, block_size);
+}
+
+Result<WrittenFile> WriteSafetensorsFileWithHeader(FileSystem& fs, const std::string& path,
+                                                   const std::string& header,
+                                                   const std::vector<TensorToWrite>& tensors) {
+  DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(path));
+  return WriteTensors(*file, header, tensors, 0);
 }
 
 Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcp/box.h"
@@ -42,6 +43,8 @@ struct WrittenFile {
 class SafetensorsHeader {
  public:
   SafetensorsHeader();
+  // `__metadata__` holding these entries, in this order.
+  explicit SafetensorsHeader(const std::vector<std::pair<std::string, std::string>>& metadata);
   void Add(std::string_view key, DType dtype, const Shape& shape, uint64_t bytes);
   std::string Finish() &&;
 
@@ -59,6 +62,12 @@ Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path
                                          uint64_t block_size = 0,
                                          const std::string& recycle_from = {},
                                          bool* recycled = nullptr);
+
+// The same with a header of the caller's (`header`, as SafetensorsHeader builds it, describing
+// `tensors` in order).
+Result<WrittenFile> WriteSafetensorsFileWithHeader(FileSystem& fs, const std::string& path,
+                                                   const std::string& header,
+                                                   const std::vector<TensorToWrite>& tensors);
 
 // The payloads one after another.
 Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,

@@ -201,7 +201,7 @@ def flow_titan() -> dict:
     init_gloo()
     result = {}
 
-    def job(seed: int, folder: str, async_mode: str):
+    def job(seed: int, folder: str, async_mode: str, sd_adapter=None, **config):
         model = shard(make_model(seed))
         optims = OptimizersContainer.Config(
             param_groups=[ParamGroupConfig(pattern=r".*", optimizer_name="AdamW",
@@ -212,9 +212,9 @@ def flow_titan() -> dict:
         train_state, loader = TrainState(), Loader()
         manager = CheckpointManager.Config(
             enable=True, folder=folder, interval=1, keep_latest_k=2, async_mode=async_mode,
-            last_save_model_only=True, export_dtype="bfloat16").build(
+            last_save_model_only=True, export_dtype="bfloat16", **config).build(
             dataloader=loader, model_parts=[model], optimizers=optims, lr_schedulers=scheds,
-            states={"train_state": train_state}, sd_adapter=None, base_folder=str(OUT))
+            states={"train_state": train_state}, sd_adapter=sd_adapter, base_folder=str(OUT))
         return model, optims, scheds, train_state, loader, manager
 
     def snapshot(model, optims, scheds, train_state, loader):
@@ -283,7 +283,61 @@ def flow_titan() -> dict:
         result[f"{async_mode}/loss_step4"] = loss4
         flatten(back, f"{async_mode}/export", result)
         del manager
+
+    # The last save in HuggingFace safetensors (torch's HuggingFaceStorageWriter into sharded/,
+    # then torch's own consolidation over those shards, on every rank), and a new job's first
+    # load from that export (HuggingFaceStorageReader).
+    adapter = _titan_hf_adapter()
+    model, optims, scheds, ts, loader, manager = job(0, "titan-hf", "disabled", adapter,
+                                                     last_save_in_hf=True)
+    one_step(model, optims, scheds, ts, loader)
+    assert manager.save(ts.step, last_step=True)
+    exported = {k: v.full_tensor().to(torch.bfloat16) for k, v in model.state_dict().items()}
+    manager.close()
+    dist.barrier()
+    hf_dir = OUT / "titan-hf" / "step-1"
+    files = listing(hf_dir)
+    assert files == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                     "model.safetensors.index.json", "sharded"], files
+    del manager
+    model, optims, scheds, ts, loader, manager = job(
+        1, "titan-hf-resume", "disabled", adapter, initial_load_path=str(hf_dir),
+        initial_load_in_hf=True)
+    assert manager.load(), "load() did not read the HuggingFace export"
+    got = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    assert_equal(got, {k: v.float() for k, v in exported.items()}, "titan hf loaded")
+    manager.close()
+    import hashlib
+
+    result["hf/files"] = files
+    result["hf/bytes"] = {f: hashlib.sha256((hf_dir / f).read_bytes()).hexdigest()
+                          for f in files if f != "sharded"}
+    flatten(got, "hf/loaded", result)
     return result
+
+
+def _titan_hf_adapter():
+    """A torchtitan state dict adapter: HF names "model.<name>", the first Linear in file 1,
+    the others in file 2."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torchtitan.protocols.state_dict_adapter import BaseStateDictAdapter
+
+    class Adapter(BaseStateDictAdapter):
+        def __init__(self):
+            self.hf_assets_path = None
+            self.fqn_to_index_mapping = {f"model.{i}.{p}": 1 if i == 0 else 2
+                                         for i in (0, 2, 4) for p in ("weight", "bias")}
+
+        def to_hf(self, state_dict):
+            return {f"model.{k}": v for k, v in state_dict.items()}
+
+        def from_hf(self, hf_state_dict):
+            return {k[len("model."):]: v for k, v in hf_state_dict.items()}
+
+        def get_hf_storage_reader(self, path, from_quantized=False):
+            return HuggingFaceStorageReader(path)
+
+    return Adapter()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,336 @@
+// save_torch_hf: the files torch's HuggingFaceStorageWriter writes (hf/torch_hf_format.h),
+// planned and written by the engine.
+//
+// Steps, each ending in an agreement so every rank reports the same failure: (1) plan as a
+// save does (replicas written once, byte-balanced); (2) every rank writes its chunks, one
+// file per output index; (3) rank 0 removes torch-named files of earlier saves; (4) optional
+// consolidation: output files spread over the ranks by bytes, each filled by loads of the
+// shards just written; rank 0 writes the index.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "checkpoint/names.h"
+#include "convert/convert.h"
+#include "hf/hf_checkpoint.h"
+#include "hf/torch_hf_format.h"
+#include "planner/plan_classes.h"
+#include "planner/save_plan.h"
+#include "storage/data_files.h"
+
+namespace dcp {
+namespace convert {
+namespace {
+
+// Where a non-distributed save under several ranks writes its shards before consolidating.
+constexpr std::string_view kStagingShards = ".dcp-hf-shards";
+
+struct Planned {
+  planner::GlobalSavePlan plan;
+  std::vector<std::string> order;  // tensor names, first appearance over the ranks' plans
+};
+
+Status CheckLocal(const planner::LocalSavePlan& local,
+                  const std::unordered_map<std::string, int>& index_of, const std::string& dir) {
+  for (const planner::SaveItem& item : local.items) {
+    if (item.is_bytes) {
+      return InvalidArgument("save to " + dir + " (HuggingFace safetensors): '" + item.fqn +
+                             "' is not a tensor, and safetensors files hold tensors only; save "
+                             "it with dcp save, or leave it out of this state dict");
+    }
+    if (!index_of.empty() && !index_of.count(item.fqn)) {
+      return InvalidArgument("save to " + dir +
+                             " (HuggingFace safetensors): fqn_to_index_mapping " +
+                             "gives no file for tensor '" + item.fqn + "'");
+    }
+  }
+  return OkStatus();
+}
+
+// (1): the global plan over the distinct local plans, each sent once by its class's lowest
+// rank.
+Result<Planned> PlanGlobally(Comm& comm, const StateDict& sd,
+                             const std::unordered_map<std::string, int>& index_of,
+                             const std::string& dir) {
+  auto local = planner::BuildLocalSavePlan(sd);
+  Status st = local.status();
+  if (st.ok()) st = CheckLocal(*local, index_of, dir);
+  std::string encoded = st.ok() ? planner::EncodeLocalPlan(*local) : std::string();
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+  const uint64_t hash = planner::PlanHash(encoded);
+  DCP_ASSIGN_OR_RETURN(auto hash_bytes,
+                       comm.AllGather(std::string_view(reinterpret_cast<const char*>(&hash), 8)));
+  std::vector<uint64_t> hashes(comm.size());
+  for (int r = 0; r < comm.size(); ++r) {
+    if (hash_bytes[r].size() != 8) return Internal("HuggingFace save: bad plan hash from a rank");
+    std::copy_n(hash_bytes[r].data(), 8, reinterpret_cast<char*>(&hashes[r]));
+  }
+  const planner::PlanClasses classes = planner::GroupByPlanHash(hashes);
+  DCP_ASSIGN_OR_RETURN(auto raw,
+                       comm.AllGather(classes.IsSender(comm.rank()) ? encoded : std::string()));
+  std::vector<planner::LocalSavePlan> distinct(classes.holders.size());
+  Planned out;
+  std::set<std::string_view> seen;
+  for (size_t c = 0; c < classes.holders.size(); ++c) {
+    DCP_ASSIGN_OR_RETURN(distinct[c], planner::DecodeLocalPlan(raw[classes.holders[c].front()]));
+  }
+  for (const planner::LocalSavePlan& p : distinct) {
+    for (const planner::SaveItem& item : p.items) {
+      if (seen.insert(item.fqn).second) out.order.push_back(item.fqn);
+    }
+  }
+  auto global = planner::PlanSave(distinct, classes.holders, comm.size(),
+                                  {.balance = true, .split_replicas = false});
+  if (!global.ok()) return global.status().Annotate("save to " + dir + ": ");
+  out.plan = std::move(global).value();
+  return out;
+}
+
+struct Item {
+  std::string_view fqn;
+  const TensorChunk* chunk;
+  DType dtype;
+};
+
+// (2): this rank's chunks, by output index in order of first appearance (as torch buckets
+// them), each file's items in state dict order.
+Result<std::vector<std::pair<int, std::vector<Item>>>> MyFiles(
+    const StateDict& sd, const planner::GlobalSavePlan& plan, int rank,
+    const std::unordered_map<std::string, int>& index_of) {
+  std::unordered_map<std::string_view, const planner::GlobalSavePlan::Tensor*> planned;
+  for (const auto& t : plan.tensors) planned[t.fqn] = &t;
+  std::vector<std::pair<int, std::vector<Item>>> files;
+  for (const StateEntry& e : sd.entries()) {
+    if (e.kind != StateEntry::Kind::kTensor) continue;
+    auto it = planned.find(e.fqn);
+    if (it == planned.end()) continue;
+    for (const TensorChunk& c : e.chunks) {
+      const auto& chunks = it->second->chunks;
+      auto ch = std::lower_bound(chunks.begin(), chunks.end(), c.box,
+                                 [](const auto& a, const Box& b) { return a.box < b; });
+      if (ch == chunks.end() || !(ch->box == c.box) || ch->writer != rank) continue;
+      const int index = index_of.empty() ? 1 : index_of.at(e.fqn);
+      auto f =
+          std::find_if(files.begin(), files.end(), [&](const auto& p) { return p.first == index; });
+      if (f == files.end()) {
+        files.emplace_back(index, std::vector<Item>());
+        f = std::prev(files.end());
+      }
+      for (const Item& other : f->second) {
+        if (other.fqn == e.fqn) {
+          return InvalidArgument("tensor '" + e.fqn + "': rank " + std::to_string(rank) +
+                                 " writes two of its chunks into one HuggingFace file, which " +
+                                 "holds one chunk of a tensor per rank");
+        }
+      }
+      f->second.push_back({e.fqn, &c, e.dtype});
+    }
+  }
+  return files;
+}
+
+Status WriteShardFile(storage::FileSystem& fs, const std::string& path, std::vector<Item> items,
+                      TorchHfSaveResult* result) {
+  std::vector<hf::ShardedTensor> info;
+  for (const Item& it : items) info.push_back({std::string(it.fqn), it.chunk->box.offsets});
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return hf::SafetensorsOrderLess(a.dtype, a.fqn, b.dtype, b.fqn);
+  });
+  storage::SafetensorsHeader header(
+      {{std::string(hf::kShardingInfoKey), hf::ShardingInfoJson(info)},
+       {std::string(hf::kShardingVersionKey), std::string(hf::kShardingVersion)},
+       {"format", "pt"}});
+  std::vector<storage::TensorToWrite> tensors;
+  for (const Item& it : items) {
+    const TensorView& v = it.chunk->view;
+    const uint64_t n =
+        DTypeBytes(it.dtype, it.chunk->box.lengths.NumElements().value_or(0)).value_or(0);
+    tensors.push_back({std::string(it.fqn), it.dtype, it.chunk->box.lengths,
+                       std::span(static_cast<const std::byte*>(v.data), n)});
+    header.Add(it.fqn, it.dtype, it.chunk->box.lengths, n);
+    result->bytes += n;
+  }
+  const std::string tmp = path + ".tmp";
+  auto written =
+      storage::WriteSafetensorsFileWithHeader(fs, tmp, std::move(header).Finish(), tensors);
+  if (!written.ok()) return written.status().Annotate("writing " + path + ": ");
+  ++result->files;
+  return fs.Rename(tmp, path);
+}
+
+// (3) on rank 0: torch-named files in `dir` that no rank wrote now, and (`drop_index`) an index
+// left there, go.
+Status RemoveStale(Comm& comm, storage::FileSystem& fs, const std::string& dir,
+                   const std::vector<std::string>& mine, bool drop_index) {
+  std::string joined;
+  for (const std::string& n : mine) joined += n + '\n';
+  DCP_ASSIGN_OR_RETURN(auto all, comm.Gather(joined, 0));
+  if (comm.rank() != 0) return OkStatus();
+  std::set<std::string> written;
+  for (const std::string& list : all) {
+    for (size_t pos = 0, nl; (nl = list.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+      written.insert(list.substr(pos, nl - pos));
+    }
+  }
+  DCP_ASSIGN_OR_RETURN(auto names, fs.List(dir));
+  for (const std::string& n : names) {
+    const bool stale =
+        (hf::IsTorchHfFileName(n) && !written.count(n)) || (drop_index && n == hf::kIndexFileName);
+    if (stale) DCP_RETURN_IF_ERROR(fs.Remove(storage::JoinPath(dir, n)));
+  }
+  return OkStatus();
+}
+
+// (4): whole tensors from the shards in `shards` into files of `out_dir`, and the index.
+Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shards,
+                   const std::string& out_dir, const Planned& planned,
+                   const TorchHfSaveOptions& opts, TorchHfSaveResult* result) {
+  std::unordered_map<std::string_view, const planner::GlobalSavePlan::Tensor*> by_name;
+  for (const auto& t : planned.plan.tensors) by_name[t.fqn] = &t;
+  std::vector<std::pair<std::string, int>> order = opts.fqn_to_index;
+  int max_index = 1;
+  if (order.empty()) {
+    for (const std::string& n : planned.order) order.push_back({n, 1});
+  }
+  for (const auto& [name, index] : order) max_index = std::max(max_index, index);
+  // Output files in order of first appearance, tensors in the mapping's order.
+  std::vector<OutTensor> tensors;
+  std::vector<int> file_index;
+  std::vector<std::vector<size_t>> members;
+  std::vector<uint64_t> file_bytes;
+  for (const auto& [name, index] : order) {
+    auto t = by_name.find(name);
+    if (t == by_name.end()) continue;  // in the mapping, not in the state dict
+    const auto* pt = t->second;
+    auto f = std::find(file_index.begin(), file_index.end(), index) - file_index.begin();
+    if (f == static_cast<long>(file_index.size())) {
+      file_index.push_back(index);
+      members.emplace_back();
+      file_bytes.push_back(0);
+    }
+    const uint64_t bytes =
+        DTypeBytes(pt->dtype, pt->global_shape.NumElements().value_or(0)).value_or(0);
+    members[f].push_back(tensors.size());
+    file_bytes[f] += bytes;
+    tensors.push_back({pt->fqn, pt->dtype, pt->global_shape, bytes});
+  }
+  const std::vector<int> owner = AssignFiles(file_bytes, comm.size());
+  Status st = fs.CreateDirs(out_dir);
+  std::vector<std::byte> buffer;
+  for (size_t f = 0; f < members.size() && st.ok(); ++f) {
+    if (owner[f] != comm.rank()) continue;
+    std::vector<hf::WholeTensor> whole;
+    for (size_t i : members[f]) {
+      whole.push_back({tensors[i].fqn, tensors[i].dtype, tensors[i].shape, tensors[i].bytes});
+    }
+    st = WriteLoadedTensors(
+        shards, storage::JoinPath(out_dir, hf::TorchHfFileName(file_index[f], max_index)),
+        hf::TorchConsolidatedHeader(whole), tensors, members[f], opts.buffer_bytes, {}, fs, fs,
+        buffer);
+    if (st.ok()) {
+      ++result->files;
+      result->bytes += file_bytes[f];
+    }
+  }
+  DCP_RETURN_IF_ERROR(
+      AgreeOnStatus(comm, st.ok() ? st : st.Annotate("consolidating into " + out_dir + ": ")));
+  if (comm.rank() == 0) {
+    std::vector<std::pair<std::string, std::string>> weight_map;
+    uint64_t total = 0;
+    for (size_t f = 0; f < members.size(); ++f) {
+      for (size_t i : members[f]) {
+        weight_map.push_back({tensors[i].fqn, hf::TorchHfFileName(file_index[f], max_index)});
+        total += tensors[i].bytes;
+      }
+    }
+    st = fs.WriteAtomic(storage::JoinPath(out_dir, std::string(hf::kIndexFileName)),
+                        hf::TorchIndexJson(total, weight_map), ".tmp");
+  }
+  return AgreeOnStatus(comm, st);
+}
+
+Status RemoveTree(storage::FileSystem& fs, const std::string& path) {
+  auto entries = fs.List(path);
+  if (entries.ok()) {
+    for (const std::string& e : *entries) {
+      DCP_RETURN_IF_ERROR(RemoveTree(fs, storage::JoinPath(path, e)));
+    }
+  }
+  return fs.Remove(path);
+}
+
+}  // namespace
+
+Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& dir,
+                                      const TorchHfSaveOptions& opts, storage::FileSystem& fs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
+  const int rank = comm->rank(), world = comm->size();
+  TorchHfSaveResult result;
+  std::unordered_map<std::string, int> index_of;
+  int max_index = 1;
+  for (const auto& [name, index] : opts.fqn_to_index) {
+    if (index < 1) {
+      return InvalidArgument("save to " + dir + ": fqn_to_index_mapping gives '" + name +
+                             "' file " + std::to_string(index) + "; files are numbered from 1");
+    }
+    index_of[name] = index;
+    max_index = std::max(max_index, index);
+  }
+  DCP_ASSIGN_OR_RETURN(Planned planned, PlanGlobally(*comm, sd, index_of, dir));
+  result.total_bytes = planned.plan.unique_bytes;
+  result.tensors = planned.plan.tensors.size();
+
+  // A full state dict on several ranks goes through shards and consolidation: torch would
+  // have every rank write the same file names.
+  const bool staged = !opts.save_distributed && world > 1;
+  const bool shard_names = opts.save_distributed || staged;
+  const std::string shards = staged ? storage::JoinPath(dir, std::string(kStagingShards)) : dir;
+  auto files = MyFiles(sd, planned.plan, rank, index_of);
+  Status st = files.status();
+  if (st.ok()) st = fs.CreateDirs(shards);
+  std::vector<std::string> mine;
+  for (size_t i = 0; st.ok() && i < files->size(); ++i) {
+    const auto& [index, items] = (*files)[i];
+    mine.push_back(hf::TorchHfFileName(index, max_index, shard_names ? rank + 1 : 0));
+    st = WriteShardFile(fs, storage::JoinPath(shards, mine.back()), items, &result);
+  }
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st.ok() ? st : st.Annotate("save to " + dir + ": ")));
+  st = RemoveStale(*comm, fs, shards, mine, /*drop_index=*/shard_names);
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st.ok() ? st : st.Annotate("save to " + dir + ": ")));
+
+  if (!shard_names) {
+    // One process of a full state dict: torch's index of what it wrote, in write order.
+    std::vector<std::pair<std::string, std::string>> weight_map;
+    uint64_t total = 0;
+    for (size_t i = 0; i < files->size(); ++i) {
+      for (const Item& it : (*files)[i].second) {
+        weight_map.push_back({std::string(it.fqn), mine[i]});
+        total += DTypeBytes(it.dtype, it.chunk->box.lengths.NumElements().value_or(0)).value_or(0);
+      }
+    }
+    DCP_RETURN_IF_ERROR(fs.WriteAtomic(storage::JoinPath(dir, std::string(hf::kIndexFileName)),
+                                       hf::TorchIndexJson(total, weight_map), ".tmp"));
+  } else if (staged || !opts.consolidate_into.empty()) {
+    DCP_RETURN_IF_ERROR(Consolidate(*comm, fs, shards, staged ? dir : opts.consolidate_into,
+                                    planned, opts, &result));
+    if (staged && rank == 0) (void)RemoveTree(fs, shards);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace convert
+
+TorchHfSaveResult save_torch_hf(const StateDict& sd, const std::string& dir,
+                                const TorchHfSaveOptions& opts) {
+  if (storage::IsObjectStorePath(dir)) {
+    ThrowIfError(InvalidArgument("HuggingFace save to " + dir +
+                                 ": safetensors files are written to a local path"));
+  }
+  return ValueOrThrow(convert::SaveTorchHf(sd, dir, opts, storage::PosixFileSystem()));
+}
+
+}  // namespace dcp

@@ -1,0 +1,193 @@
+// save_torch_hf: torch's HuggingFaceStorageWriter layout written by the engine, on real files
+// and several ranks (threads with their own communicators).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "checkpoint/load.h"
+#include "convert/convert.h"
+#include "dcp/checkpoint.h"
+#include "hf/hf_checkpoint.h"
+#include "hf/torch_hf_format.h"
+#include "test_util.h"
+
+namespace dcp {
+namespace {
+
+using testing::RunRanks;
+using testing::TempDir;
+
+storage::FileSystem& Fs() { return storage::PosixFileSystem(); }
+
+std::vector<float> Iota(size_t n, float from) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = from + static_cast<float>(i);
+  return v;
+}
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The whole model: "w" (6 x 4, rows split over the ranks), "b" (5, replicated), "step" (I64).
+struct Model {
+  std::vector<float> w = Iota(24, 0), b = Iota(5, 100);
+  std::vector<int64_t> step = {7};
+};
+
+// Rank r of `world` holds rows [6r/world, 6(r+1)/world) of w, and all of b and step.
+void AddShards(StateDict& sd, Model& m, int rank, int world) {
+  const int64_t lo = 6 * rank / world, hi = 6 * (rank + 1) / world;
+  sd.add("w", TensorView{m.w.data() + lo * 4, DType::kF32, Shape{hi - lo, 4}},
+         Chunk{Shape{6, 4}, Shape{lo, 0}});
+  sd.add("b", TensorView{m.b.data(), DType::kF32, Shape{5}});
+  sd.add("step", TensorView{m.step.data(), DType::kI64, Shape{1}});
+}
+
+// Loads the model back from `dir` (any HuggingFace source) and compares.
+void ExpectLoads(const std::string& dir, const Model& want) {
+  Model got;
+  std::fill(got.w.begin(), got.w.end(), -1.f);
+  std::fill(got.b.begin(), got.b.end(), -1.f);
+  got.step = {0};
+  StateDict sd;
+  sd.add("w", TensorView{got.w.data(), DType::kF32, Shape{6, 4}});
+  sd.add("b", TensorView{got.b.data(), DType::kF32, Shape{5}});
+  sd.add("step", TensorView{got.step.data(), DType::kI64, Shape{1}});
+  auto r = checkpoint::Load(sd, dir, LoadOptions{}, Fs());
+  ASSERT_TRUE(r.ok()) << dir << ": " << r.status().ToString();
+  EXPECT_EQ(got.w, want.w);
+  EXPECT_EQ(got.b, want.b);
+  EXPECT_EQ(got.step, want.step);
+}
+
+TEST(TorchHfSaveTest, ShardsOfEveryRankThenConsolidatedFiles) {
+  TempDir tmp;
+  const std::string sharded = tmp.Sub("out/sharded");
+  std::filesystem::create_directories(sharded);
+  // A shard of an earlier save on more ranks, and an index there: both must go.
+  std::ofstream(storage::JoinPath(sharded, "shard-00003-model-00001-of-00002.safetensors")) << "x";
+  std::ofstream(storage::JoinPath(sharded, "model.safetensors.index.json")) << "{}";
+  Model model;
+  std::vector<Status> st(2);
+  std::vector<TorchHfSaveResult> res(2);
+  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    AddShards(sd, model, c->rank(), 2);
+    TorchHfSaveOptions o;
+    o.comm = c;
+    o.fqn_to_index = {{"w", 1}, {"step", 2}, {"b", 2}};
+    o.consolidate_into = tmp.Sub("out");
+    auto r = convert::SaveTorchHf(sd, sharded, o, Fs());
+    st[c->rank()] = r.status();
+    if (r.ok()) res[c->rank()] = *r;
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  // b and step are written once, not by both ranks.
+  EXPECT_EQ(res[0].total_bytes, 24 * 4 + 5 * 4 + 8u);
+  // w's rows from both ranks; b and step, balanced, one each (so each rank has a file 2); the
+  // earlier save's shard and index are gone.
+  EXPECT_EQ(Names(sharded),
+            (std::vector<std::string>{"shard-00001-model-00001-of-00002.safetensors",
+                                      "shard-00001-model-00002-of-00002.safetensors",
+                                      "shard-00002-model-00001-of-00002.safetensors",
+                                      "shard-00002-model-00002-of-00002.safetensors"}));
+  EXPECT_EQ(Names(tmp.Sub("out")),
+            (std::vector<std::string>{"model-00001-of-00002.safetensors",
+                                      "model-00002-of-00002.safetensors",
+                                      "model.safetensors.index.json", "sharded"}));
+  // The consolidated files: whole tensors in the mapping's order, torch's header.
+  std::ifstream in(tmp.Sub("out/model-00002-of-00002.safetensors"), std::ios::binary);
+  std::string bytes(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(bytes.substr(0, 8 + 2), hf::TorchConsolidatedHeader({{"step", DType::kI64, Shape{1}, 8},
+                                                                 {"b", DType::kF32, Shape{5}, 20}})
+                                        .substr(0, 10));
+  EXPECT_EQ(bytes.size(), hf::TorchConsolidatedHeader({{"step", DType::kI64, Shape{1}, 8},
+                                                       {"b", DType::kF32, Shape{5}, 20}})
+                                  .size() +
+                              28);
+  std::ifstream idx(tmp.Sub("out/model.safetensors.index.json"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(idx), {}),
+            hf::TorchIndexJson(124, {{"w", "model-00001-of-00002.safetensors"},
+                                     {"step", "model-00002-of-00002.safetensors"},
+                                     {"b", "model-00002-of-00002.safetensors"}}));
+  ExpectLoads(sharded, model);
+  ExpectLoads(tmp.Sub("out"), model);
+}
+
+TEST(TorchHfSaveTest, AFullStateDictOnSeveralRanksIsConsolidated) {
+  TempDir tmp;
+  Model model;
+  std::vector<Status> st(3);
+  RunRanks(3, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    AddShards(sd, model, c->rank(), 3);
+    TorchHfSaveOptions o;
+    o.comm = c;
+    o.save_distributed = false;
+    st[c->rank()] = convert::SaveTorchHf(sd, tmp.path(), o, Fs()).status();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"model-00001-of-00001.safetensors",
+                                                         "model.safetensors.index.json"}));
+  ExpectLoads(tmp.path(), model);
+}
+
+TEST(TorchHfSaveTest, OneProcessOfAFullStateDictWritesTorchsIndex) {
+  TempDir tmp;
+  Model model;
+  StateDict sd;
+  AddShards(sd, model, 0, 1);
+  TorchHfSaveOptions o;
+  o.save_distributed = false;
+  auto r = convert::SaveTorchHf(sd, tmp.path(), o, Fs());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::ifstream idx(tmp.Sub("model.safetensors.index.json"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(idx), {}),
+            hf::TorchIndexJson(124, {{"w", "model-00001-of-00001.safetensors"},
+                                     {"b", "model-00001-of-00001.safetensors"},
+                                     {"step", "model-00001-of-00001.safetensors"}}));
+  auto src = hf::OpenSource(Fs(), tmp.path());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  // safetensors' order in the file: I64 before F32, then by name.
+  ASSERT_EQ(src->files[0].header.tensors.size(), 3u);
+  EXPECT_EQ(src->files[0].header.tensors[0].name, "step");
+  EXPECT_EQ(src->files[0].header.tensors[1].name, "b");
+  EXPECT_EQ(src->files[0].header.metadata.at(std::string(hf::kShardingInfoKey)),
+            R"({"w": {"saved_offsets": [0, 0]}, "b": {"saved_offsets": [0]}, )"
+            R"("step": {"saved_offsets": [0]}})");
+  ExpectLoads(tmp.path(), model);
+}
+
+TEST(TorchHfSaveTest, RefusesWhatSafetensorsCannotHoldOnEveryRank) {
+  TempDir tmp;
+  Model model;
+  std::vector<Status> st(2);
+  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    AddShards(sd, model, c->rank(), 2);
+    if (c->rank() == 1) sd.add_bytes("loader_state", "pos=7");
+    st[c->rank()] = convert::SaveTorchHf(sd, tmp.path(), {.comm = c}, Fs()).status();
+  });
+  for (const Status& s : st) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("'loader_state' is not a tensor"), std::string::npos) << s.message();
+  }
+  StateDict sd;
+  AddShards(sd, model, 0, 1);
+  TorchHfSaveOptions o;
+  o.fqn_to_index = {{"w", 1}, {"b", 1}};
+  auto r = convert::SaveTorchHf(sd, tmp.path(), o, Fs());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("gives no file for tensor 'step'"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(Names(tmp.path()).empty());
+}
+
+}  // namespace
+}  // namespace dcp
