@@ -12,8 +12,10 @@ either library. Run each library in its own job, alternating, e.g.:
   done; done
 
 Prints one line per job: the library, the bytes saved, the median save and load seconds, the
-time inside the library's save and load, and the framework's own share of it (its Statefuls'
-state_dict() and load_state_dict(), which run inside either library's call).
+time inside the library's save and load, the framework's own share of it (its Statefuls'
+state_dict() and load_state_dict(), which run inside either library's call), the CPU seconds
+of all ranks in each call, and the disk's own time for the same bytes (each rank writes and
+fsyncs its share, then reads it back), measured in the same job.
 The page cache is not dropped: loads read what the saves just wrote (warm), for both.
 """
 
@@ -102,14 +104,44 @@ def job(folder: str):
     return model, optims, scheds, state, manager
 
 
-def timed(fn) -> float:
+def timed(fn, cpu: list = None) -> float:
+    """Seconds barrier to barrier, max over ranks; the CPU seconds (user + system, every
+    thread) of all ranks in that window are appended to `cpu`."""
     dist.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
     dist.barrier()
-    elapsed = torch.tensor([time.perf_counter() - t0])
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    return elapsed.item()
+    took = torch.tensor([time.perf_counter() - t0, time.process_time() - c0], dtype=torch.float64)
+    dist.all_reduce(took[:1], op=dist.ReduceOp.MAX)
+    cpu_sum = took[1:].clone()
+    dist.all_reduce(cpu_sum, op=dist.ReduceOp.SUM)
+    if cpu is not None:
+        cpu.append(cpu_sum.item())
+    return took[0].item()
+
+
+def floor(nbytes: int) -> tuple:
+    """The disk's own rate for a checkpoint of `nbytes` on this job's ranks: each rank writes
+    its share in 8 MiB pieces and fsyncs it, then reads it back (warm), as the libraries do."""
+    share = nbytes // dist.get_world_size()
+    piece = bytearray(8 << 20)
+    path = os.path.join(args.dir, f"floor-{RANK}")
+
+    def write():
+        with open(path, "wb") as f:
+            for pos in range(0, share, len(piece)):
+                f.write(memoryview(piece)[:min(len(piece), share - pos)])
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read():
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(piece):
+                pass
+
+    w, r = timed(write), timed(read)
+    os.remove(path)
+    return w, r
 
 
 def main() -> None:
@@ -121,14 +153,14 @@ def main() -> None:
     x = torch.randn(8, WIDTH)
     model(x).square().mean().backward()
     optims.step()  # AdamW state exists
-    saves = []
+    saves, save_cpu, load_cpu = [], [], []
     for _ in range(args.saves):
         state.step += 1
-        saves.append(timed(lambda: manager.save(state.step)))
+        saves.append(timed(lambda: manager.save(state.step), save_cpu))
     save_inside = inside["save"] / args.saves
     manager.close()
     model, optims, scheds, state, manager = job(folder)  # a restarted job
-    loads = [timed(lambda: manager.load())]
+    loads = [timed(lambda: manager.load(), load_cpu)]
     load_inside = inside["load"]
     assert state.step == args.saves, state.step
     manager.close()
@@ -145,13 +177,16 @@ def main() -> None:
     helpers_save, helpers_load = t1 - t0, time.perf_counter() - t1
     manager.close()
     size = sum(p.numel() * 12 for p in model.parameters())  # parameters + 2 moments, fp32
+    write_floor, read_floor = floor(size)
     if RANK == 0:
         print(f"titan_checkpoint {args.library}: {size / 2**20:.0f} MiB, save "
               f"{statistics.median(saves):.3f} s (median of {len(saves)}), load "
               f"{statistics.median(loads):.3f} s; in {args.library}'s save and load (rank 0, "
               f"mean): {save_inside:.3f} s and {load_inside:.3f} s; the framework's own "
               f"state_dict() and load_state_dict() in a fresh job: {helpers_save:.3f} s and "
-              f"{helpers_load:.3f} s", flush=True)
+              f"{helpers_load:.3f} s; CPU of all ranks: save {statistics.median(save_cpu):.3f} s, "
+              f"load {statistics.median(load_cpu):.3f} s; the disk for the same bytes: write + "
+              f"fsync {write_floor:.3f} s, read {read_floor:.3f} s", flush=True)
         shutil.rmtree(os.path.join(args.dir, folder), ignore_errors=True)
     dist.destroy_process_group()
 

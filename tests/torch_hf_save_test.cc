@@ -7,6 +7,7 @@
 #include <random>
 
 #include "checkpoint/load.h"
+#include "checkpoint/save.h"
 #include "convert/convert.h"
 #include "dcp/checkpoint.h"
 #include "hf/hf_checkpoint.h"
@@ -90,13 +91,13 @@ TEST(TorchHfSaveTest, ShardsOfEveryRankThenConsolidatedFiles) {
   for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
   // b and step are written once, not by both ranks.
   EXPECT_EQ(res[0].total_bytes, 24 * 4 + 5 * 4 + 8u);
-  // w's rows from both ranks; b and step, balanced, one each (so each rank has a file 2); the
-  // earlier save's shard and index are gone.
-  EXPECT_EQ(Names(sharded),
-            (std::vector<std::string>{"shard-00001-model-00001-of-00002.safetensors",
-                                      "shard-00001-model-00002-of-00002.safetensors",
-                                      "shard-00002-model-00001-of-00002.safetensors",
-                                      "shard-00002-model-00002-of-00002.safetensors"}));
+  // w's rows from both ranks; b and step written once, by rank 1, as torch's dedup assigns them
+  // (each replicated chunk, in order, to the holder with the fewest bytes so far: rank 0 holds
+  // 48 bytes of w then); the earlier save's shard and index are gone.
+  EXPECT_EQ(Names(sharded), (std::vector<std::string>{
+                                "shard-00001-model-00001-of-00002.safetensors",
+                                "shard-00002-model-00001-of-00002.safetensors",
+                                "shard-00002-model-00002-of-00002.safetensors"}));
   EXPECT_EQ(Names(tmp.Sub("out")),
             (std::vector<std::string>{"model-00001-of-00002.safetensors",
                                       "model-00002-of-00002.safetensors",
@@ -187,6 +188,91 @@ TEST(TorchHfSaveTest, RefusesWhatSafetensorsCannotHoldOnEveryRank) {
   EXPECT_NE(r.status().message().find("gives no file for tensor 'step'"), std::string::npos)
       << r.status().message();
   EXPECT_TRUE(Names(tmp.path()).empty());
+}
+
+// torch's shard files converted to a dcp checkpoint (`dcp convert`): each chunk where its
+// sharding info places it.
+TEST(TorchHfSaveTest, ShardsConvertToADcpCheckpoint) {
+  TempDir tmp;
+  Model model;
+  std::vector<Status> st(2);
+  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    AddShards(sd, model, c->rank(), 2);
+    st[c->rank()] = convert::SaveTorchHf(sd, tmp.Sub("hf"), {.comm = c}, Fs()).status();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (int world : {1, 2}) {
+    const std::string dst = tmp.Sub("dcp" + std::to_string(world));
+    RunRanks(world, [&](const std::shared_ptr<Comm>& c) {
+      st[c->rank()] = convert::HfToDcp(tmp.Sub("hf"), dst, {.comm = c}, Fs()).status();
+    });
+    for (int r = 0; r < world; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+    ExpectLoads(dst, model);
+  }
+}
+
+// Consolidated into the shards' own directory (torch's writer given a checkpoint_id with
+// enable_consolidation); a dcp checkpoint and files of an earlier save there go, since readers
+// would take them first or mix them in.
+TEST(TorchHfSaveTest, ConsolidatedBesideItsShardsOverAnEarlierCheckpoint) {
+  TempDir tmp;
+  Model old_model;
+  std::fill(old_model.w.begin(), old_model.w.end(), 9.f);
+  {
+    StateDict sd;
+    AddShards(sd, old_model, 0, 1);
+    ASSERT_TRUE(checkpoint::Save(sd, tmp.path(), SaveOptions{}, Fs()).ok());
+  }
+  std::ofstream(tmp.Sub("model-00001-of-00003.safetensors")) << "old";
+  Model model;
+  std::vector<Status> st(2);
+  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    AddShards(sd, model, c->rank(), 2);
+    TorchHfSaveOptions o;
+    o.comm = c;
+    o.fqn_to_index = {{"w", 1}, {"b", 2}, {"step", 2}};
+    o.consolidate_into = tmp.path();
+    st[c->rank()] = convert::SaveTorchHf(sd, tmp.path(), o, Fs()).status();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::vector<std::string> names = Names(tmp.path());
+  for (const std::string& n : names) {
+    EXPECT_TRUE(n.rfind("data-", 0) == 0 || hf::IsTorchHfFileName(n) ||
+                n == "model.safetensors.index.json")
+        << n;
+  }
+  EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                          [](const std::string& n) { return n.rfind("shard-", 0) == 0; }),
+            3);
+  EXPECT_TRUE(std::count(names.begin(), names.end(), "model-00002-of-00002.safetensors"));
+  ExpectLoads(tmp.path(), model);
+}
+
+// Ranks handed different mappings follow rank 0's (as torch does), never hang.
+TEST(TorchHfSaveTest, RankZerosMappingHolds) {
+  TempDir tmp;
+  Model model;
+  std::vector<Status> st(2);
+  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    AddShards(sd, model, c->rank(), 2);
+    TorchHfSaveOptions o;
+    o.comm = c;
+    o.fqn_to_index = c->rank() == 0
+                         ? std::vector<std::pair<std::string, int>>{{"w", 1}, {"b", 2}, {"step", 2}}
+                         : std::vector<std::pair<std::string, int>>{{"w", 0}};
+    o.consolidate_into = tmp.Sub("out");
+    st[c->rank()] = convert::SaveTorchHf(sd, tmp.Sub("out/sharded"), o, Fs()).status();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::ifstream idx(tmp.Sub("out/model.safetensors.index.json"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(idx), {}),
+            hf::TorchIndexJson(124, {{"w", "model-00001-of-00002.safetensors"},
+                                     {"b", "model-00002-of-00002.safetensors"},
+                                     {"step", "model-00002-of-00002.safetensors"}}));
+  ExpectLoads(tmp.Sub("out"), model);
 }
 
 }  // namespace

@@ -31,6 +31,14 @@ def test_the_files_torchs_writer_writes(torchrun, tmp_path):
         theirs_h, theirs_d = _split(torch_dir / "sharded" / name)
         ours_h, ours_d = _split(ours / "sharded" / name)
         assert ours_h == theirs_h and ours_d == theirs_d, name
+    # Replicated tensors without a mapping: the same writers as torch's dedup, the same order.
+    torch_dir, ours = tmp_path / "torch-replicated", tmp_path / "hyper-replicated"
+    for name in ("model-00001-of-00001.safetensors", "model.safetensors.index.json"):
+        assert (ours / name).read_bytes() == (torch_dir / name).read_bytes(), name
+    shards = sorted(p.name for p in (torch_dir / "sharded").iterdir())
+    assert sorted(p.name for p in (ours / "sharded").iterdir()) == shards
+    for name in shards:
+        assert _split(ours / "sharded" / name) == _split(torch_dir / "sharded" / name), name
     one = sorted(p.name for p in (tmp_path / "one").iterdir())
     assert one == ["model-00001-of-00001.safetensors", "model.safetensors.index.json"]
 

@@ -64,7 +64,7 @@ def test_class_members_match():
             continue
         in_stub = {n for n in declared(node.body) if not n.startswith("_")}
         at_runtime = {n for n in dir(getattr(ext, name)) if not n.startswith("_")} - INHERITED
-        if name in ("SaveResult", "LoadResult"):
+        if name in ("SaveResult", "LoadResult", "HfSaveResult"):
             at_runtime |= SET_PER_CALL
         if at_runtime - in_stub or in_stub - at_runtime - INHERITED:
             problems.append((name, sorted(at_runtime - in_stub), sorted(in_stub - at_runtime)))

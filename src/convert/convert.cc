@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 
 #include "checkpoint/load.h"
 #include "checkpoint/metadata_io.h"
 #include "checkpoint/save.h"
 #include "convert/source_mapping.h"
 #include "hf/hf_checkpoint.h"
+#include "hf/torch_hf_format.h"
 #include "metadata/codec.h"
 #include "storage/data_files.h"
 
@@ -200,13 +202,20 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
     std::set<std::string> keys;
     for (const hf::ShardFile& f : source->files) {
       for (const auto& [k, v] : f.header.metadata) {
-        if (k != "format") keys.insert(k);
+        // The sharding keys are read (each chunk goes where they place it), not dropped.
+        if (k != "format" && k != hf::kShardingInfoKey && k != hf::kShardingVersionKey) {
+          keys.insert(k);
+        }
       }
     }
     result.dropped_metadata_keys.assign(keys.begin(), keys.end());
   }
   std::vector<uint64_t> sizes;
   for (const hf::ShardFile& f : source->files) sizes.push_back(f.size);
+  // A tensor stored in chunks (torch's shard files) is saved as those chunks of its whole shape.
+  std::unordered_map<std::string, Shape> whole;
+  for (const metadata::TensorMeta& t : hf::ToMetadata(*source).tensors)
+    whole[t.fqn] = t.global_shape;
   const std::vector<int> owner = AssignFiles(sizes, comm->size());
 
   std::vector<std::unique_ptr<SourceMapping>> maps;
@@ -222,8 +231,10 @@ Result<HfToDcpResult> HfToDcp(const std::string& src, const std::string& dst,
     }
     // Saving only reads what the views point to.
     auto* data = const_cast<std::byte*>((*m)->data()) + f.header.data_start();
-    for (const hf::HeaderTensor& t : f.header.tensors) {
-      sd.add(t.name, TensorView{data + t.begin, t.dtype, t.shape});
+    for (size_t k = 0; k < f.header.tensors.size(); ++k) {
+      const hf::HeaderTensor& t = f.header.tensors[k];
+      sd.add(t.name, TensorView{data + t.begin, t.dtype, t.shape},
+             Chunk{whole.at(t.name), f.offsets[k]});
       ++result.tensors;
       result.bytes += t.end - t.begin;
     }

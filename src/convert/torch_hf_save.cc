@@ -7,9 +7,11 @@
 // consolidation: output files spread over the ranks by bytes, each filled by loads of the
 // shards just written; rank 0 writes the index.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "checkpoint/names.h"
@@ -19,6 +21,7 @@
 #include "planner/plan_classes.h"
 #include "planner/save_plan.h"
 #include "storage/data_files.h"
+#include "storage/file_system.h"
 
 namespace dcp {
 namespace convert {
@@ -27,10 +30,62 @@ namespace {
 // Where a non-distributed save under several ranks writes its shards before consolidating.
 constexpr std::string_view kStagingShards = ".dcp-hf-shards";
 
+using ChunkKey = std::pair<std::string, Shape>;  // (fqn, offsets): torch's MetadataIndex
+
 struct Planned {
-  planner::GlobalSavePlan plan;
-  std::vector<std::string> order;  // tensor names, first appearance over the ranks' plans
+  planner::GlobalSavePlan plan;    // validated; its tensors' dtypes and shapes
+  std::map<ChunkKey, int> writer;  // as torch's dedup_save_plans assigns them
+  std::vector<std::string> order;  // torch's metadata order (AssignAsTorch)
 };
+
+// Who writes each chunk, as torch's dedup_save_plans decides: each chunk, in order of first
+// appearance over the ranks' plans (rank order), to the holder with the fewest bytes so far
+// (ties to the lowest rank), so the shard files hold what torch's would. `order`: the tensors
+// in order of first appearance over what each rank writes, rank by rank: torch's metadata
+// order, which its consolidation follows without a mapping.
+void AssignAsTorch(const std::vector<planner::LocalSavePlan>& distinct,
+                   const planner::PlanClasses& classes, int world, Planned* out) {
+  std::map<ChunkKey, size_t> id;
+  std::vector<ChunkKey> keys;
+  std::vector<uint64_t> bytes;
+  std::vector<std::vector<int>> holders;
+  std::vector<std::vector<size_t>> ids_of_class(distinct.size());
+  for (size_t c = 0; c < distinct.size(); ++c) {  // classes by lowest rank: first appearance
+    for (const planner::SaveItem& item : distinct[c].items) {
+      auto [it, fresh] = id.emplace(ChunkKey{item.fqn, item.box.offsets}, keys.size());
+      if (fresh) {
+        keys.push_back(it->first);
+        bytes.push_back(item.is_bytes ? 1 : std::max<uint64_t>(item.nbytes, 1));
+        holders.emplace_back();
+      }
+      ids_of_class[c].push_back(it->second);
+      const std::vector<int>& ranks = classes.holders[c];
+      holders[it->second].insert(holders[it->second].end(), ranks.begin(), ranks.end());
+    }
+  }
+  std::vector<uint64_t> size(world, 0);
+  std::vector<int> writer(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    std::sort(holders[k].begin(), holders[k].end());
+    int best = holders[k].front();
+    for (int r : holders[k]) best = size[r] < size[best] ? r : best;
+    writer[k] = best;
+    size[best] += bytes[k];
+    out->writer.emplace(keys[k], best);
+  }
+  std::vector<std::tuple<int, size_t, size_t>> written;  // (writer, position in its plan, id)
+  for (size_t c = 0; c < distinct.size(); ++c) {
+    for (size_t p = 0; p < ids_of_class[c].size(); ++p) {
+      const size_t k = ids_of_class[c][p];
+      if (classes.class_of[writer[k]] == static_cast<int>(c)) written.emplace_back(writer[k], p, k);
+    }
+  }
+  std::sort(written.begin(), written.end());
+  std::set<std::string_view> seen;
+  for (const auto& [w, p, k] : written) {
+    if (seen.insert(keys[k].first).second) out->order.push_back(keys[k].first);
+  }
+}
 
 Status CheckLocal(const planner::LocalSavePlan& local,
                   const std::unordered_map<std::string, int>& index_of, const std::string& dir) {
@@ -71,20 +126,48 @@ Result<Planned> PlanGlobally(Comm& comm, const StateDict& sd,
   DCP_ASSIGN_OR_RETURN(auto raw,
                        comm.AllGather(classes.IsSender(comm.rank()) ? encoded : std::string()));
   std::vector<planner::LocalSavePlan> distinct(classes.holders.size());
-  Planned out;
-  std::set<std::string_view> seen;
   for (size_t c = 0; c < classes.holders.size(); ++c) {
     DCP_ASSIGN_OR_RETURN(distinct[c], planner::DecodeLocalPlan(raw[classes.holders[c].front()]));
-  }
-  for (const planner::LocalSavePlan& p : distinct) {
-    for (const planner::SaveItem& item : p.items) {
-      if (seen.insert(item.fqn).second) out.order.push_back(item.fqn);
-    }
   }
   auto global = planner::PlanSave(distinct, classes.holders, comm.size(),
                                   {.balance = true, .split_replicas = false});
   if (!global.ok()) return global.status().Annotate("save to " + dir + ": ");
+  Planned out;
   out.plan = std::move(global).value();
+  AssignAsTorch(distinct, classes, comm.size(), &out);
+  return out;
+}
+
+// Rank 0's mapping, on every rank (torch, too, takes its coordinator's): ranks handed different
+// ones would otherwise write files the index does not name, or fail apart and hang.
+Result<std::vector<std::pair<std::string, int>>> RankZeroMapping(
+    Comm& comm, const std::vector<std::pair<std::string, int>>& mine) {
+  std::string wire;
+  if (comm.rank() == 0) {
+    for (const auto& [name, index] : mine) {
+      wire += std::to_string(name.size()) + ':' + name + std::to_string(index) + ';';
+    }
+  }
+  DCP_RETURN_IF_ERROR(comm.Broadcast(wire, 0));
+  std::vector<std::pair<std::string, int>> out;
+  const char* p = wire.data();
+  const char* end = p + wire.size();
+  while (p < end) {
+    size_t len = 0;
+    int index = 0;
+    auto l = std::from_chars(p, end, len);
+    if (l.ec != std::errc() || l.ptr == end || *l.ptr != ':' ||
+        static_cast<size_t>(end - l.ptr - 1) < len) {
+      return Internal("HuggingFace save: a malformed fqn_to_index_mapping from rank 0");
+    }
+    std::string name(l.ptr + 1, len);
+    auto i = std::from_chars(l.ptr + 1 + len, end, index);
+    if (i.ec != std::errc() || i.ptr == end || *i.ptr != ';') {
+      return Internal("HuggingFace save: a malformed fqn_to_index_mapping from rank 0");
+    }
+    out.emplace_back(std::move(name), index);
+    p = i.ptr + 1;
+  }
   return out;
 }
 
@@ -97,20 +180,14 @@ struct Item {
 // (2): this rank's chunks, by output index in order of first appearance (as torch buckets
 // them), each file's items in state dict order.
 Result<std::vector<std::pair<int, std::vector<Item>>>> MyFiles(
-    const StateDict& sd, const planner::GlobalSavePlan& plan, int rank,
+    const StateDict& sd, const Planned& planned, int rank,
     const std::unordered_map<std::string, int>& index_of) {
-  std::unordered_map<std::string_view, const planner::GlobalSavePlan::Tensor*> planned;
-  for (const auto& t : plan.tensors) planned[t.fqn] = &t;
   std::vector<std::pair<int, std::vector<Item>>> files;
   for (const StateEntry& e : sd.entries()) {
     if (e.kind != StateEntry::Kind::kTensor) continue;
-    auto it = planned.find(e.fqn);
-    if (it == planned.end()) continue;
     for (const TensorChunk& c : e.chunks) {
-      const auto& chunks = it->second->chunks;
-      auto ch = std::lower_bound(chunks.begin(), chunks.end(), c.box,
-                                 [](const auto& a, const Box& b) { return a.box < b; });
-      if (ch == chunks.end() || !(ch->box == c.box) || ch->writer != rank) continue;
+      auto w = planned.writer.find(ChunkKey{e.fqn, c.box.offsets});
+      if (w == planned.writer.end() || w->second != rank) continue;
       const int index = index_of.empty() ? 1 : index_of.at(e.fqn);
       auto f =
           std::find_if(files.begin(), files.end(), [&](const auto& p) { return p.first == index; });
@@ -160,8 +237,8 @@ Status WriteShardFile(storage::FileSystem& fs, const std::string& path, std::vec
   return fs.Rename(tmp, path);
 }
 
-// (3) on rank 0: torch-named files in `dir` that no rank wrote now, and (`drop_index`) an index
-// left there, go.
+// (3) on rank 0: torch-named files in `dir` that no rank wrote now (`mine`: this rank's), a dcp
+// checkpoint's metadata and (`drop_index`) an index left there go, so readers never mix saves.
 Status RemoveStale(Comm& comm, storage::FileSystem& fs, const std::string& dir,
                    const std::vector<std::string>& mine, bool drop_index) {
   std::string joined;
@@ -175,18 +252,27 @@ Status RemoveStale(Comm& comm, storage::FileSystem& fs, const std::string& dir,
     }
   }
   DCP_ASSIGN_OR_RETURN(auto names, fs.List(dir));
+  // A dcp checkpoint there is older than this save, and readers take it first: it goes (its
+  // metadata, and the `.metadata` probe it published).
+  const bool dcp_checkpoint =
+      std::find(names.begin(), names.end(), checkpoint::kMetadataName) != names.end();
   for (const std::string& n : names) {
     const bool stale =
-        (hf::IsTorchHfFileName(n) && !written.count(n)) || (drop_index && n == hf::kIndexFileName);
+        (hf::IsTorchHfFileName(n) && !written.count(n)) ||
+        (drop_index && n == hf::kIndexFileName) ||
+        (dcp_checkpoint && (n == checkpoint::kMetadataName || n == checkpoint::kTorchProbeName));
     if (stale) DCP_RETURN_IF_ERROR(fs.Remove(storage::JoinPath(dir, n)));
   }
   return OkStatus();
 }
 
-// (4): whole tensors from the shards in `shards` into files of `out_dir`, and the index.
+// (4): whole tensors from the shards in `shards` into files of `out_dir`, and the index; then
+// torch-named files of earlier saves there go (`shard_names`: this rank's shards, kept when
+// `out_dir` is their directory).
 Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shards,
-                   const std::string& out_dir, const Planned& planned,
-                   const TorchHfSaveOptions& opts, TorchHfSaveResult* result) {
+                   const std::string& out_dir, const std::vector<std::string>& shard_names,
+                   const Planned& planned, const TorchHfSaveOptions& opts,
+                   TorchHfSaveResult* result) {
   std::unordered_map<std::string_view, const planner::GlobalSavePlan::Tensor*> by_name;
   for (const auto& t : planned.plan.tensors) by_name[t.fqn] = &t;
   std::vector<std::pair<std::string, int>> order = opts.fqn_to_index;
@@ -219,23 +305,37 @@ Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shard
   const std::vector<int> owner = AssignFiles(file_bytes, comm.size());
   Status st = fs.CreateDirs(out_dir);
   std::vector<std::byte> buffer;
+  // Written under hidden names and renamed only once every rank's loads are done: a file in
+  // place would join the shards' source when `out_dir` is their directory.
+  std::vector<std::string> mine;
+  auto part = [&](const std::string& name) {
+    return storage::JoinPath(out_dir, "." + name + ".part");
+  };
   for (size_t f = 0; f < members.size() && st.ok(); ++f) {
     if (owner[f] != comm.rank()) continue;
     std::vector<hf::WholeTensor> whole;
     for (size_t i : members[f]) {
       whole.push_back({tensors[i].fqn, tensors[i].dtype, tensors[i].shape, tensors[i].bytes});
     }
-    st = WriteLoadedTensors(
-        shards, storage::JoinPath(out_dir, hf::TorchHfFileName(file_index[f], max_index)),
-        hf::TorchConsolidatedHeader(whole), tensors, members[f], opts.buffer_bytes, {}, fs, fs,
-        buffer);
+    mine.push_back(hf::TorchHfFileName(file_index[f], max_index));
+    st = WriteLoadedTensors(shards, part(mine.back()), hf::TorchConsolidatedHeader(whole), tensors,
+                            members[f], opts.buffer_bytes, {}, fs, fs, buffer);
     if (st.ok()) {
       ++result->files;
       result->bytes += file_bytes[f];
     }
   }
-  DCP_RETURN_IF_ERROR(
-      AgreeOnStatus(comm, st.ok() ? st : st.Annotate("consolidating into " + out_dir + ": ")));
+  st = AgreeOnStatus(comm, st.ok() ? st : st.Annotate("consolidating into " + out_dir + ": "));
+  for (const std::string& name : mine) {
+    if (st.ok()) {
+      st = fs.Rename(part(name), storage::JoinPath(out_dir, name));
+    } else {
+      (void)fs.Remove(part(name));
+    }
+  }
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+  for (const std::string& n : shard_names) mine.push_back(n);  // when out_dir holds the shards
+  DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, RemoveStale(comm, fs, out_dir, mine, false)));
   if (comm.rank() == 0) {
     std::vector<std::pair<std::string, std::string>> weight_map;
     uint64_t total = 0;
@@ -269,9 +369,11 @@ Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& di
   std::shared_ptr<Comm> comm = opts.comm ? opts.comm : LocalComm();
   const int rank = comm->rank(), world = comm->size();
   TorchHfSaveResult result;
+  TorchHfSaveOptions agreed = opts;
+  DCP_ASSIGN_OR_RETURN(agreed.fqn_to_index, RankZeroMapping(*comm, opts.fqn_to_index));
   std::unordered_map<std::string, int> index_of;
   int max_index = 1;
-  for (const auto& [name, index] : opts.fqn_to_index) {
+  for (const auto& [name, index] : agreed.fqn_to_index) {
     if (index < 1) {
       return InvalidArgument("save to " + dir + ": fqn_to_index_mapping gives '" + name +
                              "' file " + std::to_string(index) + "; files are numbered from 1");
@@ -288,7 +390,7 @@ Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& di
   const bool staged = !opts.save_distributed && world > 1;
   const bool shard_names = opts.save_distributed || staged;
   const std::string shards = staged ? storage::JoinPath(dir, std::string(kStagingShards)) : dir;
-  auto files = MyFiles(sd, planned.plan, rank, index_of);
+  auto files = MyFiles(sd, planned, rank, index_of);
   Status st = files.status();
   if (st.ok()) st = fs.CreateDirs(shards);
   std::vector<std::string> mine;
@@ -314,8 +416,11 @@ Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& di
     DCP_RETURN_IF_ERROR(fs.WriteAtomic(storage::JoinPath(dir, std::string(hf::kIndexFileName)),
                                        hf::TorchIndexJson(total, weight_map), ".tmp"));
   } else if (staged || !opts.consolidate_into.empty()) {
-    DCP_RETURN_IF_ERROR(Consolidate(*comm, fs, shards, staged ? dir : opts.consolidate_into,
-                                    planned, opts, &result));
+    const std::string out_dir = staged ? dir : opts.consolidate_into;
+    const bool same_dir = storage::NormalPath(out_dir) == storage::NormalPath(shards);
+    DCP_RETURN_IF_ERROR(Consolidate(*comm, fs, shards, out_dir,
+                                    same_dir ? mine : std::vector<std::string>(), planned, agreed,
+                                    &result));
     if (staged && rank == 0) (void)RemoveTree(fs, shards);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

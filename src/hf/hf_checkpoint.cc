@@ -207,14 +207,30 @@ Result<HfSource> OpenSource(storage::FileSystem& fs, const std::string& path) {
       }
     }
   }
-  for (const auto& [name, list] : chunks) {
-    if (list.size() < 2) continue;
+  for (const auto& entry : chunks) {
+    // Not a structured binding: lambdas cannot capture those before C++20 compilers catch up.
+    const std::string_view name = entry.first;
+    const auto& list = entry.second;
     auto box_of = [&](size_t n) {
       const ShardFile& f = src.files[list[n].first];
       return Box{f.offsets[list[n].second], f.header.tensors[list[n].second].shape};
     };
     std::vector<Box> boxes;
-    for (size_t n = 0; n < list.size(); ++n) boxes.push_back(box_of(n));
+    Shape whole = Shape::Zeros(box_of(0).rank());
+    for (size_t n = 0; n < list.size(); ++n) {
+      boxes.push_back(box_of(n));
+      for (int d = 0; d < whole.rank(); ++d) {
+        whole[d] = std::max(whole[d], boxes.back().offsets[d] + boxes.back().lengths[d]);
+      }
+    }
+    const DType dtype = src.files[list[0].first].header.tensors[list[0].second].dtype;
+    auto elements = whole.NumElements();
+    if (!elements || !DTypeBytes(dtype, *elements)) {
+      return DataLoss("HuggingFace checkpoint " + path + ": tensor '" + std::string(name) +
+                      "' of shape " + whole.ToString() +
+                      " (where its chunks reach) is too large or does not fill whole bytes");
+    }
+    if (list.size() < 2) continue;
     if (auto pair = FindOverlap(boxes)) {
       return DataLoss("HuggingFace checkpoint " + path + ": tensor '" + std::string(name) +
                       "' has overlapping chunks " + boxes[pair->first].ToString() + " in " +

@@ -234,6 +234,13 @@ TEST(HfCheckpointTest, BadTorchShardsAreNamed) {
         WriteShard(t.Sub(a), {{"w", Shape{0}, Shape{4}}}, std::byte{1}, &negative);
       },
       "tensor 'w' has a bad offset -1");
+  const std::string huge = R"({"w": {"saved_offsets": [4611686018427387000, 0]}})";
+  expect(
+      [&](TempDir& t) {
+        WriteShard(t.Sub(a), {{"w", Shape{0, 0}, Shape{4, 4}}}, std::byte{1});
+        WriteShard(t.Sub(b), {{"w", Shape{0, 0}, Shape{4, 4}}}, std::byte{2}, &huge);
+      },
+      "tensor 'w' of shape [4611686018427387004, 4] (where its chunks reach) is too large");
   const std::string garbage = "[1";
   expect(
       [&](TempDir& t) {

@@ -10,17 +10,24 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace dcp::storage {
 namespace {
 
 constexpr size_t kMaxCompared = size_t{1} << 20;
-// A claim unchanged this long (by the file system's own clock) belongs to a writer that died
-// or stalled mid-change: a change takes milliseconds.
+// A claim this process has seen unchanged this long by its own clock belongs to a writer that
+// died or stalled mid-change: a change takes milliseconds, and a writer gives up half this long
+// after its claim. File times are not trusted for it: Lustre sets them from each client's clock.
 constexpr int64_t kStaleClaimSeconds = 10;
+// A claim this old by the file system's clock (no plausible skew between hosts) is stale at
+// once, so a claim left long ago costs no wait.
+constexpr int64_t kAncientClaimSeconds = 600;
 // Successive stale claims passed over before giving up (each one a writer that died).
 constexpr int kMaxStaleClaims = 16;
 
@@ -65,6 +72,14 @@ Status WriteNew(const std::string& path, std::string_view data, int64_t* mtime_s
   return OkStatus();
 }
 
+// Whether `from` and `to` name one file: a link whose reply was lost, retransmitted by an NFS
+// client, answers EEXIST although it was made.
+bool SameFile(const std::string& from, const std::string& to) {
+  struct stat a, b;
+  return ::stat(from.c_str(), &a) == 0 && ::stat(to.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
+         a.st_dev == b.st_dev;
+}
+
 // Gives `from` the name `to` unless `to` exists: renameat2's NOREPLACE or, where the file
 // system lacks it, a hard link (which never replaces either).
 Status PlaceNoReplace(const std::string& from, const std::string& to) {
@@ -75,11 +90,37 @@ Status PlaceNoReplace(const std::string& from, const std::string& to) {
   if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
     return Failed("rename " + from + " to", to, errno);
   }
-  if (::link(from.c_str(), to.c_str()) != 0) {
+  if (::link(from.c_str(), to.c_str()) != 0 && !(errno == EEXIST && SameFile(from, to))) {
     return errno == EEXIST ? Exists(to) : Failed("link " + from + " to", to, errno);
   }
   ::unlink(from.c_str());
   return OkStatus();
+}
+
+// Whether the claim `name` (inode and change time in `st`) has been seen unchanged by this
+// process for kStaleClaimSeconds of its own clock. Remembered per process; forgotten after an
+// hour.
+bool SeenHeldTooLong(const std::string& name, const struct stat& st) {
+  using Clock = std::chrono::steady_clock;
+  struct Key {
+    std::string name;
+    ino_t ino;
+    int64_t ctime_ns;
+    bool operator<(const Key& o) const {
+      return std::tie(name, ino, ctime_ns) < std::tie(o.name, o.ino, o.ctime_ns);
+    }
+  };
+  static std::mutex mu;
+  static std::map<Key, Clock::time_point> first_seen;
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu);
+  std::erase_if(first_seen, [&](const auto& e) { return now - e.second > std::chrono::hours(1); });
+  const int64_t ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
+  const auto it = first_seen.emplace(Key{name, st.st_ino, ctime_ns}, now).first;
+  const std::chrono::milliseconds period = ClaimObservationForTest().count() > 0
+                                               ? ClaimObservationForTest()
+                                               : std::chrono::seconds(kStaleClaimSeconds);
+  return now - it->second >= period;
 }
 
 // The version of the file at `path`, or "" for one no caller compares with (too large).
@@ -128,11 +169,12 @@ std::string Successor(const std::string& path, const std::string& version, ino_t
 // Takes the claim on version `version` of `path`: only its holder changes the file from that
 // version. A claim is a file created under a name the version gives, so of two callers that
 // saw one version one gets it; it is then checked: the file must still hold that version.
-// A claim unchanged for kStaleClaimSeconds by the file system's clock (the caller's scratch
-// file, just written, tells the time there) is passed over, never removed: its successor is a
-// claim named after the stale one's inode, taken the same way, so of two callers that found it
-// stale one goes on. kFailedPrecondition: the file changed, or another caller holds the claim;
-// kNotFound: the file is gone.
+// A claim this process has seen unchanged for kStaleClaimSeconds, or one kAncientClaimSeconds
+// old by the file system's clock (the caller's scratch file, just written, tells the time
+// there), is passed over, never removed: its successor is a claim named after the stale one's
+// inode, taken the same way, so of two callers that found it stale one goes on.
+// kFailedPrecondition: the file changed, or another caller holds the claim; kNotFound: the file is
+// gone.
 Status Claim(const std::string& path, const std::string& version, Claimed* claimed) {
   const std::string token = UniqueSibling(path, "cas-claim");
   std::string name = path + ".claim." + version;
@@ -147,7 +189,9 @@ Status Claim(const std::string& path, const std::string& version, Claimed* claim
     if (placed.code() != StatusCode::kFailedPrecondition) return placed;
     struct stat st;
     const bool there = ::stat(name.c_str(), &st) == 0;
-    if (hops == kMaxStaleClaims || (there && now - st.st_mtim.tv_sec < kStaleClaimSeconds)) {
+    const bool stale =
+        there && (now - st.st_mtim.tv_sec >= kAncientClaimSeconds || SeenHeldTooLong(name, st));
+    if (hops == kMaxStaleClaims || (there && !stale)) {
       return FailedPrecondition(path + " is being changed by another writer");
     }
     if (!there) continue;  // released meanwhile: try again
@@ -184,6 +228,11 @@ bool Overtaken(const std::string& path, const std::string& version, Claimed* cla
 }
 
 }  // namespace
+
+std::chrono::milliseconds& ClaimObservationForTest() {
+  static std::chrono::milliseconds period{0};
+  return period;
+}
 
 std::string ContentVersion(std::string_view text) {
   return "h" + std::to_string(std::hash<std::string_view>{}(text)) + "-" +

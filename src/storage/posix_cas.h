@@ -2,6 +2,7 @@
 // across the hosts sharing it): the versioned writes the lease lock needs there.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -17,10 +18,14 @@ std::string ContentVersion(std::string_view text);
 // FileSystem::WriteIfVersion. The file is replaced by a rename, never written in place nor
 // left absent. A change from a version is made by the holder of that version's claim, a file
 // beside it created exclusively (of two callers that saw one version, one gets it) and then
-// checked against the file; a claim left by a writer that died is broken after 10 s.
+// checked against the file; a claim left by a writer that died is passed over once this process
+// has seen it unchanged for 10 s (or at once when the file system's clock makes it 10 min old).
 Result<std::string> PosixWriteIfVersion(const std::string& path, std::string_view data,
                                         const std::string& version);
 // Removes `path` only if its content still has `version`, under the same claim.
 Status PosixRemoveIfVersion(const std::string& path, const std::string& version);
+
+// Tests: how long a claim must be seen unchanged to be stale (0: 10 s).
+std::chrono::milliseconds& ClaimObservationForTest();
 
 }  // namespace dcp::storage

@@ -96,8 +96,8 @@ void Age(const std::filesystem::path& p, int seconds) {
 }
 
 // A claim is held while its writer changes the file: a fresh one (a writer at work) refuses
-// the change; one a dead writer left is passed over once 10 s old, and of the callers that
-// found it stale at once exactly one changes the file; then no claim is left.
+// the change; one a dead writer left long ago is passed over at once, and of the callers that
+// found it stale exactly one changes the file; then no claim is left.
 TEST(PosixCas, AClaimLeftByADeadWriterIsPassedOverByOneCaller) {
   Scratch s;
   const std::string path = (s.dir / "lock").string();
@@ -112,7 +112,7 @@ TEST(PosixCas, AClaimLeftByADeadWriterIsPassedOverByOneCaller) {
                 StatusCode::kFailedPrecondition);
       EXPECT_EQ(Slurp(path), "held 0");
     }
-    Age(claim, 20);
+    Age(claim, 3600);
     constexpr int kCallers = 6;
     std::atomic<int> ready{0}, wins{0}, won{-1};
     std::vector<std::thread> callers;
@@ -133,6 +133,33 @@ TEST(PosixCas, AClaimLeftByADeadWriterIsPassedOverByOneCaller) {
     EXPECT_EQ(std::distance(std::filesystem::directory_iterator(s.dir), {}), 1)
         << "claims left beside the file";
   }
+}
+
+// File times come from each client's clock on Lustre: a claim is judged stale by how long this
+// process has seen it unchanged, whatever its time says. A claim 30 s old by its time (a host
+// whose clock runs behind) is still held; one dated an hour ahead (a clock running ahead) is
+// passed over once seen unchanged for the observation period.
+TEST(PosixCas, AClaimIsStaleBySeeingItUnchangedNotByItsTime) {
+  Scratch s;
+  const std::string path = (s.dir / "lock").string();
+  ClaimObservationForTest() = std::chrono::milliseconds(300);
+  auto v = PosixWriteIfVersion(path, "held", "");
+  ASSERT_TRUE(v.ok());
+  const std::filesystem::path claim = path + ".claim." + *v;
+  std::ofstream(claim) << "";
+  Age(claim, 30);
+  EXPECT_EQ(PosixWriteIfVersion(path, "mine", *v).status().code(), StatusCode::kFailedPrecondition);
+  std::filesystem::last_write_time(
+      claim, std::filesystem::file_time_type::clock::now() + std::chrono::hours(1));
+  EXPECT_EQ(PosixWriteIfVersion(path, "mine", *v).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Slurp(path), "held");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto mine = PosixWriteIfVersion(path, "mine", *v);
+  ClaimObservationForTest() = std::chrono::milliseconds(0);
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  EXPECT_EQ(Slurp(path), "mine");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(s.dir), {}), 1)
+      << "claims left beside the file";
 }
 
 }  // namespace

@@ -36,6 +36,13 @@ def writer(name, **kw):
 
 _delegate.torch_function("save")(sharded(), storage_writer=writer("torch"))
 r = hyperdcp.save(sharded(), storage_writer=writer("hyper"))
+# Replicated plain tensors, no mapping: torch's dedup decides who writes each, and its
+# metadata order (what each rank writes, rank by rank) orders the consolidated file.
+plain = {name: torch.full((4 + i,), float(i)) for i, name in enumerate("abcd")}
+for name, save in (("torch-replicated", _delegate.torch_function("save")),
+                   ("hyper-replicated", hyperdcp.save)):
+    save(dict(plain), storage_writer=HuggingFaceStorageWriter(
+        os.path.join(out, name), save_distributed=True, enable_consolidation=True))
 assert r.files_written > 0 and r.total_bytes == sum(v.nbytes for v in full.values()), r
 dist.barrier()
 
