@@ -52,3 +52,8 @@ def test_a_hf_save_refuses_values_naming_them(tmp_path):
     with pytest.raises(hyperdcp.DcpError, match="'step' is not a tensor"):
         hyperdcp.save({"w": torch.ones(2), "step": 3}, no_dist=True,
                       storage_writer=HuggingFaceStorageWriter(str(tmp_path / "hf")))
+
+
+def test_reshards_between_meshes_and_libraries(torchrun, tmp_path):
+    out = torchrun(4, "hf_reshard.py", tmp_path)
+    assert out.count(": ok") == 4, out

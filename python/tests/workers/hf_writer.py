@@ -20,13 +20,16 @@ out = sys.argv[1]
 mesh = init_device_mesh("cpu", (dist.get_world_size(),))
 torch.manual_seed(0)
 full = {"model.embed.weight": torch.randn(10, 6), "model.norm.weight": torch.randn(6).bfloat16(),
-        "lm_head.weight": torch.randn(7, 6), "bias.\u00e9": torch.randn(3)}
-mapping = {"model.embed.weight": 1, "model.norm.weight": 1, "bias.\u00e9": 2, "lm_head.weight": 2}
+        "lm_head.weight": torch.randn(7, 6), "bias.\u00e9": torch.randn(3),
+        "model.proj.weight": torch.randn(5, 9)}
+mapping = {"model.embed.weight": 1, "model.norm.weight": 1, "bias.\u00e9": 2, "lm_head.weight": 2,
+           "model.proj.weight": 1}
 
 
 def sharded():
-    return {k: distribute_tensor(v, mesh, [Shard(0)] if v.dim() == 2 else [Replicate()])
-            for k, v in full.items()}
+    placement = {"model.proj.weight": [Shard(1)]}  # columns: not contiguous in the whole
+    return {k: distribute_tensor(v, mesh, placement.get(
+        k, [Shard(0)] if v.dim() == 2 else [Replicate()])) for k, v in full.items()}
 
 
 def writer(name, **kw):
