@@ -40,7 +40,8 @@ struct Planned {
 
 // Who writes each chunk, as torch's dedup_save_plans decides: each chunk, in order of first
 // appearance over the ranks' plans (rank order), to the holder with the fewest bytes so far
-// (ties to the lowest rank), so the shard files hold what torch's would. `order`: the tensors
+// (ties to the first in Python's order of the set of holders), so the shard files hold what
+// torch's would. `order`: the tensors
 // in order of first appearance over what each rank writes, rank by rank: torch's metadata
 // order, which its consolidation follows without a mapping.
 void AssignAsTorch(const std::vector<planner::LocalSavePlan>& distinct,
@@ -67,8 +68,21 @@ void AssignAsTorch(const std::vector<planner::LocalSavePlan>& distinct,
   std::vector<int> writer(keys.size());
   for (size_t k = 0; k < keys.size(); ++k) {
     std::sort(holders[k].begin(), holders[k].end());
+    // torch: min(plan_indices, key=size) over a set, so ties go by the set's order.
     int best = holders[k].front();
-    for (int r : holders[k]) best = size[r] < size[best] ? r : best;
+    size_t tied = 0;
+    for (int r : holders[k]) {
+      if (size[r] < size[best]) best = r, tied = 0;
+      tied += size[r] == size[best];
+    }
+    if (tied > 1) {
+      for (int r : hf::PythonSetOrder(holders[k])) {
+        if (size[r] == size[best]) {
+          best = r;
+          break;
+        }
+      }
+    }
     writer[k] = best;
     size[best] += bytes[k];
     out->writer.emplace(keys[k], best);
@@ -326,14 +340,25 @@ Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shard
     }
   }
   st = AgreeOnStatus(comm, st.ok() ? st : st.Annotate("consolidating into " + out_dir + ": "));
-  for (const std::string& name : mine) {
-    if (st.ok()) {
-      st = fs.Rename(part(name), storage::JoinPath(out_dir, name));
-    } else {
-      (void)fs.Remove(part(name));
-    }
+  // The old index goes before any file it names is replaced: a reader never follows it into a
+  // mix of two saves' files.
+  if (st.ok() && comm.rank() == 0) {
+    st = fs.Remove(storage::JoinPath(out_dir, std::string(hf::kIndexFileName)));
+    if (st.code() == StatusCode::kNotFound) st = OkStatus();
   }
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+  st = AgreeOnStatus(comm, st);
+  std::vector<std::string> placed;
+  for (const std::string& name : mine) {
+    if (st.ok()) st = fs.Rename(part(name), storage::JoinPath(out_dir, name));
+    if (st.ok()) placed.push_back(name);
+    if (!st.ok()) (void)fs.Remove(part(name));
+  }
+  st = AgreeOnStatus(comm, st);
+  if (!st.ok()) {
+    // Half renamed: the new files go too, so what is left fails to load rather than mixing.
+    for (const std::string& name : placed) (void)fs.Remove(storage::JoinPath(out_dir, name));
+    return st;
+  }
   for (const std::string& n : shard_names) mine.push_back(n);  // when out_dir holds the shards
   DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, RemoveStale(comm, fs, out_dir, mine, false)));
   if (comm.rank() == 0) {

@@ -181,6 +181,51 @@ bool SafetensorsOrderLess(DType a_dtype, std::string_view a_name, DType b_dtype,
   return a != b ? a > b : a_name < b_name;
 }
 
+std::vector<int> PythonSetOrder(const std::vector<int>& added) {
+  // CPython's set of small ints: hash(i) == i; a table of 8 slots at first; a new key probes
+  // its slot, the 9 after it where the table has them, then jumps (i * 5 + 1 + perturb);
+  // past 3/5 full the table grows to the power of two above 4x the keys (2x past 50,000),
+  // re-inserting the keys in slot order. Iteration is slot order.
+  constexpr size_t kLinearProbes = 9;
+  std::vector<int> table(8, -1);
+  size_t fill = 0;
+  auto insert = [](std::vector<int>& t, int key) {
+    const size_t mask = t.size() - 1;
+    size_t perturb = static_cast<size_t>(key);
+    size_t i = perturb & mask;
+    while (true) {
+      const size_t probes = i + kLinearProbes <= mask ? kLinearProbes : 0;
+      for (size_t j = 0; j <= probes; ++j) {
+        if (t[i + j] < 0) {
+          t[i + j] = key;
+          return;
+        }
+      }
+      perturb >>= 5;
+      i = (i * 5 + 1 + perturb) & mask;
+    }
+  };
+  for (int key : added) {
+    insert(table, key);
+    ++fill;
+    if (fill * 5 >= (table.size() - 1) * 3) {
+      const size_t want = fill > 50000 ? fill * 2 : fill * 4;
+      size_t size = 8;
+      while (size <= want) size <<= 1;
+      std::vector<int> grown(size, -1);
+      for (int k : table) {
+        if (k >= 0) insert(grown, k);
+      }
+      table = std::move(grown);
+    }
+  }
+  std::vector<int> out;
+  for (int k : table) {
+    if (k >= 0) out.push_back(k);
+  }
+  return out;
+}
+
 std::string ShardingInfoJson(const std::vector<ShardedTensor>& tensors) {
   std::string out = "{";
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -40,6 +40,11 @@ std::string PyJsonString(std::string_view s);
 bool SafetensorsOrderLess(DType a_dtype, std::string_view a_name, DType b_dtype,
                           std::string_view b_name);
 
+// The iteration order of a Python set of small non-negative ints added in the given order
+// (CPython's table: hash(i) == i, linear probes, growth past 3/5 full): torch's
+// dedup_save_plans gives a replicated chunk to the first holder of least size in that order.
+std::vector<int> PythonSetOrder(const std::vector<int>& added);
+
 struct ShardedTensor {
   std::string name;
   Shape offsets;  // where this chunk sits in the whole tensor

@@ -46,6 +46,26 @@ TEST(TorchHfFormatTest, SafetensorsOrdersByDtypeWidestFirstThenName) {
   EXPECT_FALSE(SafetensorsOrderLess(DType::kF32, "b", DType::kF32, "a"));
 }
 
+// Expected orders printed by CPython 3.11: `s = set(); [s.add(x) for x in c]; list(s)`.
+TEST(TorchHfFormatTest, PythonSetOrderIsCPythons) {
+  const std::vector<std::pair<std::vector<int>, std::vector<int>>> cases = {
+      {{7, 15}, {15, 7}},
+      {{1, 8}, {8, 1}},
+      {{0, 4, 8, 12}, {0, 8, 4, 12}},
+      {{3, 11}, {11, 3}},
+      {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+       {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}},
+      {{0, 8, 16, 24, 32}, {0, 32, 8, 16, 24}},
+      {{5, 13, 21, 29, 37, 45, 53, 61}, {37, 5, 13, 45, 61, 21, 53, 29}},
+      {{100, 107, 114, 121, 128, 135}, {128, 100, 135, 107, 114, 121}},
+      {{2, 10, 18, 26, 34, 42, 50, 58, 66, 74, 82, 90, 98, 106, 114, 122},
+       {2, 34, 58, 66, 90, 98, 122, 10, 42, 74, 106, 18, 50, 82, 114, 26}},
+  };
+  for (const auto& [added, order] : cases) {
+    EXPECT_EQ(PythonSetOrder(added), order) << ::testing::PrintToString(added);
+  }
+}
+
 TEST(TorchHfFormatTest, ShardingInfoIsPythonJson) {
   EXPECT_EQ(ShardingInfoJson({{"b.weight", Shape{4, 0}}, {"\xc3\xa9", Shape{}}}),
             R"({"b.weight": {"saved_offsets": [4, 0]}, "\u00e9": {"saved_offsets": []}})");

@@ -11,9 +11,9 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -90,37 +90,65 @@ Status PlaceNoReplace(const std::string& from, const std::string& to) {
   if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
     return Failed("rename " + from + " to", to, errno);
   }
-  if (::link(from.c_str(), to.c_str()) != 0 && !(errno == EEXIST && SameFile(from, to))) {
-    return errno == EEXIST ? Exists(to) : Failed("link " + from + " to", to, errno);
+  if (::link(from.c_str(), to.c_str()) != 0) {
+    const int err = errno;  // before SameFile's stat calls
+    if (err != EEXIST) return Failed("link " + from + " to", to, err);
+    if (!SameFile(from, to)) return Exists(to);
   }
   ::unlink(from.c_str());
   return OkStatus();
 }
 
+// The claim at `name` as the server has it now: opened, so an NFS client revalidates what it
+// cached (close-to-open), then fstat'ed. False when there is none.
+bool StatClaim(const std::string& name, struct stat* st) {
+  int fd = ::open(name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  const bool ok = ::fstat(fd, st) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::chrono::milliseconds ObservationPeriod() {
+  return ClaimObservationForTest().count() > 0 ? ClaimObservationForTest()
+                                               : std::chrono::seconds(kStaleClaimSeconds);
+}
+
 // Whether the claim `name` (inode and change time in `st`) has been seen unchanged by this
-// process for kStaleClaimSeconds of its own clock. Remembered per process; forgotten after an
-// hour.
+// thread for the observation period of its own clock. Per thread (no lock a fork could leave
+// held); forgotten after an hour.
 bool SeenHeldTooLong(const std::string& name, const struct stat& st) {
   using Clock = std::chrono::steady_clock;
-  struct Key {
-    std::string name;
-    ino_t ino;
-    int64_t ctime_ns;
-    bool operator<(const Key& o) const {
-      return std::tie(name, ino, ctime_ns) < std::tie(o.name, o.ino, o.ctime_ns);
-    }
-  };
-  static std::mutex mu;
-  static std::map<Key, Clock::time_point> first_seen;
+  using Key = std::tuple<std::string, ino_t, int64_t>;
+  thread_local std::map<Key, Clock::time_point> first_seen;
   const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(mu);
   std::erase_if(first_seen, [&](const auto& e) { return now - e.second > std::chrono::hours(1); });
   const int64_t ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
   const auto it = first_seen.emplace(Key{name, st.st_ino, ctime_ns}, now).first;
-  const std::chrono::milliseconds period = ClaimObservationForTest().count() > 0
-                                               ? ClaimObservationForTest()
-                                               : std::chrono::seconds(kStaleClaimSeconds);
-  return now - it->second >= period;
+  return now - it->second >= ObservationPeriod();
+}
+
+// A claim found at `name` (`st`; `now`: the file system's clock) that may belong to a writer
+// that died: stale when kAncientClaimSeconds old by the file system's clock; when its time is
+// kStaleClaimSeconds or more off either way (a live claim is younger, unless clocks differ),
+// watched until this thread has seen it unchanged for the observation period, or it goes or
+// changes (*st updated, false). A younger claim is a writer at work: false at once.
+bool Stale(const std::string& name, int64_t now, struct stat* st) {
+  const int64_t age = now - st->st_mtim.tv_sec;
+  if (age >= kAncientClaimSeconds) return true;
+  if (age < kStaleClaimSeconds && age > -kStaleClaimSeconds) return false;
+  const auto deadline = std::chrono::steady_clock::now() + ObservationPeriod() * 2;
+  while (!SeenHeldTooLong(name, *st)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::min(ObservationPeriod() / 20, std::chrono::milliseconds(500)));
+    struct stat again;
+    if (!StatClaim(name, &again) || again.st_ino != st->st_ino ||
+        again.st_ctim.tv_sec != st->st_ctim.tv_sec ||
+        again.st_ctim.tv_nsec != st->st_ctim.tv_nsec) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // The version of the file at `path`, or "" for one no caller compares with (too large).
@@ -188,10 +216,9 @@ Status Claim(const std::string& path, const std::string& version, Claimed* claim
     ::unlink(token.c_str());
     if (placed.code() != StatusCode::kFailedPrecondition) return placed;
     struct stat st;
-    const bool there = ::stat(name.c_str(), &st) == 0;
-    const bool stale =
-        there && (now - st.st_mtim.tv_sec >= kAncientClaimSeconds || SeenHeldTooLong(name, st));
-    if (hops == kMaxStaleClaims || (there && !stale)) {
+    const bool there = StatClaim(name, &st);
+    if (hops == kMaxStaleClaims || (there && !Stale(name, now, &st))) {
+      if (there && !StatClaim(name, &st) && hops < kMaxStaleClaims) continue;  // gone: again
       return FailedPrecondition(path + " is being changed by another writer");
     }
     if (!there) continue;  // released meanwhile: try again
@@ -216,10 +243,11 @@ Status Claim(const std::string& path, const std::string& version, Claimed* claim
 // lands: it gives up then, leaving its claim for a successor to pass over.
 bool Overtaken(const std::string& path, const std::string& version, Claimed* claimed) {
   struct stat st;
-  const bool mine = ::stat(claimed->mine.c_str(), &st) == 0 && st.st_ino == claimed->mine_ino;
+  const bool mine = StatClaim(claimed->mine, &st) && st.st_ino == claimed->mine_ino;
   const bool late = std::chrono::steady_clock::now() - claimed->claimed_at >
                     std::chrono::seconds(kStaleClaimSeconds / 2);
-  if (!mine || late || ::access(Successor(path, version, st.st_ino).c_str(), F_OK) == 0) {
+  struct stat successor;
+  if (!mine || late || StatClaim(Successor(path, version, st.st_ino), &successor)) {
     claimed->mine.clear();
     claimed->passed.clear();  // the successor's holder removes them
     return true;
