@@ -33,6 +33,9 @@ Status Finish(WritableFile& f) {
 // The header, then each tensor's data; durable and closed on return.
 Result<WrittenFile> WriteTensors(WritableFile& file, const std::string& header,
                                  const std::vector<TensorToWrite>& tensors, uint64_t block_size) {
+  uint64_t total = header.size();
+  for (const TensorToWrite& t : tensors) total += t.data.size();
+  file.WillWrite(total);
   DCP_RETURN_IF_ERROR(file.Append(std::as_bytes(std::span(header.data(), header.size()))));
   WrittenFile out;
   uint64_t offset = header.size();
@@ -122,6 +125,9 @@ Result<WrittenFile> WriteSafetensorsFileWithHeader(FileSystem& fs, const std::st
 Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,
                                    const std::vector<std::span<const std::byte>>& payloads) {
   DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(path));
+  uint64_t total = 0;
+  for (auto p : payloads) total += p.size();
+  file->WillWrite(total);
   WrittenFile out;
   uint64_t offset = 0;
   for (auto p : payloads) {

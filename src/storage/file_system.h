@@ -23,6 +23,11 @@ class WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual Status Append(std::span<const std::byte> data) = 0;
+  // The size the file will have once every Append is done, before the first: a POSIX file takes
+  // it at once (sparse), since a tmpfs mounted huge=within_size backs with huge pages only what
+  // lies within the file's size (appends of less than 2 MiB would get 4 KiB pages, slower for
+  // every later read). A hint: Sync() cuts the file to the bytes appended.
+  virtual void WillWrite(uint64_t /*total_bytes*/) {}
   virtual Status Sync() = 0;  // data durable (fdatasync)
   virtual Status Close() = 0;
   virtual const std::string& path() const = 0;

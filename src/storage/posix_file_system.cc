@@ -55,10 +55,15 @@ class PosixWritableFile final : public WritableFile {
     }
     return OkStatus();
   }
+  void WillWrite(uint64_t total_bytes) override {
+    if (reused_ || written_ > 0 || total_bytes == 0) return;
+    if (::ftruncate(fd_, static_cast<off_t>(total_bytes)) == 0) sized_ = total_bytes;
+  }
   Status Sync() override {
     // A recycled file may be longer than what was written: its old tail goes before the sync,
-    // so the durable file holds only this save's bytes.
-    if (reused_ && ::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
+    // so the durable file holds only this save's bytes (so does one sized ahead, if less came).
+    const bool cut = reused_ || (sized_ > 0 && sized_ != written_);
+    if (cut && ::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
       return ErrnoStatus("truncate", path_, errno);
     }
     if (::fdatasync(fd_) != 0) return ErrnoStatus("fdatasync", path_, errno);
@@ -77,6 +82,7 @@ class PosixWritableFile final : public WritableFile {
   std::string path_;
   bool reused_;
   uint64_t written_ = 0;
+  uint64_t sized_ = 0;  // WillWrite's size, once the file took it
 };
 
 // Announced ranges (WillRead) are asked of the kernel ahead of the reads (POSIX_FADV_WILLNEED),

@@ -163,6 +163,25 @@ TEST(PosixFileSystemTest, RegularFilesStillRead) {
   EXPECT_EQ(*data, "hello");
 }
 
+// A file told its size takes it at once (sparse: huge pages on a huge=within_size tmpfs), and
+// holds exactly what was appended once synced, whether less or all of it came.
+TEST(PosixFileSystemTest, AFileToldItsSizeTakesItAndKeepsOnlyWhatCame) {
+  ScratchDir dir;
+  FileSystem& fs = PosixFileSystem();
+  const std::string bytes(3000, 'x');
+  for (size_t appended : {size_t{3000}, size_t{1000}}) {
+    const std::string path = dir.Sub("f" + std::to_string(appended));
+    auto f = fs.NewWritableFile(path);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    (*f)->WillWrite(3000);
+    EXPECT_EQ(*fs.FileSize(path), 3000u);
+    ASSERT_TRUE((*f)->Append(std::as_bytes(std::span(bytes.data(), appended))).ok());
+    ASSERT_TRUE((*f)->Sync().ok());
+    ASSERT_TRUE((*f)->Close().ok());
+    EXPECT_EQ(*ReadWholeFile(fs, path), bytes.substr(0, appended));
+  }
+}
+
 TEST(PosixFileSystemTest, RemoveTakesEmptyDirectoriesAndExchangeSwaps) {
   ScratchDir dir;
   FileSystem& fs = PosixFileSystem();

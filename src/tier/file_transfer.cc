@@ -39,6 +39,7 @@ Status CopyFile(storage::FileSystem& from_fs, const std::string& from, storage::
                 const std::string& to, uint64_t piece_bytes, storage::StreamVerifier* verify) {
   DCP_ASSIGN_OR_RETURN(auto in, from_fs.OpenReadable(from));
   DCP_ASSIGN_OR_RETURN(auto out, to_fs.NewWritableFile(to));
+  out->WillWrite(in->size());
   std::vector<std::byte> buf(std::min<uint64_t>(piece_bytes, std::max<uint64_t>(in->size(), 1)));
   // An object store fetches ahead; a file system's read-ahead follows these sequential reads.
   if (from_fs.IsObjectStore()) in->WillRead(std::vector<storage::ByteRange>{{0, in->size()}});
