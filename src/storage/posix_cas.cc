@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -257,6 +258,29 @@ bool Overtaken(const std::string& path, const std::string& version, Claimed* cla
 
 }  // namespace
 
+// Listed before the version is read, so a claim taken on a newer version after that read is
+// not among them.
+void SweepClaims(const std::string& path) {
+  const std::filesystem::path file(path);
+  const std::filesystem::path dir = file.has_parent_path() ? file.parent_path() : ".";
+  const std::string prefix = file.filename().string() + ".claim.";
+  std::vector<std::string> claims;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) claims.push_back(std::move(name));
+  }
+  if (ec || claims.empty()) return;
+  auto current = VersionOf(path);
+  if (!current.ok() && current.status().code() != StatusCode::kNotFound) return;
+  const std::string now = current.ok() ? *current : std::string();
+  for (const std::string& name : claims) {
+    const std::string of =
+        name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size());
+    if (of != now) ::unlink((dir / name).c_str());
+  }
+}
+
 std::chrono::milliseconds& ClaimObservationForTest() {
   static std::chrono::milliseconds period{0};
   return period;
@@ -269,33 +293,39 @@ std::string ContentVersion(std::string_view text) {
 
 Result<std::string> PosixWriteIfVersion(const std::string& path, std::string_view data,
                                         const std::string& version) {
-  Claimed claimed;
-  claimed.fresh = UniqueSibling(path, "cas-new");
-  DCP_RETURN_IF_ERROR(WriteNew(claimed.fresh, data));
-  if (version.empty()) {
-    DCP_RETURN_IF_ERROR(PlaceNoReplace(claimed.fresh, path));
+  {
+    Claimed claimed;
+    claimed.fresh = UniqueSibling(path, "cas-new");
+    DCP_RETURN_IF_ERROR(WriteNew(claimed.fresh, data));
+    if (version.empty()) {
+      DCP_RETURN_IF_ERROR(PlaceNoReplace(claimed.fresh, path));
+      claimed.fresh.clear();
+      return ContentVersion(data);
+    }
+    DCP_RETURN_IF_ERROR(Claim(path, version, &claimed));
+    if (Overtaken(path, version, &claimed)) {
+      return FailedPrecondition(path + " is being changed by another writer");
+    }
+    // The file is replaced, never absent: a reader sees the old version or the new one.
+    if (::rename(claimed.fresh.c_str(), path.c_str()) != 0) return Failed("replace", path, errno);
     claimed.fresh.clear();
-    return ContentVersion(data);
   }
-  DCP_RETURN_IF_ERROR(Claim(path, version, &claimed));
-  if (Overtaken(path, version, &claimed)) {
-    return FailedPrecondition(path + " is being changed by another writer");
-  }
-  // The file is replaced, never absent: a reader sees the old version or the new one.
-  if (::rename(claimed.fresh.c_str(), path.c_str()) != 0) return Failed("replace", path, errno);
-  claimed.fresh.clear();
+  SweepClaims(path);
   return ContentVersion(data);
 }
 
 Status PosixRemoveIfVersion(const std::string& path, const std::string& version) {
-  Claimed claimed;
-  Status held = Claim(path, version, &claimed);
-  if (held.code() == StatusCode::kNotFound) return OkStatus();
-  DCP_RETURN_IF_ERROR(held);
-  if (Overtaken(path, version, &claimed)) {
-    return FailedPrecondition(path + " is being changed by another writer");
+  {
+    Claimed claimed;
+    Status held = Claim(path, version, &claimed);
+    if (held.code() == StatusCode::kNotFound) return OkStatus();
+    DCP_RETURN_IF_ERROR(held);
+    if (Overtaken(path, version, &claimed)) {
+      return FailedPrecondition(path + " is being changed by another writer");
+    }
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Failed("remove", path, errno);
   }
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Failed("remove", path, errno);
+  SweepClaims(path);
   return OkStatus();
 }
 

@@ -25,6 +25,11 @@ Result<std::string> PosixWriteIfVersion(const std::string& path, std::string_vie
 // Removes `path` only if its content still has `version`, under the same claim.
 Status PosixRemoveIfVersion(const std::string& path, const std::string& version);
 
+// Removes the claims beside `path` on versions it no longer has (writers that died mid-change
+// left them; a version never comes back, so none can serve again); one on its current version
+// is kept. Every successful change ends with it.
+void SweepClaims(const std::string& path);
+
 // Tests: how long a claim must be seen unchanged to be stale (0: 10 s).
 std::chrono::milliseconds& ClaimObservationForTest();
 

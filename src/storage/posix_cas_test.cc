@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -175,6 +176,30 @@ TEST(PosixCas, AClaimIsJudgedByWatchingItNotByItsTime) {
   ClaimObservationForTest() = std::chrono::milliseconds(0);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(Slurp(path), "again");
+}
+
+// Claims on versions the file no longer has are litter (a writer died mid-change) and go; one
+// on its current version (a writer at work) stays. A change sweeps them.
+TEST(PosixCas, ClaimsOnVersionsGoneAreSwept) {
+  Scratch s;
+  const std::string path = (s.dir / "lock").string();
+  auto v = PosixWriteIfVersion(path, "held", "");
+  ASSERT_TRUE(v.ok());
+  for (const char* litter : {".claim.h1-3", ".claim.h1-3.after.77", ".claim.h2-4"}) {
+    std::ofstream(path + litter) << "";
+  }
+  std::ofstream(path + ".claim." + *v) << "";
+  std::ofstream(s.dir / "other.claim.h1-3") << "";  // another file's
+  SweepClaims(path);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(s.dir))
+    left.push_back(e.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"lock", "lock.claim." + *v, "other.claim.h1-3"}));
+  std::filesystem::remove(path + ".claim." + *v);
+  std::ofstream(path + ".claim.h9-9") << "";
+  ASSERT_TRUE(PosixWriteIfVersion(path, "next", *v).ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".claim.h9-9"));
 }
 
 }  // namespace
