@@ -13,6 +13,7 @@
 #include "hf/hf_checkpoint.h"
 #include "hf/torch_hf_format.h"
 #include "test_util.h"
+#include "testfs/fault_file_system.h"
 
 namespace dcp {
 namespace {
@@ -94,10 +95,10 @@ TEST(TorchHfSaveTest, ShardsOfEveryRankThenConsolidatedFiles) {
   // w's rows from both ranks; b and step written once, by rank 1, as torch's dedup assigns them
   // (each replicated chunk, in order, to the holder with the fewest bytes so far: rank 0 holds
   // 48 bytes of w then); the earlier save's shard and index are gone.
-  EXPECT_EQ(Names(sharded), (std::vector<std::string>{
-                                "shard-00001-model-00001-of-00002.safetensors",
-                                "shard-00002-model-00001-of-00002.safetensors",
-                                "shard-00002-model-00002-of-00002.safetensors"}));
+  EXPECT_EQ(Names(sharded),
+            (std::vector<std::string>{"shard-00001-model-00001-of-00002.safetensors",
+                                      "shard-00002-model-00001-of-00002.safetensors",
+                                      "shard-00002-model-00002-of-00002.safetensors"}));
   EXPECT_EQ(Names(tmp.Sub("out")),
             (std::vector<std::string>{"model-00001-of-00002.safetensors",
                                       "model-00002-of-00002.safetensors",
@@ -273,6 +274,71 @@ TEST(TorchHfSaveTest, RankZerosMappingHolds) {
                                      {"b", "model-00002-of-00002.safetensors"},
                                      {"step", "model-00002-of-00002.safetensors"}}));
   ExpectLoads(tmp.Sub("out"), model);
+}
+
+// A save failing on one rank at any of its file operations fails on every rank, leaves no part
+// file, and leaves directories that load the earlier save whole, the new one whole, or fail:
+// never a mix of the two.
+TEST(TorchHfSaveTest, ASaveFailingOnOneRankAnywhereNeverLeavesAMix) {
+  TempDir tmp;
+  Model a, b;
+  for (float& x : b.w) x += 1000;
+  for (float& x : b.b) x += 1000;
+  b.step = {8};
+  auto save = [&](Model& m, storage::FileSystem& fs1) {
+    std::vector<Status> st(2);
+    RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
+      StateDict sd;
+      AddShards(sd, m, c->rank(), 2);
+      TorchHfSaveOptions o;
+      o.comm = c;
+      o.fqn_to_index = {{"w", 1}, {"b", 2}, {"step", 2}};
+      o.consolidate_into = tmp.Sub("out");
+      st[c->rank()] =
+          convert::SaveTorchHf(sd, tmp.Sub("out/sharded"), o, c->rank() == 1 ? fs1 : Fs()).status();
+    });
+    EXPECT_EQ(st[0].ok(), st[1].ok()) << st[0].ToString() << " / " << st[1].ToString();
+    return st[0];
+  };
+  testfs::FaultFileSystem counting(Fs());
+  ASSERT_TRUE(save(b, counting).ok());
+  const int64_t ops = counting.ops();
+  ASSERT_GT(ops, 4);
+  for (int64_t n = 0; n < ops; ++n) {
+    SCOPED_TRACE("rank 1 failing from operation " + std::to_string(n) + " of " +
+                 std::to_string(ops));
+    std::filesystem::remove_all(tmp.Sub("out"));
+    ASSERT_TRUE(save(a, Fs()).ok());
+    testfs::FaultFileSystem fs(Fs());
+    fs.FailAt(n);
+    const Status st = save(b, fs);
+    for (const std::string& dir : {tmp.Sub("out"), tmp.Sub("out/sharded")}) {
+      if (st.ok()) {
+        for (const std::string& n : Names(dir)) EXPECT_EQ(n.find(".part"), std::string::npos) << n;
+      }
+      Model got;
+      StateDict sd;
+      sd.add("w", TensorView{got.w.data(), DType::kF32, Shape{6, 4}});
+      sd.add("b", TensorView{got.b.data(), DType::kF32, Shape{5}});
+      sd.add("step", TensorView{got.step.data(), DType::kI64, Shape{1}});
+      auto r = checkpoint::Load(sd, dir, LoadOptions{}, Fs());
+      if (!r.ok()) {
+        EXPECT_FALSE(st.ok()) << dir << ": " << r.status().ToString();
+        continue;
+      }
+      const bool is_a = got.step == a.step;
+      const Model& want = is_a ? a : b;
+      EXPECT_EQ(got.w, want.w) << dir;
+      EXPECT_EQ(got.b, want.b) << dir;
+      if (st.ok()) EXPECT_FALSE(is_a) << dir;
+    }
+    // The next save goes through whatever the failed one left, and leaves no part behind.
+    ASSERT_TRUE(save(b, Fs()).ok());
+    for (const std::string& dir : {tmp.Sub("out"), tmp.Sub("out/sharded")}) {
+      for (const std::string& n : Names(dir)) EXPECT_EQ(n.find(".part"), std::string::npos) << n;
+      ExpectLoads(dir, b);
+    }
+  }
 }
 
 }  // namespace

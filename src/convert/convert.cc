@@ -131,15 +131,15 @@ Status InstallExport(storage::FileSystem& fs, const std::string& staging, const 
 
 }  // namespace
 
-Status WriteLoadedTensors(const std::string& src, const std::string& path,
-                          const std::string& header, const std::vector<OutTensor>& tensors,
-                          const std::vector<size_t>& order, uint64_t buffer_bytes,
-                          const std::function<void(uint64_t bytes, uint64_t tensors)>& progress,
-                          storage::FileSystem& src_fs, storage::FileSystem& fs,
-                          std::vector<std::byte>& buffer) {
-  const std::string tmp = path + ".tmp";
-  DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
-  DCP_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(header.data(), header.size()))));
+namespace {
+
+// The header, then the tensors loaded group by group (WriteLoadedTensors).
+Status WriteLoadedInto(storage::WritableFile& file, const std::string& src,
+                       const std::string& header, const std::vector<OutTensor>& tensors,
+                       const std::vector<size_t>& order, uint64_t buffer_bytes,
+                       const std::function<void(uint64_t bytes, uint64_t tensors)>& progress,
+                       storage::FileSystem& src_fs, std::vector<std::byte>& buffer) {
+  DCP_RETURN_IF_ERROR(file.Append(std::as_bytes(std::span(header.data(), header.size()))));
   uint64_t done_bytes = 0;
   for (size_t i = 0; i < order.size();) {
     // A group: consecutive tensors up to the budget, at least one.
@@ -162,14 +162,30 @@ Status WriteLoadedTensors(const std::string& src, const std::string& path,
     }
     auto loaded = checkpoint::Load(sd, src, LoadOptions{}, src_fs);
     if (!loaded.ok()) return loaded.status();
-    DCP_RETURN_IF_ERROR(file->Append(std::span<const std::byte>(buffer.data(), group_bytes)));
+    DCP_RETURN_IF_ERROR(file.Append(std::span<const std::byte>(buffer.data(), group_bytes)));
     done_bytes += group_bytes;
     if (progress) progress(done_bytes, j);
     i = j;
   }
-  DCP_RETURN_IF_ERROR(file->Sync());
-  DCP_RETURN_IF_ERROR(file->Close());
-  return fs.Rename(tmp, path);
+  DCP_RETURN_IF_ERROR(file.Sync());
+  return file.Close();
+}
+
+}  // namespace
+
+Status WriteLoadedTensors(const std::string& src, const std::string& path,
+                          const std::string& header, const std::vector<OutTensor>& tensors,
+                          const std::vector<size_t>& order, uint64_t buffer_bytes,
+                          const std::function<void(uint64_t bytes, uint64_t tensors)>& progress,
+                          storage::FileSystem& src_fs, storage::FileSystem& fs,
+                          std::vector<std::byte>& buffer) {
+  const std::string tmp = path + ".tmp";
+  DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
+  Status st =
+      WriteLoadedInto(*file, src, header, tensors, order, buffer_bytes, progress, src_fs, buffer);
+  if (st.ok()) st = fs.Rename(tmp, path);
+  if (!st.ok()) (void)fs.Remove(tmp);  // a failed write leaves nothing behind
+  return st;
 }
 
 std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world) {

@@ -243,12 +243,48 @@ Status WriteShardFile(storage::FileSystem& fs, const std::string& path, std::vec
     header.Add(it.fqn, it.dtype, it.chunk->box.lengths, n);
     result->bytes += n;
   }
-  const std::string tmp = path + ".tmp";
+  (void)fs.Remove(path);  // a part left by a save that died
   auto written =
-      storage::WriteSafetensorsFileWithHeader(fs, tmp, std::move(header).Finish(), tensors);
-  if (!written.ok()) return written.status().Annotate("writing " + path + ": ");
+      storage::WriteSafetensorsFileWithHeader(fs, path, std::move(header).Finish(), tensors);
+  if (!written.ok()) {
+    (void)fs.Remove(path);
+    return written.status().Annotate("writing " + path + ": ");
+  }
   ++result->files;
-  return fs.Rename(tmp, path);
+  return OkStatus();
+}
+
+// A file being written, under a hidden name: no reader takes it for one of torch's.
+std::string Part(const std::string& dir, const std::string& name) {
+  return storage::JoinPath(dir, "." + name + ".part");
+}
+
+// Every rank's files (`mine`, written as Part) put in place once all are written, after rank 0
+// removed the old index (a reader never follows it into a mix of two saves' files). On any
+// failure, on any rank, every rank removes its parts and the files it already placed: what is
+// left fails to load rather than mixing two saves.
+Status PlaceAll(Comm& comm, storage::FileSystem& fs, const std::string& dir,
+                const std::vector<std::string>& mine, const Status& wrote) {
+  Status st = AgreeOnStatus(comm, wrote);
+  if (st.ok() && comm.rank() == 0) {
+    st = fs.Remove(storage::JoinPath(dir, std::string(hf::kIndexFileName)));
+    if (st.code() == StatusCode::kNotFound) st = OkStatus();
+  }
+  st = AgreeOnStatus(comm, st);
+  std::vector<std::string> placed;
+  for (const std::string& name : mine) {
+    if (st.ok()) st = fs.Rename(Part(dir, name), storage::JoinPath(dir, name));
+    if (st.ok()) {
+      placed.push_back(name);
+    } else {
+      (void)fs.Remove(Part(dir, name));
+    }
+  }
+  st = AgreeOnStatus(comm, st);
+  if (!st.ok()) {
+    for (const std::string& name : placed) (void)fs.Remove(storage::JoinPath(dir, name));
+  }
+  return st;
 }
 
 // (3) on rank 0: torch-named files in `dir` that no rank wrote now (`mine`: this rank's), a dcp
@@ -271,8 +307,12 @@ Status RemoveStale(Comm& comm, storage::FileSystem& fs, const std::string& dir,
   const bool dcp_checkpoint =
       std::find(names.begin(), names.end(), checkpoint::kMetadataName) != names.end();
   for (const std::string& n : names) {
+    // Parts: this save's are in place by now; others are a dead save's.
+    const bool part = n.size() > 6 && n[0] == '.' &&
+                      (n.ends_with(".part") || n.ends_with(".part.tmp")) &&
+                      hf::IsTorchHfFileName(n.substr(1, n.rfind(".part") - 1));
     const bool stale =
-        (hf::IsTorchHfFileName(n) && !written.count(n)) ||
+        part || (hf::IsTorchHfFileName(n) && !written.count(n)) ||
         (drop_index && n == hf::kIndexFileName) ||
         (dcp_checkpoint && (n == checkpoint::kMetadataName || n == checkpoint::kTorchProbeName));
     if (stale) DCP_RETURN_IF_ERROR(fs.Remove(storage::JoinPath(dir, n)));
@@ -319,12 +359,9 @@ Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shard
   const std::vector<int> owner = AssignFiles(file_bytes, comm.size());
   Status st = fs.CreateDirs(out_dir);
   std::vector<std::byte> buffer;
-  // Written under hidden names and renamed only once every rank's loads are done: a file in
-  // place would join the shards' source when `out_dir` is their directory.
+  // Written under hidden names and put in place only once every rank's loads are done: a file
+  // in place would join the shards' source when `out_dir` is their directory.
   std::vector<std::string> mine;
-  auto part = [&](const std::string& name) {
-    return storage::JoinPath(out_dir, "." + name + ".part");
-  };
   for (size_t f = 0; f < members.size() && st.ok(); ++f) {
     if (owner[f] != comm.rank()) continue;
     std::vector<hf::WholeTensor> whole;
@@ -332,33 +369,16 @@ Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shard
       whole.push_back({tensors[i].fqn, tensors[i].dtype, tensors[i].shape, tensors[i].bytes});
     }
     mine.push_back(hf::TorchHfFileName(file_index[f], max_index));
-    st = WriteLoadedTensors(shards, part(mine.back()), hf::TorchConsolidatedHeader(whole), tensors,
-                            members[f], opts.buffer_bytes, {}, fs, fs, buffer);
+    (void)fs.Remove(Part(out_dir, mine.back()) + ".tmp");  // left by a save that died
+    st = WriteLoadedTensors(shards, Part(out_dir, mine.back()), hf::TorchConsolidatedHeader(whole),
+                            tensors, members[f], opts.buffer_bytes, {}, fs, fs, buffer);
     if (st.ok()) {
       ++result->files;
       result->bytes += file_bytes[f];
     }
   }
-  st = AgreeOnStatus(comm, st.ok() ? st : st.Annotate("consolidating into " + out_dir + ": "));
-  // The old index goes before any file it names is replaced: a reader never follows it into a
-  // mix of two saves' files.
-  if (st.ok() && comm.rank() == 0) {
-    st = fs.Remove(storage::JoinPath(out_dir, std::string(hf::kIndexFileName)));
-    if (st.code() == StatusCode::kNotFound) st = OkStatus();
-  }
-  st = AgreeOnStatus(comm, st);
-  std::vector<std::string> placed;
-  for (const std::string& name : mine) {
-    if (st.ok()) st = fs.Rename(part(name), storage::JoinPath(out_dir, name));
-    if (st.ok()) placed.push_back(name);
-    if (!st.ok()) (void)fs.Remove(part(name));
-  }
-  st = AgreeOnStatus(comm, st);
-  if (!st.ok()) {
-    // Half renamed: the new files go too, so what is left fails to load rather than mixing.
-    for (const std::string& name : placed) (void)fs.Remove(storage::JoinPath(out_dir, name));
-    return st;
-  }
+  DCP_RETURN_IF_ERROR(PlaceAll(comm, fs, out_dir, mine,
+                               st.ok() ? st : st.Annotate("consolidating into " + out_dir + ": ")));
   for (const std::string& n : shard_names) mine.push_back(n);  // when out_dir holds the shards
   DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, RemoveStale(comm, fs, out_dir, mine, false)));
   if (comm.rank() == 0) {
@@ -422,9 +442,10 @@ Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& di
   for (size_t i = 0; st.ok() && i < files->size(); ++i) {
     const auto& [index, items] = (*files)[i];
     mine.push_back(hf::TorchHfFileName(index, max_index, shard_names ? rank + 1 : 0));
-    st = WriteShardFile(fs, storage::JoinPath(shards, mine.back()), items, &result);
+    st = WriteShardFile(fs, Part(shards, mine.back()), items, &result);
   }
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st.ok() ? st : st.Annotate("save to " + dir + ": ")));
+  DCP_RETURN_IF_ERROR(
+      PlaceAll(*comm, fs, shards, mine, st.ok() ? st : st.Annotate("save to " + dir + ": ")));
   st = RemoveStale(*comm, fs, shards, mine, /*drop_index=*/shard_names);
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st.ok() ? st : st.Annotate("save to " + dir + ": ")));
 
