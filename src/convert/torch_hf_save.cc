@@ -259,16 +259,29 @@ std::string Part(const std::string& dir, const std::string& name) {
   return storage::JoinPath(dir, "." + name + ".part");
 }
 
-// Every rank's files (`mine`, written as Part) put in place once all are written, after rank 0
-// removed the old index (a reader never follows it into a mix of two saves' files). On any
-// failure, on any rank, every rank removes its parts and the files it already placed: what is
-// left fails to load rather than mixing two saves.
+// A HuggingFace file of an earlier save, which readers of `dir` would take (a torch-named file,
+// or model.safetensors, which outranks them): `keep_shards` spares shard files (this save's,
+// when consolidating into their own directory).
+bool EarlierSaves(const std::string& name, bool keep_shards) {
+  if (name == hf::kSingleFileName || name == hf::kIndexFileName) return true;
+  return hf::IsTorchHfFileName(name) && !(keep_shards && name.rfind("shard-", 0) == 0);
+}
+
+// Every rank's files (`mine`, written as Part) put in place once all are written. Before any is,
+// rank 0 removes the earlier save's files and index: a rank dying among the renames leaves a
+// directory that fails to load, never one that loads two saves mixed. On a failure reported by
+// any rank, every rank removes its parts and the files it already placed.
 Status PlaceAll(Comm& comm, storage::FileSystem& fs, const std::string& dir,
-                const std::vector<std::string>& mine, const Status& wrote) {
+                const std::vector<std::string>& mine, bool keep_shards, const Status& wrote) {
   Status st = AgreeOnStatus(comm, wrote);
   if (st.ok() && comm.rank() == 0) {
-    st = fs.Remove(storage::JoinPath(dir, std::string(hf::kIndexFileName)));
-    if (st.code() == StatusCode::kNotFound) st = OkStatus();
+    auto names = fs.List(dir);
+    st = names.status();
+    for (size_t i = 0; st.ok() && i < names->size(); ++i) {
+      if (!EarlierSaves((*names)[i], keep_shards)) continue;
+      st = fs.Remove(storage::JoinPath(dir, (*names)[i]));
+      if (st.code() == StatusCode::kNotFound) st = OkStatus();
+    }
   }
   st = AgreeOnStatus(comm, st);
   std::vector<std::string> placed;
@@ -312,7 +325,7 @@ Status RemoveStale(Comm& comm, storage::FileSystem& fs, const std::string& dir,
                       (n.ends_with(".part") || n.ends_with(".part.tmp")) &&
                       hf::IsTorchHfFileName(n.substr(1, n.rfind(".part") - 1));
     const bool stale =
-        part || (hf::IsTorchHfFileName(n) && !written.count(n)) ||
+        part || n == hf::kSingleFileName || (hf::IsTorchHfFileName(n) && !written.count(n)) ||
         (drop_index && n == hf::kIndexFileName) ||
         (dcp_checkpoint && (n == checkpoint::kMetadataName || n == checkpoint::kTorchProbeName));
     if (stale) DCP_RETURN_IF_ERROR(fs.Remove(storage::JoinPath(dir, n)));
@@ -377,7 +390,8 @@ Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shard
       result->bytes += file_bytes[f];
     }
   }
-  DCP_RETURN_IF_ERROR(PlaceAll(comm, fs, out_dir, mine,
+  const bool beside_shards = storage::NormalPath(out_dir) == storage::NormalPath(shards);
+  DCP_RETURN_IF_ERROR(PlaceAll(comm, fs, out_dir, mine, /*keep_shards=*/beside_shards,
                                st.ok() ? st : st.Annotate("consolidating into " + out_dir + ": ")));
   for (const std::string& n : shard_names) mine.push_back(n);  // when out_dir holds the shards
   DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, RemoveStale(comm, fs, out_dir, mine, false)));
@@ -444,8 +458,8 @@ Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& di
     mine.push_back(hf::TorchHfFileName(index, max_index, shard_names ? rank + 1 : 0));
     st = WriteShardFile(fs, Part(shards, mine.back()), items, &result);
   }
-  DCP_RETURN_IF_ERROR(
-      PlaceAll(*comm, fs, shards, mine, st.ok() ? st : st.Annotate("save to " + dir + ": ")));
+  DCP_RETURN_IF_ERROR(PlaceAll(*comm, fs, shards, mine, /*keep_shards=*/false,
+                               st.ok() ? st : st.Annotate("save to " + dir + ": ")));
   st = RemoveStale(*comm, fs, shards, mine, /*drop_index=*/shard_names);
   DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st.ok() ? st : st.Annotate("save to " + dir + ": ")));
 

@@ -273,6 +273,7 @@ void SweepClaims(const std::string& path) {
   if (ec || claims.empty()) return;
   auto current = VersionOf(path);
   if (!current.ok() && current.status().code() != StatusCode::kNotFound) return;
+  if (current.ok() && current->empty()) return;  // a file no version names: nothing to compare
   const std::string now = current.ok() ? *current : std::string();
   for (const std::string& name : claims) {
     const std::string of =
