@@ -62,17 +62,6 @@ Status WriteShard(const std::string& src, const std::string& dst,
   return OkStatus();
 }
 
-// Removes `path` and, for a directory, everything below it (best effort is the caller's call).
-Status RemoveTree(storage::FileSystem& fs, const std::string& path) {
-  auto entries = fs.List(path);
-  if (entries.ok()) {
-    for (const std::string& e : *entries) {
-      DCP_RETURN_IF_ERROR(RemoveTree(fs, storage::JoinPath(path, e)));
-    }
-  }
-  return fs.Remove(path);
-}
-
 // The source must not change under an export: its metadata, encoded, must stay the bytes read
 // at the start. Saves never reuse a save_id, so once the source changed it stays changed, and
 // a check after the last load catches a change during any earlier one.
@@ -186,6 +175,16 @@ Status WriteLoadedTensors(const std::string& src, const std::string& path,
   if (st.ok()) st = fs.Rename(tmp, path);
   if (!st.ok()) (void)fs.Remove(tmp);  // a failed write leaves nothing behind
   return st;
+}
+
+Status RemoveTree(storage::FileSystem& fs, const std::string& path) {
+  auto entries = fs.List(path);
+  if (entries.ok()) {
+    for (const std::string& e : *entries) {
+      DCP_RETURN_IF_ERROR(RemoveTree(fs, storage::JoinPath(path, e)));
+    }
+  }
+  return fs.Remove(path);
 }
 
 std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world) {

@@ -410,16 +410,6 @@ Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shard
   return AgreeOnStatus(comm, st);
 }
 
-Status RemoveTree(storage::FileSystem& fs, const std::string& path) {
-  auto entries = fs.List(path);
-  if (entries.ok()) {
-    for (const std::string& e : *entries) {
-      DCP_RETURN_IF_ERROR(RemoveTree(fs, storage::JoinPath(path, e)));
-    }
-  }
-  return fs.Remove(path);
-}
-
 }  // namespace
 
 Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& dir,
