@@ -20,38 +20,17 @@ bool IsPlainFileName(std::string_view n) {
   return !n.empty() && n[0] != '.' && n.find('/') == std::string_view::npos;
 }
 
-// The chunk offsets of `DCP_SHARDING_INFO` ({name: {"saved_offsets": [...]}}), checked: one
-// entry per tensor of the file, as many offsets as dimensions, each chunk's end representable.
+// The chunk offsets of the file's tensors (zeros without sharding info).
 Status ReadShardingInfo(const std::string& path, ShardFile& shard) {
-  shard.offsets.clear();
-  for (const HeaderTensor& t : shard.header.tensors)
-    shard.offsets.push_back(Shape::Zeros(t.shape.rank()));
   auto it = shard.header.metadata.find(std::string(kShardingInfoKey));
-  if (it == shard.header.metadata.end()) return OkStatus();
-  const std::string where = path + ": " + std::string(kShardingInfoKey);
-  nlohmann::json j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return DataLoss(where + " is not a JSON object");
-  for (size_t i = 0; i < shard.header.tensors.size(); ++i) {
-    const HeaderTensor& t = shard.header.tensors[i];
-    auto e = j.find(t.name);
-    if (e == j.end() || !e->is_object() || !e->contains("saved_offsets") ||
-        !(*e)["saved_offsets"].is_array()) {
-      return DataLoss(where + " gives no saved_offsets for tensor '" + t.name + "'");
+  if (it == shard.header.metadata.end()) {
+    shard.offsets.clear();
+    for (const HeaderTensor& t : shard.header.tensors) {
+      shard.offsets.push_back(Shape::Zeros(t.shape.rank()));
     }
-    const nlohmann::json& offs = (*e)["saved_offsets"];
-    if (static_cast<int>(offs.size()) != t.shape.rank()) {
-      return DataLoss(where + ": tensor '" + t.name + "' of " + std::to_string(t.shape.rank()) +
-                      " dimensions has " + std::to_string(offs.size()) + " saved_offsets");
-    }
-    for (int d = 0; d < t.shape.rank(); ++d) {
-      const nlohmann::json& o = offs[d];
-      if (!o.is_number_unsigned() || o.get<uint64_t>() > (uint64_t{1} << 62) ||
-          o.get<uint64_t>() + static_cast<uint64_t>(t.shape[d]) > (uint64_t{1} << 62)) {
-        return DataLoss(where + ": tensor '" + t.name + "' has a bad offset " + o.dump());
-      }
-      shard.offsets[i][d] = o.get<int64_t>();
-    }
+    return OkStatus();
   }
+  DCP_ASSIGN_OR_RETURN(shard.offsets, ParseShardingInfo(it->second, shard.header.tensors, path));
   return OkStatus();
 }
 

@@ -1,6 +1,7 @@
 #include "hf/torch_hf_format.h"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 namespace dcp::hf {
 namespace {
@@ -236,6 +237,41 @@ std::string ShardingInfoJson(const std::vector<ShardedTensor>& tensors) {
     out += '}';
   }
   out += '}';
+  return out;
+}
+
+Result<std::vector<Shape>> ParseShardingInfo(std::string_view json,
+                                             const std::vector<HeaderTensor>& tensors,
+                                             std::string_view file) {
+  constexpr uint64_t kMaxEnd = uint64_t{1} << 62;
+  const std::string where = std::string(file) + ": " + std::string(kShardingInfoKey);
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss(where + " is not a JSON object");
+  std::vector<Shape> out;
+  for (const HeaderTensor& t : tensors) {
+    auto e = j.find(t.name);
+    const nlohmann::json* offs = nullptr;
+    if (e != j.end() && e->is_object()) {
+      auto o = e->find("saved_offsets");
+      if (o != e->end() && o->is_array()) offs = &*o;
+    }
+    if (!offs) return DataLoss(where + " gives no saved_offsets for tensor '" + t.name + "'");
+    if (static_cast<int>(offs->size()) != t.shape.rank()) {
+      return DataLoss(where + ": tensor '" + t.name + "' of " + std::to_string(t.shape.rank()) +
+                      " dimensions has " + std::to_string(offs->size()) + " saved_offsets");
+    }
+    Shape at = Shape::Zeros(t.shape.rank());
+    for (int d = 0; d < t.shape.rank(); ++d) {
+      const nlohmann::json& o = (*offs)[d];
+      if (!o.is_number_unsigned() || o.get<uint64_t>() > kMaxEnd ||
+          o.get<uint64_t>() + static_cast<uint64_t>(t.shape[d]) > kMaxEnd) {
+        return DataLoss(where + ": tensor '" + t.name + "' has a bad offset " +
+                        o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      }
+      at[d] = o.get<int64_t>();
+    }
+    out.push_back(at);
+  }
   return out;
 }
 

@@ -16,6 +16,8 @@
 
 #include "dcp/box.h"
 #include "dcp/dtype.h"
+#include "dcp/status.h"
+#include "hf/safetensors_header.h"
 
 namespace dcp::hf {
 
@@ -53,6 +55,13 @@ struct ShardedTensor {
 // The value of `DCP_SHARDING_INFO`: json.dumps({name: {"saved_offsets": [...]}, ...}) in the
 // given order.
 std::string ShardingInfoJson(const std::vector<ShardedTensor>& tensors);
+
+// The offsets `DCP_SHARDING_INFO` (`json`, from the header of `file`) gives each of `tensors`,
+// checked: a JSON object with one {"saved_offsets": [...]} per tensor, as many offsets as
+// dimensions, each chunk's end within 2^62. kDataLoss naming the file and the tensor.
+Result<std::vector<Shape>> ParseShardingInfo(std::string_view json,
+                                             const std::vector<HeaderTensor>& tensors,
+                                             std::string_view file);
 
 struct WholeTensor {
   std::string name;
