@@ -197,10 +197,15 @@ LoadResult load(StateDict& sd, const std::string& dir, const LoadOptions& opts =
 // What a checkpoint holds -- names, dtypes, global shapes, stored chunks and files, bytes
 // entries -- read from its metadata alone, so a caller can allocate before load (PyTorch
 // DCP's read_metadata). `dir` may also be a HuggingFace source (a .safetensors file, or a
-// directory with model.safetensors or model.safetensors.index.json): has_checksums is then
+// directory with model.safetensors, model.safetensors.index.json or torch's HuggingFace shard
+// files): has_checksums is then
 // false. Throws dcp::Error: kFailedPrecondition when `dir` holds no committed checkpoint,
 // kNotFound when it does not exist, kDataLoss when the metadata is corrupt.
 Metadata read_metadata(const std::string& dir);
+
+// Requests this process's object-store client (the one s3:// paths use) has sent so far, for
+// benchmarks (requests per GiB); 0 before any.
+uint64_t object_store_requests();
 
 struct VerifyResult {
   uint64_t files = 0;

@@ -18,6 +18,8 @@ FileSystemReader, fsync on), under the same conditions:
   torch DCP writes and reads through fsspec (FsspecWriter/FsspecReader over s3fs, its
   documented path to object storage), dcp natively; every object is deleted before each
   save, and there is no cache, so load.warm is another cold load;
+- with an object store, the requests each library sent in each phase (all ranks, per GiB):
+  dcp's client counts its own, torch's calls are counted where s3fs makes every one;
 - async.blocked: async_save until it returned (the caller's blocking time, max over ranks),
   async.total: until persisted. torch's async_save gets a gloo group of its own, as its
   documentation advises (dcp derives one itself).
@@ -41,6 +43,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 import hyperdcp as dcp
+from hyperdcp import _dcp
 from hyperdcp._bench_scratch import scratch_for
 from hyperdcp._delegate import torch_function
 
@@ -167,6 +170,39 @@ class TorchDcp:
         return lambda: f.result(timeout=600)
 
 
+class Requests:
+    """Object-store requests of either library on this rank: dcp's own client counts what it
+    sends; torch's calls through s3fs are counted where every one passes
+    (S3FileSystem._call_s3, one per S3 API call)."""
+
+    def __init__(self, object_store: bool) -> None:
+        self.on = object_store
+        self.torch = 0
+        if not object_store:
+            return
+        import s3fs
+
+        original = s3fs.S3FileSystem._call_s3
+        counter = self
+
+        async def counted(fs, method, *args, **kwargs):
+            counter.torch += 1
+            return await original(fs, method, *args, **kwargs)
+
+        s3fs.S3FileSystem._call_s3 = counted
+
+    def of(self, lib: Any) -> int:
+        if not self.on:
+            return 0
+        return _dcp.object_store_requests() if isinstance(lib, Dcp) else self.torch
+
+
+def sum_over_ranks(x: float) -> float:
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t.item())
+
+
 # -- the run -----------------------------------------------------------------------------------
 def preparation_seconds(sd: Dict[str, Any], repeat: int = 7) -> float:
     """Turning the state dict into the engine's entries on a repeated call (the reused
@@ -236,10 +272,20 @@ def max_over_ranks(x: float) -> float:
 
 def run_lib(lib, states, shapes, scratch: Any, args, verify: bool, out: Dict[str, List[float]],
             resident: List[float], python: Dict[str, List[float]],
-            memcpy: MemcpyReference) -> None:
-    """One repetition of every phase; `python` gets dcp's Python-side seconds per phase."""
+            memcpy: MemcpyReference, requests: Requests,
+            sent: Dict[str, List[float]]) -> None:
+    """One repetition of every phase; `python` gets dcp's Python-side seconds per phase, `sent`
+    the object-store requests of all ranks per phase."""
     src, same, other = states
     d = scratch.ckpt
+
+    def counting(phase: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run():
+            before = requests.of(lib)
+            result = fn()
+            sent[phase].append(requests.of(lib) - before)
+            return result
+        return run
 
     def py(phase: str) -> None:
         if isinstance(lib, Dcp):
@@ -251,13 +297,13 @@ def run_lib(lib, states, shapes, scratch: Any, args, verify: bool, out: Dict[str
                 python["staged_bytes"].append(float(last.staging.bytes_staged))
 
     def load(phase: str, dst: Dict[str, Any], layout: str) -> None:
-        out[phase].append(timed(lambda: lib.load(dst, d)))
+        out[phase].append(timed(counting(phase, lambda: lib.load(dst, d))))
         py(phase)
         if verify:
             check(dst, shapes, layout, f"{lib.name} {phase}")
 
     scratch.fresh(args.pause)
-    out["save"].append(timed(lambda: lib.save(src, d)))
+    out["save"].append(timed(counting("save", lambda: lib.save(src, d))))
     py("save")
 
     zero(same)
@@ -276,12 +322,14 @@ def run_lib(lib, states, shapes, scratch: Any, args, verify: bool, out: Dict[str
     if isinstance(lib, Dcp):
         python["memcpy"].append(memcpy.measure())
     dist.barrier()
+    before = requests.of(lib)
     t0 = time.perf_counter()
     wait = lib.async_save(src, d)
     blocked = time.perf_counter() - t0
     wait()
     dist.barrier()
     total = time.perf_counter() - t0
+    sent["async.total"].append(requests.of(lib) - before)
     out["async.blocked"].append(max_over_ranks(blocked))
     out["async.total"].append(total)
     py("async.blocked")
@@ -321,6 +369,8 @@ def main(argv=None) -> int:
               make_state(shapes, mesh, "reshard", False))
     libs = [Dcp(), TorchDcp(scratch)]
     results = {lib.name: {p: [] for p in PHASES} for lib in libs}
+    requests = Requests(d.startswith("s3://"))
+    sent = {lib.name: {p: [] for p in PHASES} for lib in libs}
     resident: Dict[str, List[float]] = {lib.name: [] for lib in libs}
     python: Dict[str, List[float]] = {p: [] for p in PHASES[:-1] + ["staged_bytes", "memcpy"]}
     memcpy_ref = MemcpyReference(local_bytes(states[0]))
@@ -339,7 +389,7 @@ def main(argv=None) -> int:
         for lib in order:
             run_lib(lib, states, shapes, scratch, args, verify=rep == 0 and not args.no_verify,
                     out=results[lib.name], resident=resident[lib.name], python=python,
-                    memcpy=memcpy_ref)
+                    memcpy=memcpy_ref, requests=requests, sent=sent[lib.name])
         if rank == 0:
             print(f"  repetition {rep + 1}/{args.repeat} done", flush=True)
     scratch.fresh(0)
@@ -350,6 +400,10 @@ def main(argv=None) -> int:
     over_memcpy = statistics.median(
         b / m for b, m in zip(results["dcp"]["async.blocked"], python["memcpy"]))
     fault = fault_seconds(staged)
+    # Requests of all ranks, per GiB of the checkpoint, median over repetitions.
+    per_gib = {n: {p: statistics.median(sum_over_ranks(x) for x in v) / (nbytes / 2**30)
+                   for p, v in r.items() if v}
+               for n, r in sent.items()} if requests.on else {}
 
     if rank == 0:
         notes = scratch.notes()
@@ -366,6 +420,10 @@ def main(argv=None) -> int:
               f"{worst:.3f})")
         for n in notes:
             print("note:", n)
+        if per_gib:
+            print("\nobject storage requests per GiB (all ranks, median):")
+            for p in per_gib["dcp"]:
+                print(f"  {p:<15}dcp {per_gib['dcp'][p]:>8.0f}   torch {per_gib['torch'][p]:>8.0f}")
         tensors = len(shapes)
         print(f"\ndcp's Python side (max over ranks, median): preparing {tensors} tensors, "
               "agreeing, finishing")
@@ -398,7 +456,7 @@ def main(argv=None) -> int:
                    "memcpy_seconds_each": python["memcpy"],
                    "async_blocked_over_memcpy": over_memcpy,
                    "prepare_async_save_seconds": prepare_s, "fault_seconds": fault,
-                   "preparation_seconds": prep}
+                   "preparation_seconds": prep, "requests_per_gib": per_gib}
             with open(args.json, "w") as fh:
                 json.dump(doc, fh, indent=1)
     dist.barrier()

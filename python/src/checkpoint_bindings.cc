@@ -222,6 +222,9 @@ void BindCheckpoint(py::module_& m) {
                                              "total_seconds=" + std::to_string(r.seconds)});
       });
 
+  m.def("object_store_requests", &object_store_requests,
+        "Requests this process's object-store client has sent so far.");
+
   m.def(
       "save_torch_hf",
       [](const StateDict& sd, const std::string& dir, std::shared_ptr<Comm> comm,

@@ -638,5 +638,10 @@ def test_python_bench_against_torch_dcp_through_s3fs(s3, torchrun, tmp_path):
         p = doc["phases"][phase]
         assert p["dcp_seconds"] > 0 and p["torch_seconds"] > 0, p
     assert any("object storage" in n for n in doc["notes"]), doc["notes"]
+    # Each library's requests, counted per phase: dcp's client, torch's calls through s3fs.
+    per_gib = doc["requests_per_gib"]
+    for phase in ("save", "load.cold", "reshard", "async.total"):
+        assert per_gib["dcp"][phase] > 0 and per_gib["torch"][phase] > 0, per_gib
+    assert "object storage requests per GiB" in out, out
     # The bench deletes the checkpoint's objects at the end, as before every save.
     assert not keys(client, "pybench/ckpt/"), keys(client, "pybench/")

@@ -6,6 +6,7 @@
 #include "checkpoint/save.h"
 #include "checkpoint/verify.h"
 #include "dcp/checkpoint.h"
+#include "storage/s3/s3_client.h"
 
 namespace dcp {
 namespace {
@@ -26,6 +27,11 @@ LoadResult load(StateDict& sd, const std::string& dir, const LoadOptions& opts) 
 
 Metadata read_metadata(const std::string& dir) {
   return ValueOrThrow(checkpoint::ReadMetadata(FsFor(dir), dir));
+}
+
+uint64_t object_store_requests() {
+  auto client = storage::s3::DefaultS3Client();
+  return client.ok() ? (*client)->counts().requests : 0;
 }
 
 VerifyResult verify(const std::string& dir) {
