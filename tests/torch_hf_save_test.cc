@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "checkpoint/load.h"
@@ -68,6 +69,34 @@ void ExpectLoads(const std::string& dir, const Model& want) {
   EXPECT_EQ(got.step, want.step);
 }
 
+// Saves `m` from `world` ranks (AddShards), each rank's options and state dict adjusted by
+// `adjust`, rank 1 on `rank1_fs` when given. Every rank's status; rank 0's result in `result0`.
+std::vector<Status> SaveOnRanks(
+    Model& m, int world, const std::string& dir,
+    const std::function<void(int rank, TorchHfSaveOptions&, StateDict&)>& adjust = {},
+    storage::FileSystem* rank1_fs = nullptr, TorchHfSaveResult* result0 = nullptr) {
+  std::vector<Status> st(world);
+  RunRanks(world, [&](const std::shared_ptr<Comm>& c) {
+    StateDict sd;
+    AddShards(sd, m, c->rank(), world);
+    TorchHfSaveOptions o;
+    o.comm = c;
+    if (adjust) adjust(c->rank(), o, sd);
+    auto r = convert::SaveTorchHf(sd, dir, o, c->rank() == 1 && rank1_fs ? *rank1_fs : Fs());
+    st[c->rank()] = r.status();
+    if (r.ok() && c->rank() == 0 && result0) *result0 = *r;
+  });
+  return st;
+}
+
+// The mapping most tests use, consolidated into `out`.
+auto TwoFilesInto(const std::string& out) {
+  return [out](int, TorchHfSaveOptions& o, StateDict&) {
+    o.fqn_to_index = {{"w", 1}, {"step", 2}, {"b", 2}};
+    o.consolidate_into = out;
+  };
+}
+
 TEST(TorchHfSaveTest, ShardsOfEveryRankThenConsolidatedFiles) {
   TempDir tmp;
   const std::string sharded = tmp.Sub("out/sharded");
@@ -76,22 +105,13 @@ TEST(TorchHfSaveTest, ShardsOfEveryRankThenConsolidatedFiles) {
   std::ofstream(storage::JoinPath(sharded, "shard-00003-model-00001-of-00002.safetensors")) << "x";
   std::ofstream(storage::JoinPath(sharded, "model.safetensors.index.json")) << "{}";
   Model model;
-  std::vector<Status> st(2);
-  std::vector<TorchHfSaveResult> res(2);
-  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
-    StateDict sd;
-    AddShards(sd, model, c->rank(), 2);
-    TorchHfSaveOptions o;
-    o.comm = c;
-    o.fqn_to_index = {{"w", 1}, {"step", 2}, {"b", 2}};
-    o.consolidate_into = tmp.Sub("out");
-    auto r = convert::SaveTorchHf(sd, sharded, o, Fs());
-    st[c->rank()] = r.status();
-    if (r.ok()) res[c->rank()] = *r;
-  });
-  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  TorchHfSaveResult res;
+  for (const Status& s :
+       SaveOnRanks(model, 2, sharded, TwoFilesInto(tmp.Sub("out")), nullptr, &res)) {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
   // b and step are written once, not by both ranks.
-  EXPECT_EQ(res[0].total_bytes, 24 * 4 + 5 * 4 + 8u);
+  EXPECT_EQ(res.total_bytes, 24 * 4 + 5 * 4 + 8u);
   // w's rows from both ranks; b and step written once, by rank 1, as torch's dedup assigns them
   // (each replicated chunk, in order, to the holder with the fewest bytes so far: rank 0 holds
   // 48 bytes of w then); the earlier save's shard and index are gone.
@@ -125,16 +145,10 @@ TEST(TorchHfSaveTest, ShardsOfEveryRankThenConsolidatedFiles) {
 TEST(TorchHfSaveTest, AFullStateDictOnSeveralRanksIsConsolidated) {
   TempDir tmp;
   Model model;
-  std::vector<Status> st(3);
-  RunRanks(3, [&](const std::shared_ptr<Comm>& c) {
-    StateDict sd;
-    AddShards(sd, model, c->rank(), 3);
-    TorchHfSaveOptions o;
-    o.comm = c;
-    o.save_distributed = false;
-    st[c->rank()] = convert::SaveTorchHf(sd, tmp.path(), o, Fs()).status();
-  });
-  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  auto full_state_dict = [](int, TorchHfSaveOptions& o, StateDict&) { o.save_distributed = false; };
+  for (const Status& s : SaveOnRanks(model, 3, tmp.path(), full_state_dict)) {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
   EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"model-00001-of-00001.safetensors",
                                                          "model.safetensors.index.json"}));
   ExpectLoads(tmp.path(), model);
@@ -169,14 +183,9 @@ TEST(TorchHfSaveTest, OneProcessOfAFullStateDictWritesTorchsIndex) {
 TEST(TorchHfSaveTest, RefusesWhatSafetensorsCannotHoldOnEveryRank) {
   TempDir tmp;
   Model model;
-  std::vector<Status> st(2);
-  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
-    StateDict sd;
-    AddShards(sd, model, c->rank(), 2);
-    if (c->rank() == 1) sd.add_bytes("loader_state", "pos=7");
-    st[c->rank()] = convert::SaveTorchHf(sd, tmp.path(), {.comm = c}, Fs()).status();
-  });
-  for (const Status& s : st) {
+  for (const Status& s : SaveOnRanks(model, 2, tmp.path(), [](int rank, auto&, StateDict&sd) {
+         if (rank == 1) sd.add_bytes("loader_state", "pos=7");
+       })) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("'loader_state' is not a tensor"), std::string::npos) << s.message();
   }
@@ -196,13 +205,8 @@ TEST(TorchHfSaveTest, RefusesWhatSafetensorsCannotHoldOnEveryRank) {
 TEST(TorchHfSaveTest, ShardsConvertToADcpCheckpoint) {
   TempDir tmp;
   Model model;
+  for (const Status& s : SaveOnRanks(model, 2, tmp.Sub("hf"))) ASSERT_TRUE(s.ok()) << s.ToString();
   std::vector<Status> st(2);
-  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
-    StateDict sd;
-    AddShards(sd, model, c->rank(), 2);
-    st[c->rank()] = convert::SaveTorchHf(sd, tmp.Sub("hf"), {.comm = c}, Fs()).status();
-  });
-  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
   for (int world : {1, 2}) {
     const std::string dst = tmp.Sub("dcp" + std::to_string(world));
     RunRanks(world, [&](const std::shared_ptr<Comm>& c) {
@@ -228,17 +232,9 @@ TEST(TorchHfSaveTest, ConsolidatedBesideItsShardsOverAnEarlierCheckpoint) {
   std::ofstream(tmp.Sub("model-00001-of-00003.safetensors")) << "old";
   std::ofstream(tmp.Sub("model.safetensors")) << "old";  // would outrank torch's names
   Model model;
-  std::vector<Status> st(2);
-  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
-    StateDict sd;
-    AddShards(sd, model, c->rank(), 2);
-    TorchHfSaveOptions o;
-    o.comm = c;
-    o.fqn_to_index = {{"w", 1}, {"b", 2}, {"step", 2}};
-    o.consolidate_into = tmp.path();
-    st[c->rank()] = convert::SaveTorchHf(sd, tmp.path(), o, Fs()).status();
-  });
-  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const Status& s : SaveOnRanks(model, 2, tmp.path(), TwoFilesInto(tmp.path()))) {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
   const std::vector<std::string> names = Names(tmp.path());
   for (const std::string& n : names) {
     EXPECT_TRUE(n.rfind("data-", 0) == 0 || hf::IsTorchHfFileName(n) ||
@@ -256,24 +252,18 @@ TEST(TorchHfSaveTest, ConsolidatedBesideItsShardsOverAnEarlierCheckpoint) {
 TEST(TorchHfSaveTest, RankZerosMappingHolds) {
   TempDir tmp;
   Model model;
-  std::vector<Status> st(2);
-  RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
-    StateDict sd;
-    AddShards(sd, model, c->rank(), 2);
-    TorchHfSaveOptions o;
-    o.comm = c;
-    o.fqn_to_index = c->rank() == 0
-                         ? std::vector<std::pair<std::string, int>>{{"w", 1}, {"b", 2}, {"step", 2}}
-                         : std::vector<std::pair<std::string, int>>{{"w", 0}};
-    o.consolidate_into = tmp.Sub("out");
-    st[c->rank()] = convert::SaveTorchHf(sd, tmp.Sub("out/sharded"), o, Fs()).status();
-  });
-  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  auto rank1_differs = [&](int rank, TorchHfSaveOptions& o, StateDict& sd) {
+    TwoFilesInto(tmp.Sub("out"))(rank, o, sd);
+    if (rank == 1) o.fqn_to_index = {{"w", 0}};
+  };
+  for (const Status& s : SaveOnRanks(model, 2, tmp.Sub("out/sharded"), rank1_differs)) {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
   std::ifstream idx(tmp.Sub("out/model.safetensors.index.json"));
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(idx), {}),
             hf::TorchIndexJson(124, {{"w", "model-00001-of-00002.safetensors"},
-                                     {"b", "model-00002-of-00002.safetensors"},
-                                     {"step", "model-00002-of-00002.safetensors"}}));
+                                     {"step", "model-00002-of-00002.safetensors"},
+                                     {"b", "model-00002-of-00002.safetensors"}}));
   ExpectLoads(tmp.Sub("out"), model);
 }
 
@@ -287,17 +277,8 @@ TEST(TorchHfSaveTest, ASaveFailingOnOneRankAnywhereNeverLeavesAMix) {
   for (float& x : b.b) x += 1000;
   b.step = {8};
   auto save = [&](Model& m, storage::FileSystem& fs1) {
-    std::vector<Status> st(2);
-    RunRanks(2, [&](const std::shared_ptr<Comm>& c) {
-      StateDict sd;
-      AddShards(sd, m, c->rank(), 2);
-      TorchHfSaveOptions o;
-      o.comm = c;
-      o.fqn_to_index = {{"w", 1}, {"b", 2}, {"step", 2}};
-      o.consolidate_into = tmp.Sub("out");
-      st[c->rank()] =
-          convert::SaveTorchHf(sd, tmp.Sub("out/sharded"), o, c->rank() == 1 ? fs1 : Fs()).status();
-    });
+    const std::vector<Status> st =
+        SaveOnRanks(m, 2, tmp.Sub("out/sharded"), TwoFilesInto(tmp.Sub("out")), &fs1);
     EXPECT_EQ(st[0].ok(), st[1].ok()) << st[0].ToString() << " / " << st[1].ToString();
     return st[0];
   };

@@ -2,10 +2,11 @@
 // planned and written by the engine.
 //
 // Steps, each ending in an agreement so every rank reports the same failure: (1) plan as a
-// save does (replicas written once, byte-balanced); (2) every rank writes its chunks, one
-// file per output index; (3) rank 0 removes torch-named files of earlier saves; (4) optional
-// consolidation: output files spread over the ranks by bytes, each filled by loads of the
-// shards just written; rank 0 writes the index.
+// save does, replicas assigned as torch's dedup assigns them; (2) every rank writes its chunks
+// under hidden names, one file per output index, put in place once all are written, the
+// earlier save's files removed just before (PlaceAll); (3) optional consolidation: output
+// files spread over the ranks by bytes, each filled by loads of the shards just written, put
+// in place the same way; rank 0 writes the index.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -300,46 +301,35 @@ Status PlaceAll(Comm& comm, storage::FileSystem& fs, const std::string& dir,
   return st;
 }
 
-// (3) on rank 0: torch-named files in `dir` that no rank wrote now (`mine`: this rank's), a dcp
-// checkpoint's metadata and (`drop_index`) an index left there go, so readers never mix saves.
-Status RemoveStale(Comm& comm, storage::FileSystem& fs, const std::string& dir,
-                   const std::vector<std::string>& mine, bool drop_index) {
-  std::string joined;
-  for (const std::string& n : mine) joined += n + '\n';
-  DCP_ASSIGN_OR_RETURN(auto all, comm.Gather(joined, 0));
-  if (comm.rank() != 0) return OkStatus();
-  std::set<std::string> written;
-  for (const std::string& list : all) {
-    for (size_t pos = 0, nl; (nl = list.find('\n', pos)) != std::string::npos; pos = nl + 1) {
-      written.insert(list.substr(pos, nl - pos));
+// On rank 0, once every rank's files are in place (PlaceAll removed the earlier save's): the
+// parts a save that died left, and an older dcp checkpoint's metadata and `.metadata` probe
+// (readers would take that checkpoint first).
+Status Sweep(Comm& comm, storage::FileSystem& fs, const std::string& dir) {
+  Status st;
+  if (comm.rank() == 0) {
+    auto names = fs.List(dir);
+    st = names.status();
+    const bool dcp_checkpoint = st.ok() && std::find(names->begin(), names->end(),
+                                                     checkpoint::kMetadataName) != names->end();
+    for (size_t i = 0; st.ok() && i < names->size(); ++i) {
+      const std::string& n = (*names)[i];
+      const bool part = n.size() > 6 && n[0] == '.' &&
+                        (n.ends_with(".part") || n.ends_with(".part.tmp")) &&
+                        hf::IsTorchHfFileName(n.substr(1, n.rfind(".part") - 1));
+      if (part || (dcp_checkpoint &&
+                   (n == checkpoint::kMetadataName || n == checkpoint::kTorchProbeName))) {
+        st = fs.Remove(storage::JoinPath(dir, n));
+        if (st.code() == StatusCode::kNotFound) st = OkStatus();
+      }
     }
   }
-  DCP_ASSIGN_OR_RETURN(auto names, fs.List(dir));
-  // A dcp checkpoint there is older than this save, and readers take it first: it goes (its
-  // metadata, and the `.metadata` probe it published).
-  const bool dcp_checkpoint =
-      std::find(names.begin(), names.end(), checkpoint::kMetadataName) != names.end();
-  for (const std::string& n : names) {
-    // Parts: this save's are in place by now; others are a dead save's.
-    const bool part = n.size() > 6 && n[0] == '.' &&
-                      (n.ends_with(".part") || n.ends_with(".part.tmp")) &&
-                      hf::IsTorchHfFileName(n.substr(1, n.rfind(".part") - 1));
-    const bool stale =
-        part || n == hf::kSingleFileName || (hf::IsTorchHfFileName(n) && !written.count(n)) ||
-        (drop_index && n == hf::kIndexFileName) ||
-        (dcp_checkpoint && (n == checkpoint::kMetadataName || n == checkpoint::kTorchProbeName));
-    if (stale) DCP_RETURN_IF_ERROR(fs.Remove(storage::JoinPath(dir, n)));
-  }
-  return OkStatus();
+  return AgreeOnStatus(comm, st);
 }
 
-// (4): whole tensors from the shards in `shards` into files of `out_dir`, and the index; then
-// torch-named files of earlier saves there go (`shard_names`: this rank's shards, kept when
-// `out_dir` is their directory).
+// (3): whole tensors from the shards in `shards` into files of `out_dir`, and the index.
 Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shards,
-                   const std::string& out_dir, const std::vector<std::string>& shard_names,
-                   const Planned& planned, const TorchHfSaveOptions& opts,
-                   TorchHfSaveResult* result) {
+                   const std::string& out_dir, const Planned& planned,
+                   const TorchHfSaveOptions& opts, TorchHfSaveResult* result) {
   std::unordered_map<std::string_view, const planner::GlobalSavePlan::Tensor*> by_name;
   for (const auto& t : planned.plan.tensors) by_name[t.fqn] = &t;
   std::vector<std::pair<std::string, int>> order = opts.fqn_to_index;
@@ -393,8 +383,7 @@ Status Consolidate(Comm& comm, storage::FileSystem& fs, const std::string& shard
   const bool beside_shards = storage::NormalPath(out_dir) == storage::NormalPath(shards);
   DCP_RETURN_IF_ERROR(PlaceAll(comm, fs, out_dir, mine, /*keep_shards=*/beside_shards,
                                st.ok() ? st : st.Annotate("consolidating into " + out_dir + ": ")));
-  for (const std::string& n : shard_names) mine.push_back(n);  // when out_dir holds the shards
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(comm, RemoveStale(comm, fs, out_dir, mine, false)));
+  DCP_RETURN_IF_ERROR(Sweep(comm, fs, out_dir));
   if (comm.rank() == 0) {
     std::vector<std::pair<std::string, std::string>> weight_map;
     uint64_t total = 0;
@@ -450,8 +439,7 @@ Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& di
   }
   DCP_RETURN_IF_ERROR(PlaceAll(*comm, fs, shards, mine, /*keep_shards=*/false,
                                st.ok() ? st : st.Annotate("save to " + dir + ": ")));
-  st = RemoveStale(*comm, fs, shards, mine, /*drop_index=*/shard_names);
-  DCP_RETURN_IF_ERROR(AgreeOnStatus(*comm, st.ok() ? st : st.Annotate("save to " + dir + ": ")));
+  DCP_RETURN_IF_ERROR(Sweep(*comm, fs, shards));
 
   if (!shard_names) {
     // One process of a full state dict: torch's index of what it wrote, in write order.
@@ -466,11 +454,8 @@ Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& di
     DCP_RETURN_IF_ERROR(fs.WriteAtomic(storage::JoinPath(dir, std::string(hf::kIndexFileName)),
                                        hf::TorchIndexJson(total, weight_map), ".tmp"));
   } else if (staged || !opts.consolidate_into.empty()) {
-    const std::string out_dir = staged ? dir : opts.consolidate_into;
-    const bool same_dir = storage::NormalPath(out_dir) == storage::NormalPath(shards);
-    DCP_RETURN_IF_ERROR(Consolidate(*comm, fs, shards, out_dir,
-                                    same_dir ? mine : std::vector<std::string>(), planned, agreed,
-                                    &result));
+    DCP_RETURN_IF_ERROR(Consolidate(*comm, fs, shards, staged ? dir : opts.consolidate_into,
+                                    planned, agreed, &result));
     if (staged && rank == 0) (void)RemoveTree(fs, shards);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
