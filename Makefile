@@ -62,7 +62,7 @@ bench-docs: bench
 	$(PY_VENV)/bin/pip install -q --no-build-isolation . -C build-dir=$(BUILD)/py_build
 	OMP_NUM_THREADS=1 $(PY_VENV)/bin/python -m torch.distributed.run --nproc_per_node 4 \
 	  -m hyperdcp.bench $(BENCH_PYTHON) --dir $(BENCH_DIR)/python --json bench-python.json
-	python3 scripts/bench_tables.py --page docs/benchmarks.md \
+	python3 scripts/bench_tables.py --page docs/benchmarks.md --readme README.md \
 	  --bench "bench.json:mpirun -np 4 dcp bench $(BENCH_MAIN)" \
 	  --bench "bench-throttled.json:mpirun -np 4 dcp bench $(BENCH_THROTTLED)" \
 	  --bench "bench-incremental.json:mpirun -np 2 dcp bench $(BENCH_INCREMENTAL)" \

@@ -4,9 +4,12 @@ that produced it, the version, the commit and the machine, between the markers
 
     <!-- bench-tables:begin -->  ...  <!-- bench-tables:end -->
 
-so the page's tables are regenerated, never edited by hand (`make bench-docs`).
+so the page's tables are regenerated, never edited by hand (`make bench-docs`). With --readme,
+the README's Benchmarks section gets a summary between `<!-- bench-summary:begin -->` and
+`<!-- bench-summary:end -->`: every phase of the --bench reports, its time against the physical
+limit and its CPU per GiB against the floor, and the --python reports' race against torch DCP.
 
-  bench_tables.py --page docs/benchmarks.md [--bench REPORT.json:"COMMAND"]...
+  bench_tables.py --page docs/benchmarks.md [--readme README.md] [--bench REPORT.json:"COMMAND"]...
       [--simulate REPORT.json:"COMMAND"]... [--python REPORT.json:"COMMAND"]...
 
 --bench: `dcp bench --json` reports, one table each (with the incremental and memory tier
@@ -22,6 +25,7 @@ import subprocess
 from pathlib import Path
 
 BEGIN, END = "<!-- bench-tables:begin -->", "<!-- bench-tables:end -->"
+SUMMARY_BEGIN, SUMMARY_END = "<!-- bench-summary:begin -->", "<!-- bench-summary:end -->"
 
 
 def machine() -> str:
@@ -134,6 +138,32 @@ def python_table(report: dict) -> str:
     return head + "\n\n" + "\n".join(rows)
 
 
+def summary_table(reports) -> str:
+    """One row per phase of every report: wall clock against the run's physical limit, CPU
+    seconds per GiB (all ranks) against the floor measured in the same run."""
+    rows = ["| run | phase | seconds | x physical limit | CPU s/GiB | floor CPU s/GiB | "
+            "CPU / floor |", "|---|---|---:|---:|---:|---:|---:|"]
+    for report, _ in reports:
+        run = (f"{report.get('ranks')} ranks, {report.get('save_layout')}"
+               f"{', reads capped' if report.get('storage_throttle') else ''}"
+               f"{', 4 hosts' if report.get('tier') else ''}")
+        for name, p in report.get("phases", {}).items():
+            cpu, floor = p.get("cpu_seconds_per_gib"), p.get("floor_cpu_seconds_per_gib")
+            ratio = p.get("cpu_ratio_to_floor")
+            rows.append(f"| {run} | {name} ({p.get('layout', '')}) | {p.get('seconds', 0):.3f} | "
+                        f"{p.get('ratio_to_reference', 0):.2f} | "
+                        f"{f'{cpu:.2f}' if cpu else '-'} | {f'{floor:.2f}' if floor else '-'} | "
+                        f"{f'{ratio:.2f}' if ratio else '-'} |")
+    return "\n".join(rows)
+
+
+def replace_block(text: str, begin: str, end: str, block: str, heading: str) -> str:
+    block = begin + "\n" + block + "\n" + end
+    if begin in text and end in text:
+        return text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+    return text.rstrip("\n") + f"\n\n{heading}\n\n" + block + "\n"
+
+
 def load_specs(specs):
     out = []
     for spec in specs or []:
@@ -145,6 +175,7 @@ def load_specs(specs):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--page", required=True)
+    ap.add_argument("--readme")
     ap.add_argument("--bench", action="append", help='REPORT.json:"the command that wrote it"')
     ap.add_argument("--simulate", action="append")
     ap.add_argument("--python", action="append")
@@ -163,13 +194,19 @@ def main() -> int:
                      simulate_table(sims))
     for report, command in load_specs(a.python):
         parts.append(stamp(root, command) + "\n\n" + python_table(report))
-    text = page.read_text()
-    block = BEGIN + "\n" + "\n\n".join(parts) + "\n" + END
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n## Current tables\n\n" + block + "\n"
-    page.write_text(text)
+    page.write_text(replace_block(page.read_text(), BEGIN, END, "\n\n".join(parts),
+                                  "## Current tables"))
+    if a.readme:
+        benches, pythons = load_specs(a.bench), load_specs(a.python)
+        summary = []
+        if benches:
+            summary.append("\n".join(f"- {stamp(root, c)}" for _, c in benches) + "\n\n" +
+                           summary_table(benches))
+        for report, command in pythons:
+            summary.append(f"`{command}`: " + python_table(report))
+        readme = Path(a.readme)
+        readme.write_text(replace_block(readme.read_text(), SUMMARY_BEGIN, SUMMARY_END,
+                                        "\n\n".join(summary), "## Benchmarks"))
     return 0
 
 

@@ -36,9 +36,9 @@ TEST(WriteResults, SimulatedMetadataIsTheSavedMetadata) {
   testing::TempDir tmp;
   constexpr int kWorld = 3;
   // Per rank: a row shard of "w" (rank 2's 1.5 MiB: block checksums), a replicated "norm"
-  // (deduplicated: one writer), two chunks of "pair" on rank 0 (two keys in one file), and
-  // a bytes entry on every rank.
-  std::vector<std::vector<float>> w(kWorld), norm(kWorld), pair(kWorld);
+  // (deduplicated: one writer), two chunks of "pair" on rank 0 (two keys in one file), a small
+  // "tail" after rank 2's large chunk (stored before it), and a bytes entry on every rank.
+  std::vector<std::vector<float>> w(kWorld), norm(kWorld), pair(kWorld), tail(kWorld);
   std::vector<StateDict> sds(kWorld);
   std::mutex mu;
   std::vector<std::string> encoded_plans(kWorld);
@@ -56,6 +56,10 @@ TEST(WriteResults, SimulatedMetadataIsTheSavedMetadata) {
       pair[r].assign(8, 2.0f);
       sd.add("pair", TensorView(pair[r].data(), DType::kF32, Shape{4}), Chunk{Shape{8}, {0}});
       sd.add("pair", TensorView(pair[r].data() + 4, DType::kF32, Shape{4}), Chunk{Shape{8}, {4}});
+    }
+    if (r == 2) {
+      tail[r].assign(16, 3.0f);
+      sd.add("tail", TensorView(tail[r].data(), DType::kF32, Shape{16}));
     }
     sd.add_bytes("extra/" + std::to_string(r), "rank " + std::to_string(r));
     auto local = planner::BuildLocalSavePlan(sd);
@@ -91,6 +95,22 @@ TEST(WriteResults, SimulatedMetadataIsTheSavedMetadata) {
   EXPECT_TRUE(blocks) << "the job should have a chunk with block checksums";
   EXPECT_EQ(WithoutChecksums(*simulated), WithoutChecksums(*real));
   EXPECT_EQ(metadata::Encode(*simulated).size(), metadata::Encode(*real).size());
+  // Rank 2's file stores its small chunk first, right after the header, the large one after it.
+  const metadata::StoredChunk& small = real->FindTensor("tail")->chunks.at(0);
+  const metadata::StoredChunk* large = nullptr;
+  for (const auto& c : real->FindTensor("w")->chunks) {
+    if (c.file == small.file) large = &c;
+  }
+  ASSERT_NE(large, nullptr);
+  EXPECT_EQ(large->byte_offset, small.byte_offset + small.byte_length);
+}
+
+// The stored order: chunks under kSmallChunkBytes first, then the rest, each in the order given.
+TEST(WriteResults, SmallChunksAreStoredFirstInTheirOrder) {
+  const uint64_t small = storage::kSmallChunkBytes - 1, large = storage::kSmallChunkBytes;
+  const std::vector<uint64_t> sizes{large, 8, large + 5, 0, small, large};
+  EXPECT_EQ(storage::StoredOrder(sizes), (std::vector<size_t>{1, 3, 4, 0, 2, 5}));
+  EXPECT_TRUE(storage::StoredOrder(std::vector<uint64_t>{}).empty());
 }
 
 }  // namespace

@@ -457,6 +457,47 @@ def test_a_load_reads_its_values_in_one_request(s3):
         proxy.stop()
 
 
+def test_a_save_and_a_load_ask_only_what_they_need(s3):
+    """Every request of a one-rank save into a new prefix and of its load, as the store sees
+    them: the save locks, lists (dead saves' files and uploads), writes each file once, checks
+    its lock before the commit, commits and unlocks -- no HEAD, no listing to create the prefix,
+    none to collect garbage a second time, no read-back of the lock to release it. The load
+    lists (per-rank metadata), reads the metadata in one GET and every small tensor of the file
+    in one more (stored side by side), its values in one more: no HEAD before opening a file
+    whose size the metadata gives."""
+    server, _ = s3
+    ck = f"s3://{BUCKET}/asks/ck"
+    seen = []
+    proxy = FaultProxy(server.port, every=0,
+                       gate=lambda method, path: seen.append((method, path)))
+    state = ("{'big': torch.arange(1 << 20, dtype=torch.float32), "
+             "'norm1': torch.ones(300), 'mid': torch.zeros(1 << 19), 'norm2': torch.ones(200), "
+             "'step': 7}")
+    try:
+        env = {"AWS_ENDPOINT_URL": proxy.endpoint}
+        p = run([sys.executable, "-c", "import hyperdcp as dcp, sys, torch; "
+                 f"dcp.save({state}, sys.argv[1], no_dist=True)", ck], env=env)
+        assert p.returncode == 0, p.stdout + p.stderr
+        saved, seen[:] = list(seen), []
+        p = run([sys.executable, "-c", "import hyperdcp as dcp, sys, torch; "
+                 f"want = {state}; d = {{k: (torch.zeros_like(v) if torch.is_tensor(v) else 0) "
+                 "for k, v in want.items()}; dcp.load(d, sys.argv[1], no_dist=True); "
+                 "assert all(torch.equal(d[k], v) if torch.is_tensor(v) else d[k] == v "
+                 "for k, v in want.items()); print('loaded')", ck], env=env)
+        assert p.returncode == 0 and "loaded" in p.stdout, p.stdout + p.stderr
+        loaded = list(seen)
+    finally:
+        proxy.stop()
+    kinds = lambda reqs: [f"{m} {path.split('?')[0].rsplit('/', 1)[-1] or 'list'}"
+                          for m, path in reqs]
+    assert not [r for r in saved + loaded if r[0] == "HEAD"], (saved, loaded)
+    # Lock, dead uploads, listing, tensors, values, lock check, metadata, probe, unlock.
+    assert len(saved) == 9, kinds(saved)
+    # Listing, metadata, the tensors (the small ones and "mid" in one range), the values.
+    data_gets = [r for r in loaded if r[0] == "GET" and ".safetensors" in r[1]]
+    assert len(data_gets) == 1 and len(loaded) == 4, kinds(loaded)
+
+
 def test_clear_errors(s3):
     with pytest.raises(dcp.DcpError, match="bucket s3://no-such-bucket does not exist"):
         dcp.save({"x": torch.ones(4)}, "s3://no-such-bucket/ck", no_dist=True)

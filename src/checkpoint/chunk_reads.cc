@@ -31,7 +31,7 @@ Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
   }
   const metadata::FileInfo& info = md_.files[file];
   const std::string path = DataFilePath(ckpt_, info);
-  auto f = fs_.OpenReadable(path);
+  auto f = fs_.OpenReadableSized(path, info.size);
   if (!f.ok()) {
     if (f.status().code() == StatusCode::kNotFound) {
       return DataLoss("data file " + path + " is missing");

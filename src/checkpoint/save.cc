@@ -361,14 +361,15 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
     if (b.ok()) base_encoded = std::move(b).value();
   }
   const uint64_t my_id = RandomSaveId();
-  storage::LeaseLock lock;  // rank 0's; released on every return
+  storage::LeaseLock lock;                         // rank 0's; released on every return
+  std::optional<std::vector<std::string>> listed;  // rank 0's, under the lock
   if (rank == 0) {
     if (st.ok()) st = fs.CreateDirs(dir);
     if (st.ok()) {
       st = LockForSave(lock, fs, dir, my_id,
                        {.lease_seconds = opts.lock_lease_seconds, .break_lock = opts.break_lock});
     }
-    if (st.ok()) RemoveFilesOfDeadSaves(fs, dir);
+    if (st.ok()) listed = RemoveFilesOfDeadSaves(fs, dir);
   } else if (opts.per_host_directory && st.ok()) {
     st = fs.CreateDirs(dir);
   }
@@ -455,7 +456,7 @@ Result<SaveResult> Save(const StateDict& sd, const std::string& dir, const SaveO
   const auto t3 = Clock::now();
   // The checkpoint is committed and every rank knows it: removing the previous save's files
   // (slow on some file systems) no longer holds anyone up but rank 0.
-  if (committed) CollectGarbage(fs, dir, FileNames(*committed), -1);
+  if (committed) CollectGarbage(fs, dir, FileNames(*committed), -1, listed ? &*listed : nullptr);
   result.plan_seconds = Seconds(t0, t1);
   result.write_seconds = Seconds(t1, t2);
   result.commit_seconds = Seconds(t2, t3);

@@ -110,10 +110,14 @@ void RemoveGarbage(storage::FileSystem& fs, const std::string& dir,
 // After a commit: data files of earlier saves are no longer referenced; remove them, tmp
 // metadata of crashed saves, and (global commits) per-rank metadata that the global file
 // now hides. With `only_rank` >= 0, only that rank's data files. Best effort: leftovers
-// waste space, nothing more.
+// waste space, nothing more. `listed`: the directory's names as listed under the lock before
+// this save wrote (RemoveFilesOfDeadSaves), so as not to list it again; what the save added
+// since is its own and kept.
 void CollectGarbage(storage::FileSystem& fs, const std::string& dir,
-                    const std::unordered_set<std::string>& keep, int only_rank) {
-  auto names = fs.List(dir);
+                    const std::unordered_set<std::string>& keep, int only_rank,
+                    const std::vector<std::string>* listed) {
+  Result<std::vector<std::string>> names =
+      listed ? Result<std::vector<std::string>>(*listed) : fs.List(dir);
   if (!names.ok()) return;
   char suffix[16];
   std::snprintf(suffix, sizeof(suffix), "-r%05d.", only_rank);
@@ -144,23 +148,25 @@ std::unordered_set<std::string> FileNames(const metadata::Metadata& md) {
 // failed on a full disk and could not remove its files. Removing them first means such
 // leftovers never make the next save fail too; on an object store, their incomplete
 // multipart uploads are aborted. Nothing is removed when the committed
-// metadata cannot be read.
-void RemoveFilesOfDeadSaves(storage::FileSystem& fs, const std::string& dir) {
+// metadata cannot be read. Returns the names listed (none when the listing failed).
+std::optional<std::vector<std::string>> RemoveFilesOfDeadSaves(storage::FileSystem& fs,
+                                                               const std::string& dir) {
   // An object store's uploads that dead saves left incomplete (invisible, but billed).
   (void)fs.DropUnfinishedWrites(dir);
   auto names = fs.List(dir);
-  if (!names.ok()) return;
+  if (!names.ok()) return std::nullopt;
   std::unordered_set<std::string> keep;
   for (const std::string& n : *names) {
     if (n != kMetadataName && ParseRankMetadataName(n) < 0) continue;
     auto data = storage::ReadWholeFile(fs, storage::JoinPath(dir, n));
-    if (!data.ok()) return;
+    if (!data.ok()) return *names;
     auto md = metadata::Decode(*data);
-    if (!md.ok()) return;
+    if (!md.ok()) return *names;
     keep.merge(FileNames(*md));
   }
   RemoveGarbage(fs, dir, *names,
                 [&](const std::string& n) { return !keep.count(n) && IsGarbageName(n); });
+  return std::move(names).value();
 }
 
 // Whether the data files of a save whose commit failed may be removed: yes unless the

@@ -21,7 +21,10 @@ std::string_view TorchProbeBytes() {
 Status WriteTorchProbe(storage::FileSystem& fs, const std::string& dir,
                        const std::string& tmp_suffix) {
   const std::string path = storage::JoinPath(dir, std::string(kTorchProbeName));
-  if (auto size = fs.FileSize(path); size.ok() && *size == TorchProbeBytes().size()) {
+  // One already there is kept on a file system (reading it costs less than a write, a sync and
+  // a rename); on an object store the write is one request, fewer than checking first.
+  if (auto size = fs.IsObjectStore() ? Result<uint64_t>(NotFound(path)) : fs.FileSize(path);
+      size.ok() && *size == TorchProbeBytes().size()) {
     if (auto old = storage::ReadWholeFile(fs, path); old.ok() && *old == TorchProbeBytes()) {
       return OkStatus();
     }

@@ -193,23 +193,28 @@ std::vector<Written> LayOutWrites(const planner::GlobalSavePlan& plan, int world
   ForEachPlannedChunk(plan, -1, [&](int w, PlannedChunk p) { planned[w].push_back(std::move(p)); });
   for (int r = 0; r < world; ++r) {
     if (planned[r].empty()) continue;
-    storage::SafetensorsHeader header;
+    std::vector<uint64_t> sizes;
     for (const PlannedChunk& p : planned[r]) {
+      sizes.push_back(plan.tensors[p.tensor].chunks[p.chunk].nbytes);
+    }
+    const std::vector<size_t> order = storage::StoredOrder(sizes);
+    storage::SafetensorsHeader header;
+    for (size_t i : order) {
+      const PlannedChunk& p = planned[r][i];
       const auto& t = plan.tensors[p.tensor];
-      const auto& c = t.chunks[p.chunk];
-      header.Add(p.key, t.dtype, c.box.lengths, c.nbytes);
+      header.Add(p.key, t.dtype, t.chunks[p.chunk].box.lengths, sizes[i]);
     }
     storage::WrittenFile& f = out[r].tensors;
     f.size = std::move(header).Finish().size();
-    for (const PlannedChunk& p : planned[r]) {
-      const uint64_t n = plan.tensors[p.tensor].chunks[p.chunk].nbytes;
-      storage::WrittenRange range{f.size, n, checksum(), {}};
-      range.block_xxh3.resize(NumBlocks(block_size, n));
+    f.ranges.resize(sizes.size());
+    for (size_t i : order) {
+      storage::WrittenRange& range = f.ranges[i];
+      range = {f.size, sizes[i], checksum(), {}};
+      range.block_xxh3.resize(NumBlocks(block_size, sizes[i]));
       for (uint64_t& h : range.block_xxh3) h = checksum();
       if (!range.block_xxh3.empty())
         range.xxh3 = BlockDigest(range.block_xxh3);  // as decoders check
-      f.ranges.push_back(std::move(range));
-      f.size += n;
+      f.size += sizes[i];
     }
   }
   for (const auto& b : plan.bytes) {

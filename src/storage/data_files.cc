@@ -2,8 +2,10 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "core/checksum.h"
 
@@ -30,20 +32,25 @@ Status Finish(WritableFile& f) {
   return f.Close();
 }
 
-// The header, then each tensor's data; durable and closed on return.
+// The header, then each tensor's data in `order`; durable and closed on return. The ranges
+// are in the tensors' order.
 Result<WrittenFile> WriteTensors(WritableFile& file, const std::string& header,
-                                 const std::vector<TensorToWrite>& tensors, uint64_t block_size) {
+                                 const std::vector<TensorToWrite>& tensors,
+                                 std::span<const size_t> order, uint64_t block_size) {
   uint64_t total = header.size();
   for (const TensorToWrite& t : tensors) total += t.data.size();
   file.WillWrite(total);
   DCP_RETURN_IF_ERROR(file.Append(std::as_bytes(std::span(header.data(), header.size()))));
   WrittenFile out;
+  out.ranges.resize(tensors.size());
   uint64_t offset = header.size();
-  for (const TensorToWrite& t : tensors) {
-    WrittenRange r{offset, t.data.size(), 0, {}};
+  for (size_t i : order) {
+    const TensorToWrite& t = tensors[i];
+    WrittenRange& r = out.ranges[i];
+    r.byte_offset = offset;
+    r.byte_length = t.data.size();
     DCP_RETURN_IF_ERROR(AppendHashed(file, t.data, block_size, &r));
     offset += t.data.size();
-    out.ranges.push_back(r);
   }
   DCP_RETURN_IF_ERROR(Finish(file));
   out.size = offset;
@@ -91,12 +98,26 @@ std::string SafetensorsHeader::Finish() && {
 
 uint64_t Checksum(std::span<const std::byte> data) { return Xxh3(data); }
 
+std::vector<size_t> StoredOrder(std::span<const uint64_t> sizes) {
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_partition(order.begin(), order.end(),
+                        [&](size_t i) { return sizes[i] < kSmallChunkBytes; });
+  return order;
+}
+
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
                                          const std::vector<TensorToWrite>& tensors,
                                          uint64_t block_size, const std::string& recycle_from,
                                          bool* recycled) {
+  std::vector<uint64_t> sizes;
+  for (const TensorToWrite& t : tensors) sizes.push_back(t.data.size());
+  const std::vector<size_t> order = StoredOrder(sizes);
   SafetensorsHeader header;
-  for (const TensorToWrite& t : tensors) header.Add(t.key, t.dtype, t.shape, t.data.size());
+  for (size_t i : order) {
+    const TensorToWrite& t = tensors[i];
+    header.Add(t.key, t.dtype, t.shape, t.data.size());
+  }
   const std::string prefix = std::move(header).Finish();
 
   std::unique_ptr<WritableFile> file;
@@ -112,14 +133,16 @@ Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path
   if (!file) {
     DCP_ASSIGN_OR_RETURN(file, fs.NewWritableFile(path));
   }
-  return WriteTensors(*file, prefix, tensors, block_size);
+  return WriteTensors(*file, prefix, tensors, order, block_size);
 }
 
 Result<WrittenFile> WriteSafetensorsFileWithHeader(FileSystem& fs, const std::string& path,
                                                    const std::string& header,
                                                    const std::vector<TensorToWrite>& tensors) {
   DCP_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(path));
-  return WriteTensors(*file, header, tensors, 0);
+  std::vector<size_t> in_order(tensors.size());
+  std::iota(in_order.begin(), in_order.end(), size_t{0});
+  return WriteTensors(*file, header, tensors, in_order, 0);
 }
 
 Result<WrittenFile> WriteBytesFile(FileSystem& fs, const std::string& path,

@@ -53,10 +53,20 @@ class SafetensorsHeader {
   uint64_t pos_ = 0;
 };
 
-// A valid safetensors file (`__metadata__` {"format": "pt"}) holding `tensors` in order.
-// With `block_size`, a tensor longer than one block gets one checksum per block
-// (core/checksum.h). With `recycle_from` set and present, that file becomes `path` and is
-// overwritten in place (FileSystem::ReuseFile; *recycled says so); otherwise a new file.
+// Chunks smaller than this are stored together at the front of a data file.
+constexpr uint64_t kSmallChunkBytes = uint64_t{1} << 20;
+
+// The order a data file stores chunks of these sizes in: the small ones first, then the rest,
+// each in the given order. A load reads a file's small chunks together (a job's replicated
+// norms and biases, read by one rank and broadcast): one ranged read, one GET on an object
+// store, where plan order would scatter them between large chunks and ask for each alone.
+std::vector<size_t> StoredOrder(std::span<const uint64_t> sizes);
+
+// A valid safetensors file (`__metadata__` {"format": "pt"}) holding `tensors`, stored in
+// StoredOrder (its ranges are in the order given). With `block_size`, a tensor longer than one
+// block gets one checksum per block (core/checksum.h). With `recycle_from` set and present, that
+// file becomes `path` and is overwritten in place (FileSystem::ReuseFile; *recycled says so);
+// otherwise a new file.
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
                                          const std::vector<TensorToWrite>& tensors,
                                          uint64_t block_size = 0,

@@ -75,6 +75,16 @@ class FileSystem {
   virtual Result<std::unique_ptr<WritableFile>> ReuseFile(const std::string& old_path,
                                                           const std::string& path);
   virtual Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) = 0;
+  // A file whose size the caller knows (a checkpoint's data file, sized in its metadata). The
+  // default opens it (its size() is the file's own, for the caller to compare); an object store
+  // takes the size as told and asks nothing before the first read (a read past the object's
+  // real end fails with kDataLoss naming it).
+  virtual Result<std::unique_ptr<ReadableFile>> OpenReadableSized(const std::string& path,
+                                                                  uint64_t /*size*/) {
+    return OpenReadable(path);
+  }
+  // The whole file. The default opens it and reads size() bytes; an object store asks once.
+  virtual Result<std::string> ReadWhole(const std::string& path);
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Status SyncDir(const std::string& dir) = 0;
   // A file, or an empty directory.
@@ -148,7 +158,9 @@ Result<FileSystem*> FileSystemFor(const std::string& path);
 bool IsObjectStorePath(const std::string& path);
 
 // Whole-file helpers over any FileSystem.
-Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path);
+inline Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
+  return fs.ReadWhole(path);
+}
 
 std::string JoinPath(const std::string& dir, const std::string& name);
 // The directory holding `path` and `path`'s last component, trailing slashes ignored:

@@ -452,8 +452,8 @@ std::string NormalPath(const std::string& path) {
   return out;
 }
 
-Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
-  DCP_ASSIGN_OR_RETURN(auto file, fs.OpenReadable(path));
+Result<std::string> FileSystem::ReadWhole(const std::string& path) {
+  DCP_ASSIGN_OR_RETURN(auto file, OpenReadable(path));
   std::string data(file->size(), '\0');
   DCP_RETURN_IF_ERROR(file->ReadAt(0, std::as_writable_bytes(std::span(data.data(), data.size()))));
   return data;

@@ -54,6 +54,8 @@ Status HttpError(const Request& r, const Response& resp) {
       return NotFound(Where(r.bucket, r.key) + " does not exist (" + detail + ")");
     case 412:
       return FailedPrecondition(Where(r.bucket, r.key) + " already exists (" + detail + ")");
+    case 416:  // a range past the end: the object is shorter than its reader was told
+      return DataLoss(Where(r.bucket, r.key) + " ends before the bytes asked for (" + detail + ")");
     case 409:  // ConditionalRequestConflict: another conditional write raced this one
       return FailedPrecondition(what + ": contended by a concurrent write (" + detail + ")");
     case 401:

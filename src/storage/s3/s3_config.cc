@@ -101,6 +101,13 @@ uint64_t PartBytes(uint64_t base, size_t index) {
   return std::min(base << doublings, std::max(base, kMaxPart));
 }
 
+uint64_t PartBytesFor(const S3Config& config, uint64_t total) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const uint64_t per_connection = total / static_cast<uint64_t>(std::max(1, config.connections));
+  const uint64_t rounded = (per_connection + kMiB - 1) / kMiB * kMiB;
+  return std::clamp(rounded, config.part_bytes, 4 * config.part_bytes);
+}
+
 bool IsS3Path(const std::string& path) { return path.rfind("s3://", 0) == 0; }
 
 Result<S3Location> ParseS3Path(const std::string& path) {

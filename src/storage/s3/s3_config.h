@@ -49,5 +49,10 @@ inline constexpr int kMaxParts = 10000;
 // every 1,000 parts, up to 5 GiB, so that an upload of unknown size stays under kMaxParts up to
 // 1000 * base * 1023 bytes (16 TiB at the default 16 MiB) -- S3's own 5 TiB object limit first.
 uint64_t PartBytes(uint64_t base, size_t index);
+// The part size for a transfer of `total` bytes known ahead (an upload told its size, one
+// large ranged read): one part per connection, at least `part_bytes` and at most four times
+// that, so that a large transfer costs fewer requests per GiB (16 at the default 16 MiB) while
+// a smaller one still spreads over every connection.
+uint64_t PartBytesFor(const S3Config& config, uint64_t total);
 
 }  // namespace dcp::storage::s3

@@ -30,11 +30,18 @@ class S3WritableFile final : public WritableFile {
     }
   }
 
+  // Sized before the first part: parts as large as the file allows (PartBytesFor).
+  void WillWrite(uint64_t total_bytes) override {
+    if (etags_.empty() && buffer_.empty()) {
+      part_base_ = PartBytesFor(client_.config(), total_bytes);
+    }
+  }
+
   Status Append(std::span<const std::byte> data) override {
     if (done_) return FailedPrecondition("write to " + path_ + " after it was completed");
     // Parts grow as the upload does (PartBytes): a file of any size S3 takes fits its
     // 10,000 parts.
-    const size_t part = PartBytes(client_.config().part_bytes, etags_.size());
+    const size_t part = PartBytes(part_base_, etags_.size());
     while (!data.empty()) {
       if (buffer_.capacity() < part) buffer_.reserve(part);
       size_t k = std::min(part - buffer_.size(), data.size());
@@ -98,6 +105,7 @@ class S3WritableFile final : public WritableFile {
   S3Location loc_;
   std::string path_;
   bool exclusive_;
+  uint64_t part_base_ = client_.config().part_bytes;
   std::vector<std::byte> buffer_;
   std::string upload_id_;
   std::deque<std::string> etags_;
@@ -142,6 +150,18 @@ Result<std::unique_ptr<ReadableFile>> S3FileSystem::OpenReadable(const std::stri
   return std::unique_ptr<ReadableFile>(new S3ReadableFile(*this, std::move(loc), path, size));
 }
 
+Result<std::unique_ptr<ReadableFile>> S3FileSystem::OpenReadableSized(const std::string& path,
+                                                                      uint64_t size) {
+  DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
+  return std::unique_ptr<ReadableFile>(new S3ReadableFile(*this, std::move(loc), path, size));
+}
+
+Result<std::string> S3FileSystem::ReadWhole(const std::string& path) {
+  DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
+  DCP_ASSIGN_OR_RETURN(SmallObject o, client_.GetSmallObject(loc.bucket, loc.key, SIZE_MAX));
+  return std::move(o.text);
+}
+
 Status S3FileSystem::Rename(const std::string& from, const std::string& to) {
   DCP_ASSIGN_OR_RETURN(S3Location a, ParseS3Path(from));
   DCP_ASSIGN_OR_RETURN(S3Location b, ParseS3Path(to));
@@ -173,9 +193,9 @@ Status S3FileSystem::Remove(const std::string& path) {
 }
 
 Status S3FileSystem::CreateDirs(const std::string& dir) {
-  // Prefixes need no creating; the bucket must exist (a clear error now, not at commit).
-  DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(dir));
-  return client_.List(loc.bucket, DirPrefix(loc.key), "/").status();
+  // Prefixes need no creating. A missing bucket fails the first request into it, naming the
+  // bucket (a save's is its lock, before anything is written): no request of its own here.
+  return ParseS3Path(dir).status();
 }
 
 Result<std::vector<std::string>> S3FileSystem::List(const std::string& dir) {

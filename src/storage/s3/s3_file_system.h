@@ -31,6 +31,9 @@ class S3FileSystem final : public FileSystem {
   Result<std::unique_ptr<WritableFile>> ReuseFile(const std::string& old_path,
                                                   const std::string& path) override;
   Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& path) override;
+  Result<std::unique_ptr<ReadableFile>> OpenReadableSized(const std::string& path,
+                                                          uint64_t size) override;
+  Result<std::string> ReadWhole(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string&) override { return OkStatus(); }
   Status Remove(const std::string& path) override;

@@ -146,8 +146,9 @@ Status S3ReadableFile::ReadAt(uint64_t offset, std::span<std::byte> dst) {
   }
   // Large reads: parallel ranged GETs of one part each.
   TaskGroup group(fs_.pool(), static_cast<size_t>(client.config().connections));
-  for (uint64_t at = 0; at < dst.size(); at += part) {
-    std::span<std::byte> piece = dst.subspan(at, std::min<uint64_t>(part, dst.size() - at));
+  const uint64_t piece_bytes = PartBytesFor(client.config(), dst.size());
+  for (uint64_t at = 0; at < dst.size(); at += piece_bytes) {
+    std::span<std::byte> piece = dst.subspan(at, std::min<uint64_t>(piece_bytes, dst.size() - at));
     group.Run([&client, this, offset, at, piece] {
       return client.GetRange(loc_.bucket, loc_.key, offset + at, piece);
     });

@@ -91,6 +91,24 @@ TEST(S3Config, PartsGrowToStayUnderTheirLimit) {
   EXPECT_EQ(PartBytes(uint64_t{5} << 30, 9999), uint64_t{5} << 30);
 }
 
+// A transfer of known size takes one part per connection, between the configured part size
+// and four times it: a large file costs 16 requests per GiB at the default, a small one still
+// spreads over every connection.
+TEST(S3Config, KnownSizesTakeOnePartPerConnectionWithinFourTimesThePartSize) {
+  S3Config c;  // 16 MiB, 8 connections
+  const uint64_t MiB = uint64_t{1} << 20;
+  EXPECT_EQ(PartBytesFor(c, 0), 16 * MiB);
+  EXPECT_EQ(PartBytesFor(c, 100 * MiB), 16 * MiB);
+  EXPECT_EQ(PartBytesFor(c, 200 * MiB), 25 * MiB);  // 25 MiB per connection
+  EXPECT_EQ(PartBytesFor(c, 201 * MiB), 26 * MiB);  // rounded up to whole MiB
+  EXPECT_EQ(PartBytesFor(c, 512 * MiB), 64 * MiB);
+  EXPECT_EQ(PartBytesFor(c, uint64_t{1} << 40), 64 * MiB);
+  c.connections = 1;
+  EXPECT_EQ(PartBytesFor(c, 40 * MiB), 40 * MiB);
+  c.part_bytes = 5 * MiB;
+  EXPECT_EQ(PartBytesFor(c, 40 * MiB), 20 * MiB);
+}
+
 TEST(S3Config, ReadsProfilesOfTheSharedFiles) {
   const std::string text =
       "[default]\naws_access_key_id = AK1\n\n[other]\n# comment\naws_access_key_id=AK2 \n"
