@@ -99,7 +99,7 @@ void S3ReadableFile::WillRead(std::span<const ByteRange> ranges) {
       }
       // Merged across a gap only where no earlier extent lies in it (extents never overlap).
       if (!added.empty() && added.back().group == group_ && begin <= added.back().end + kGap &&
-          end - added.back().begin <= part && Free(added.back().end, begin)) {
+          end - added.back().begin <= kMergedParts * part && Free(added.back().end, begin)) {
         added.back().end = end;
         added.back().wanted += end - begin;
         continue;

@@ -15,17 +15,21 @@ namespace dcp::storage::s3 {
 class S3FileSystem;
 
 // Announced ranges (WillRead) become extents: neighbours less than kGap apart merged up to
-// one part (larger ranges cut into parts). The first of them are fetched at once while the file
-// system holds less than one window of fetched bytes across its files. A read inside an extent
-// starts the GETs of it and of the next `connections` extents, then waits for its own only: while
-// the caller uses one extent, the following ones are on the wire, and every read slides that window
-// on. An extent goes once the bytes announced in it have all been read; the oldest fetched go when
-// more than two windows' worth are held, so memory stays bounded whatever order the reads come in.
-// Reads larger than a part go straight out, in parallel parts. No lock is held while waiting on the
-// network: readers of other extents of the file go on.
+// kMergedParts parts (larger ranges cut into parts). The first of them are fetched at once while
+// the file system holds less than one window of fetched bytes across its files. A read inside an
+// extent starts the GETs of it and of the next `connections` extents, then waits for its own only:
+// while the caller uses one extent, the following ones are on the wire, and every read slides that
+// window on. An extent goes once the bytes announced in it have all been read; the oldest fetched
+// go when more than two windows' worth are held, so memory stays bounded whatever order the reads
+// come in. Reads larger than a part go straight out, in parallel parts. No lock is held while
+// waiting on the network: readers of other extents of the file go on.
 class S3ReadableFile final : public ReadableFile {
  public:
   static constexpr uint64_t kGap = uint64_t{1} << 20;
+  // Two parts: half the GETs of one-part extents for runs of chunks (a load's own shards, a
+  // reshard's slabs), while the read-ahead budget (two windows of parts) still keeps one GET
+  // in flight per connection.
+  static constexpr uint64_t kMergedParts = 2;
 
   S3ReadableFile(S3FileSystem& fs, S3Location loc, std::string path, uint64_t size);
   ~S3ReadableFile() override;  // waits for the GETs it started
