@@ -37,7 +37,8 @@ TEST(WriteResults, SimulatedMetadataIsTheSavedMetadata) {
   constexpr int kWorld = 3;
   // Per rank: a row shard of "w" (rank 2's 1.5 MiB: block checksums), a replicated "norm"
   // (deduplicated: one writer), two chunks of "pair" on rank 0 (two keys in one file), a small
-  // "tail" after rank 2's large chunk (stored before it), and a bytes entry on every rank.
+  // "x_tail" after rank 2's large chunk in plan order (tensors go by name; stored before it),
+  // and a bytes entry on every rank.
   std::vector<std::vector<float>> w(kWorld), norm(kWorld), pair(kWorld), tail(kWorld);
   std::vector<StateDict> sds(kWorld);
   std::mutex mu;
@@ -59,7 +60,7 @@ TEST(WriteResults, SimulatedMetadataIsTheSavedMetadata) {
     }
     if (r == 2) {
       tail[r].assign(16, 3.0f);
-      sd.add("tail", TensorView(tail[r].data(), DType::kF32, Shape{16}));
+      sd.add("x_tail", TensorView(tail[r].data(), DType::kF32, Shape{16}));
     }
     sd.add_bytes("extra/" + std::to_string(r), "rank " + std::to_string(r));
     auto local = planner::BuildLocalSavePlan(sd);
@@ -96,7 +97,7 @@ TEST(WriteResults, SimulatedMetadataIsTheSavedMetadata) {
   EXPECT_EQ(WithoutChecksums(*simulated), WithoutChecksums(*real));
   EXPECT_EQ(metadata::Encode(*simulated).size(), metadata::Encode(*real).size());
   // Rank 2's file stores its small chunk first, right after the header, the large one after it.
-  const metadata::StoredChunk& small = real->FindTensor("tail")->chunks.at(0);
+  const metadata::StoredChunk& small = real->FindTensor("x_tail")->chunks.at(0);
   const metadata::StoredChunk* large = nullptr;
   for (const auto& c : real->FindTensor("w")->chunks) {
     if (c.file == small.file) large = &c;

@@ -460,8 +460,8 @@ def test_a_load_reads_its_values_in_one_request(s3):
 def test_a_save_and_a_load_ask_only_what_they_need(s3):
     """Every request of a one-rank save into a new prefix and of its load, as the store sees
     them: the save locks, lists (dead saves' files and uploads), writes each file once, checks
-    its lock before the commit, commits and unlocks -- no HEAD, no listing to create the prefix,
-    none to collect garbage a second time, no read-back of the lock to release it. The load
+    its lock before the commit, commits and unlocks (reading the lock first) -- no HEAD, no
+    listing to create the prefix, none to collect garbage a second time. The load
     lists (per-rank metadata), reads the metadata in one GET and every small tensor of the file
     in one more (stored side by side), its values in one more: no HEAD before opening a file
     whose size the metadata gives."""
@@ -491,11 +491,27 @@ def test_a_save_and_a_load_ask_only_what_they_need(s3):
     kinds = lambda reqs: [f"{m} {path.split('?')[0].rsplit('/', 1)[-1] or 'list'}"
                           for m, path in reqs]
     assert not [r for r in saved + loaded if r[0] == "HEAD"], (saved, loaded)
-    # Lock, dead uploads, listing, tensors, values, lock check, metadata, probe, unlock.
-    assert len(saved) == 9, kinds(saved)
-    # Listing, metadata, the tensors (the small ones and "mid" in one range), the values.
+    # Lock, dead uploads, listing, tensors, values, lock check, metadata, probe, unlock (2).
+    assert len(saved) == 10, kinds(saved)
+    # Listing, metadata, the tensors (one file under one part: one range), the values.
     data_gets = [r for r in loaded if r[0] == "GET" and ".safetensors" in r[1]]
     assert len(data_gets) == 1 and len(loaded) == 4, kinds(loaded)
+
+
+def test_metadata_larger_than_one_part_is_read_whole(s3):
+    """The metadata is read by one GET of its first part; an object larger than that (here
+    parts of 5 MiB and 120,000 tensors) has the rest read by ranged GETs, never cut short."""
+    server, client = s3
+    ck = f"s3://{BUCKET}/bigmeta/ck"
+    code = ("import hyperdcp as dcp, sys, torch; n = 120000; "
+            "sd = {f'layer{i}.w': torch.full((2,), float(i)) for i in range(n)}; "
+            "dcp.save(sd, sys.argv[1], no_dist=True); "
+            "d = {k: torch.zeros(2) for k in sd}; dcp.load(d, sys.argv[1], no_dist=True); "
+            "assert all(torch.equal(d[k], sd[k]) for k in sd); print('loaded')")
+    p = run([sys.executable, "-c", code, ck], env={"DCP_S3_PART_MB": "5"}, timeout=600)
+    assert p.returncode == 0 and "loaded" in p.stdout, p.stdout + p.stderr
+    size = client.head_object(Bucket=BUCKET, Key="bigmeta/ck/dcp.metadata")["ContentLength"]
+    assert size > 5 << 20, size
 
 
 def test_clear_errors(s3):

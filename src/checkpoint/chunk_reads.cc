@@ -21,7 +21,8 @@ ChunkReads::ChunkReads(StateDict& sd, const metadata::Metadata& md, const std::s
       stats_(stats) {}
 
 // Opening checks the size recorded in the metadata, so a truncated file is reported as
-// such before any read.
+// such before any read (on an object store, which opens without asking, at the read that
+// passes its end).
 Result<storage::ReadableFile*> ChunkReads::Open(uint32_t file) {
   for (auto it = open_.begin(); it != open_.end(); ++it) {
     if (it->first == file) {

@@ -443,13 +443,15 @@ void LeaseLock::Release() {
   if (state_->heartbeat.joinable()) state_->heartbeat.join();
   // Removed only while still ours (a lock broken meanwhile belongs to its new holder): on a
   // file system under the flock, so a taker that opened it meanwhile sees the inode is gone;
-  // otherwise only while it holds the version this holder wrote -- or, when that removal is
-  // refused, the version read back as still ours (a renewal whose reply was lost).
-  if (state_->fd >= 0) {
-    if (state_->WhyLost().empty()) (void)state_->fs->Remove(state_->path);
-  } else if (Status s = state_->fs->RemoveIfVersion(state_->path, state_->version);
-             s.code() == StatusCode::kFailedPrecondition && state_->WhyLost().empty()) {
-    (void)state_->fs->RemoveIfVersion(state_->path, state_->version);
+  // on an object store only while it holds the version this holder wrote. Read first even
+  // there: a store that takes If-Match on DELETE without honouring it would otherwise delete
+  // the lock of a save that took this one over.
+  if (state_->WhyLost().empty()) {
+    if (state_->fd >= 0) {
+      (void)state_->fs->Remove(state_->path);
+    } else {
+      (void)state_->fs->RemoveIfVersion(state_->path, state_->version);
+    }
   }
   state_.reset();  // closes the descriptor: the kernel lock goes last
 }

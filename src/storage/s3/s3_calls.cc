@@ -44,10 +44,25 @@ Status S3Client::GetRange(const std::string& bucket, const std::string& key, uin
   return OkStatus();
 }
 
+Result<std::pair<std::string, uint64_t>> S3Client::GetFirstBytes(const std::string& bucket,
+                                                                 const std::string& key,
+                                                                 size_t max_bytes) {
+  Request r{"GET", bucket, key};
+  r.headers.emplace_back("range", "bytes=0-" + std::to_string(max_bytes - 1));
+  DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
+  if (resp.received > max_bytes || resp.received != resp.text.size()) {
+    return DataLoss(Where(bucket, key) + ": " + std::to_string(resp.received) +
+                    " bytes received for the first " + std::to_string(max_bytes));
+  }
+  // 206 names the whole size; a store that ignores the range sends it all (200).
+  const uint64_t total = resp.status == 206 ? resp.total_size : resp.received;
+  return std::make_pair(std::move(resp.text), std::max<uint64_t>(total, resp.received));
+}
+
 Result<SmallObject> S3Client::GetSmallObject(const std::string& bucket, const std::string& key,
                                              size_t max_bytes) {
   DCP_ASSIGN_OR_RETURN(Response resp, Send(Request{"GET", bucket, key}));
-  if (resp.received > max_bytes) {
+  if (resp.received > max_bytes || resp.received != resp.text.size()) {
     return DataLoss(Where(bucket, key) + ": " + std::to_string(resp.received) +
                     " bytes, more than the " + std::to_string(max_bytes) + " expected");
   }

@@ -125,6 +125,8 @@ size_t OnHeader(char* data, size_t size, size_t n, void* p) {
     if (name == "last-modified") t->resp->last_modified = value;
     if (name == "content-length")
       t->resp->content_length = std::strtoull(value.c_str(), nullptr, 10);
+    if (name == "content-range" && value.find('/') != std::string::npos)
+      t->resp->total_size = std::strtoull(value.c_str() + value.find('/') + 1, nullptr, 10);
   }
   return size * n;
 }

@@ -65,6 +65,10 @@ class S3Client {
   // kNotFound when missing; kDataLoss when longer than `max_bytes`.
   Result<SmallObject> GetSmallObject(const std::string& bucket, const std::string& key,
                                      size_t max_bytes);
+  // The object's first `max_bytes` bytes (all of it when shorter) and its whole size, by one
+  // ranged GET. kNotFound when missing; kDataLoss (HTTP 416) when it is empty.
+  Result<std::pair<std::string, uint64_t>> GetFirstBytes(const std::string& bucket,
+                                                         const std::string& key, size_t max_bytes);
   // Compare-and-swap: writes only while the object's ETag is `if_match` ("": only if absent);
   // kFailedPrecondition (412) when it is not. Returns the new ETag.
   Result<std::string> PutObjectIf(const std::string& bucket, const std::string& key,

@@ -157,9 +157,23 @@ Result<std::unique_ptr<ReadableFile>> S3FileSystem::OpenReadableSized(const std:
 }
 
 Result<std::string> S3FileSystem::ReadWhole(const std::string& path) {
+  // One GET for a file of up to one part (a checkpoint's metadata mostly); a larger one then
+  // has its rest read by parallel ranged GETs.
   DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
-  DCP_ASSIGN_OR_RETURN(SmallObject o, client_.GetSmallObject(loc.bucket, loc.key, SIZE_MAX));
-  return std::move(o.text);
+  auto first = client_.GetFirstBytes(loc.bucket, loc.key, client_.config().part_bytes);
+  if (!first.ok() && first.status().code() == StatusCode::kDataLoss) {
+    return FileSystem::ReadWhole(path);  // an empty object has no first byte (416)
+  }
+  DCP_RETURN_IF_ERROR(first.status());
+  auto& [text, total] = *first;
+  if (total > text.size()) {
+    const size_t have = text.size();
+    text.resize(total);
+    DCP_ASSIGN_OR_RETURN(auto file, OpenReadableSized(path, total));
+    DCP_RETURN_IF_ERROR(file->ReadAt(
+        have, std::as_writable_bytes(std::span(text.data() + have, text.size() - have))));
+  }
+  return std::move(text);
 }
 
 Status S3FileSystem::Rename(const std::string& from, const std::string& to) {

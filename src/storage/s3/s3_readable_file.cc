@@ -144,7 +144,7 @@ Status S3ReadableFile::ReadAt(uint64_t offset, std::span<std::byte> dst) {
     lock.unlock();
     return client.GetRange(loc_.bucket, loc_.key, offset, dst);
   }
-  // Large reads: parallel ranged GETs of one part each.
+  // Large reads: parallel ranged GETs, one per connection within 1 to 4 parts.
   TaskGroup group(fs_.pool(), static_cast<size_t>(client.config().connections));
   const uint64_t piece_bytes = PartBytesFor(client.config(), dst.size());
   for (uint64_t at = 0; at < dst.size(); at += piece_bytes) {

@@ -21,14 +21,15 @@ class S3FileSystem;
 // while the caller uses one extent, the following ones are on the wire, and every read slides that
 // window on. An extent goes once the bytes announced in it have all been read; the oldest fetched
 // go when more than two windows' worth are held, so memory stays bounded whatever order the reads
-// come in. Reads larger than a part go straight out, in parallel parts. No lock is held while
+// come in. Reads larger than a part go straight out, in parallel GETs of 1 to 4 parts
+// (PartBytesFor). No lock is held while
 // waiting on the network: readers of other extents of the file go on.
 class S3ReadableFile final : public ReadableFile {
  public:
   static constexpr uint64_t kGap = uint64_t{1} << 20;
   // Two parts: half the GETs of one-part extents for runs of chunks (a load's own shards, a
-  // reshard's slabs), while the read-ahead budget (two windows of parts) still keeps one GET
-  // in flight per connection.
+  // reshard's slabs), while a read's window (its budget is two windows of parts) still keeps a
+  // GET in flight per connection; the early starts (one window's budget) start half as many.
   static constexpr uint64_t kMergedParts = 2;
 
   S3ReadableFile(S3FileSystem& fs, S3Location loc, std::string path, uint64_t size);

@@ -28,6 +28,7 @@ struct S3Client::Response {
   std::string etag;
   std::string date, last_modified;  // the store's clock: now, and when the object was written
   uint64_t content_length = 0;
+  uint64_t total_size = 0;  // a ranged reply's object size (Content-Range "bytes a-b/total")
   uint64_t received = 0;
 };
 

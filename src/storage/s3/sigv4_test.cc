@@ -107,6 +107,9 @@ TEST(S3Config, KnownSizesTakeOnePartPerConnectionWithinFourTimesThePartSize) {
   EXPECT_EQ(PartBytesFor(c, 40 * MiB), 40 * MiB);
   c.part_bytes = 5 * MiB;
   EXPECT_EQ(PartBytesFor(c, 40 * MiB), 20 * MiB);
+  c.part_bytes = uint64_t{5} << 30;  // DCP_S3_PART_MB=5120: never past S3's 5 GiB part
+  EXPECT_EQ(PartBytesFor(c, uint64_t{1} << 40), uint64_t{5} << 30);
+  EXPECT_EQ(PartBytes(PartBytesFor(c, uint64_t{1} << 40), 5000), uint64_t{5} << 30);
 }
 
 TEST(S3Config, ReadsProfilesOfTheSharedFiles) {
