@@ -15,6 +15,7 @@
 #include "storage/file_system.h"
 #include "test_util.h"
 #include "testfs/forwarding_file_system.h"
+#include "testfs/throttled_file_system.h"
 
 namespace dcp {
 namespace {
@@ -99,8 +100,9 @@ class AsObjectStore final : public testfs::ForwardingFileSystem {
 
 // Ranks of one host (no broadcast_within_host): on a file system each reads what it wants
 // (the host's page cache makes storage deliver it once); on an object store, where each read
-// is a request, a shard several ranks want is still read once and broadcast.
-TEST(CachedReads, RanksOfOneHostShareReadsOfAnObjectStoreOnly) {
+// is a request, and on storage that charges every rank's read, a shard several ranks want is
+// still read once and broadcast.
+TEST(CachedReads, RanksOfOneHostBroadcastWhereStorageChargesEveryRead) {
   TempDir d;
   const std::vector<float> want = Pattern(3);
   SaveWhole(d.path(), 2, want);
@@ -108,6 +110,10 @@ TEST(CachedReads, RanksOfOneHostShareReadsOfAnObjectStoreOnly) {
   EXPECT_EQ(BroadcastsOfLoad(d.path(), 2, want, {}, storage::PosixFileSystem()), 0u);
   AsObjectStore store;
   EXPECT_GT(BroadcastsOfLoad(d.path(), 2, want, {}, store), 0u);
+  // Storage that charges every rank's read (dcp bench --storage-gibps): read once there too.
+  auto limiter = testfs::BandwidthLimiter::InProcess(1e12);
+  testfs::ThrottledFileSystem throttled(storage::PosixFileSystem(), *limiter);
+  EXPECT_GT(BroadcastsOfLoad(d.path(), 2, want, {}, throttled), 0u);
 }
 
 }  // namespace

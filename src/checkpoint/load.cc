@@ -79,7 +79,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
                                                   const metadata::Metadata* md,
                                                   const LoadOptions& opts,
                                                   const std::vector<std::vector<bool>>* readable,
-                                                  bool cached_here, bool object_store,
+                                                  bool cached_here, bool unshared_reads,
                                                   bool* all_cached_out, uint64_t* smallest_budget) {
   const std::string encoded = plan_status.ok() ? planner::EncodeLoadIdentity(id) : std::string();
   const bool verify = opts.verify_checksums && md && md->has_checksums;
@@ -89,7 +89,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   w.Fixed64(HostId());
   w.Fixed64(opts.max_broadcast_buffer_bytes);
   w.Byte(cached_here ? 1 : 0);
-  w.Byte(object_store ? 1 : 0);
+  w.Byte(unshared_reads ? 1 : 0);
   const size_t options_at = hello.size();
   w.Varint(opts.broadcast_batch_bytes);
   w.Varint(opts.broadcast_slab_bytes);
@@ -102,9 +102,9 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   // be the same everywhere: the smallest budget decides it.
   *smallest_budget = opts.max_broadcast_buffer_bytes;
   bool all_cached = true;
-  // A rank reading from an object store has no page cache to share with its host's ranks:
-  // then every rank broadcasts within hosts too (the same decision everywhere).
-  bool any_object_store = false;
+  // A rank whose storage its host's ranks do not read through a shared cache (an object
+  // store): then every rank broadcasts within hosts too (the same decision everywhere).
+  bool any_unshared = false;
   for (int r = 0; r < world; ++r) {
     wire::Reader rd(hellos[r]);
     hash_of_rank[r] = rd.Fixed64();
@@ -112,7 +112,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
     *smallest_budget = std::min(*smallest_budget, rd.Fixed64());
     const bool cached = rd.Byte() == 1;
     all_cached = all_cached && cached;
-    any_object_store = any_object_store || rd.Byte() == 1;
+    any_unshared = any_unshared || rd.Byte() == 1;
     // Batching and sharing must be decided alike everywhere, or collectives diverge.
     if (hellos[r].substr(options_at) != hello.substr(options_at)) {
       return InvalidArgument(
@@ -134,7 +134,7 @@ Result<planner::BroadcastPlan> ExchangeIdentities(Comm& comm, const Status& plan
   }
   return planner::PlanBroadcast(
       distinct, classes.holders, world,
-      {md, verify, opts.broadcast_within_host || any_object_store ? nullptr : &host_of_rank,
+      {md, verify, opts.broadcast_within_host || any_unshared ? nullptr : &host_of_rank,
        opts.broadcast_slab_bytes, readable});
 }
 
@@ -378,7 +378,7 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
                 ReadsAreCached(fs, dir, *md, *plan, hooks ? hooks->readable : nullptr, me),
             // An object store has no page cache the ranks of a host share: each read is a
             // request, so a replicated shard is fetched once per job, not once per rank.
-            fs.IsObjectStore(), &all_cached, &smallest_budget));
+            !fs.HostSharesReads(), &all_cached, &smallest_budget));
     // Every rank reads from its page cache: the private path, as without broadcast (agreed
     // in the exchange above).
     broadcast = !all_cached;

@@ -130,6 +130,10 @@ class FileSystem {
   // Objects, not files: Rename copies every byte (so the manager does not recycle files) and
   // each read is a request (so loads announce their ranges, ReadableFile::WillRead).
   virtual bool IsObjectStore() const { return false; }
+  // Whether ranks of one host reading the same bytes have storage deliver them once (a page
+  // cache in front of it), so that a load need not broadcast between them. Not on an object
+  // store, where every read is a request.
+  virtual bool HostSharesReads() const { return !IsObjectStore(); }
   // Whether a lock file here may be held by flock (storage/lease_lock.h); where it may not, or
   // flock fails (ENOLCK), the lock's every change is a WriteIfVersion.
   virtual bool Flocks() const { return !IsObjectStore(); }

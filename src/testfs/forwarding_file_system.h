@@ -58,6 +58,7 @@ class ForwardingFileSystem : public storage::FileSystem {
   Result<uint64_t> FileSize(const std::string& p) override { return base_.FileSize(p); }
   bool IsObjectStore() const override { return base_.IsObjectStore(); }
   bool Flocks() const override { return base_.Flocks() && !IsObjectStore(); }
+  bool HostSharesReads() const override { return base_.HostSharesReads() && !IsObjectStore(); }
   Result<Versioned> ReadVersioned(const std::string& p, size_t max_bytes) override {
     return base_.ReadVersioned(p, max_bytes);
   }

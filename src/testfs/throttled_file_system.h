@@ -77,6 +77,9 @@ class ThrottledFileSystem final : public storage::FileSystem {
   Result<uint64_t> FileSize(const std::string& path) override { return base_.FileSize(path); }
   // The limiter is one atomic in shared memory.
   bool ConcurrentReads() const override { return base_.ConcurrentReads(); }
+  // Every rank's read is charged against the storage's bandwidth, as by storage no cache of
+  // the host sits in front of: the ranks of a host do not share reads.
+  bool HostSharesReads() const override { return false; }
 
  private:
   storage::FileSystem& base_;
