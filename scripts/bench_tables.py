@@ -139,14 +139,14 @@ def python_table(report: dict) -> str:
 
 
 def summary_table(reports) -> str:
-    """One row per phase of every report: wall clock against the run's physical limit, CPU
+    """One row per phase of every report: wall clock against the run's reference, CPU
     seconds per GiB (all ranks) against the floor measured in the same run."""
-    rows = ["| run | phase | seconds | x physical limit | CPU s/GiB | floor CPU s/GiB | "
+    rows = ["| run | phase | seconds | x reference | CPU s/GiB | floor CPU s/GiB | "
             "CPU / floor |", "|---|---|---:|---:|---:|---:|---:|"]
     for report, _ in reports:
         run = (f"{report.get('ranks')} ranks, {report.get('save_layout')}"
                f"{', reads capped' if report.get('storage_throttle') else ''}"
-               f"{', 4 hosts' if report.get('tier') else ''}")
+               f"{', %s hosts' % report['tier'].get('hosts') if report.get('tier') else ''}")
         for name, p in report.get("phases", {}).items():
             cpu, floor = p.get("cpu_seconds_per_gib"), p.get("floor_cpu_seconds_per_gib")
             ratio = p.get("cpu_ratio_to_floor")
@@ -158,10 +158,15 @@ def summary_table(reports) -> str:
 
 
 def replace_block(text: str, begin: str, end: str, block: str, heading: str) -> str:
+    """`block` between the markers, or appended under `heading` when the page has neither; a
+    page with one marker, several, or the end before the begin is refused, not rewritten."""
     block = begin + "\n" + block + "\n" + end
-    if begin in text and end in text:
-        return text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-    return text.rstrip("\n") + f"\n\n{heading}\n\n" + block + "\n"
+    found = (text.count(begin), text.count(end))
+    if found == (0, 0):
+        return text.rstrip("\n") + f"\n\n{heading}\n\n" + block + "\n"
+    if found != (1, 1) or text.index(end) < text.index(begin):
+        raise SystemExit(f"bench_tables: expected one {begin} before one {end}")
+    return text[:text.index(begin)] + block + text[text.index(end) + len(end):]
 
 
 def load_specs(specs):
@@ -203,7 +208,7 @@ def main() -> int:
             summary.append("\n".join(f"- {stamp(root, c)}" for _, c in benches) + "\n\n" +
                            summary_table(benches))
         for report, command in pythons:
-            summary.append(f"`{command}`: " + python_table(report))
+            summary.append(stamp(root, command) + "\n\n" + python_table(report))
         readme = Path(a.readme)
         readme.write_text(replace_block(readme.read_text(), SUMMARY_BEGIN, SUMMARY_END,
                                         "\n\n".join(summary), "## Benchmarks"))

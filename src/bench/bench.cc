@@ -191,7 +191,9 @@ Status Runner::RunLoad(int rep, PhaseReport* p, const workload::LayoutSpec& layo
   lo.broadcast = p->broadcast;
   // The named plans measure the broadcast machinery itself even on one machine (the host-aware
   // default would read through the shared page cache exactly as with broadcast off); the
-  // default is what a user gets: ranks of one host (DCP_HOST_ID emulates several) read.
+  // default is what a user gets on such storage: ranks of one host (DCP_HOST_ID emulates
+  // several) read, except where the storage charges every rank's read (--storage-gibps, object
+  // stores), where they broadcast.
   lo.broadcast_within_host = !p->default_plan;
   lo.broadcast_cached = !p->default_plan;  // else the plan named, whatever the cache holds
   lo.max_broadcast_buffer_bytes = o_.load_max_broadcast_buffer_mib << 20;

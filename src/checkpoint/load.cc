@@ -376,8 +376,8 @@ Result<LoadResult> Load(StateDict& sd, const std::string& dir, const LoadOptions
             md.ok() ? &*md : nullptr, opts, hooks ? hooks->readable : nullptr,
             !opts.broadcast_cached && plan.ok() &&
                 ReadsAreCached(fs, dir, *md, *plan, hooks ? hooks->readable : nullptr, me),
-            // An object store has no page cache the ranks of a host share: each read is a
-            // request, so a replicated shard is fetched once per job, not once per rank.
+            // Storage the ranks of a host read through no shared cache (an object store, where
+            // each read is a request): a replicated shard is fetched once per job, not per rank.
             !fs.HostSharesReads(), &all_cached, &smallest_budget));
     // Every rank reads from its page cache: the private path, as without broadcast (agreed
     // in the exchange above).

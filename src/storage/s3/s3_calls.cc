@@ -50,13 +50,16 @@ Result<std::pair<std::string, uint64_t>> S3Client::GetFirstBytes(const std::stri
   Request r{"GET", bucket, key};
   r.headers.emplace_back("range", "bytes=0-" + std::to_string(max_bytes - 1));
   DCP_ASSIGN_OR_RETURN(Response resp, Send(r));
-  if (resp.received > max_bytes || resp.received != resp.text.size()) {
+  // All of it kept (the client keeps at most 64 MiB of a reply's text); 206 names the whole
+  // size, and a store that ignores the range sends the whole object (200).
+  const bool whole = resp.status != 206;
+  if (resp.received != resp.text.size() || (!whole && resp.received > max_bytes) ||
+      (!whole && resp.total_size < resp.received)) {
     return DataLoss(Where(bucket, key) + ": " + std::to_string(resp.received) +
-                    " bytes received for the first " + std::to_string(max_bytes));
+                    " bytes received for the first " + std::to_string(max_bytes) +
+                    (whole ? "" : " of " + std::to_string(resp.total_size)));
   }
-  // 206 names the whole size; a store that ignores the range sends it all (200).
-  const uint64_t total = resp.status == 206 ? resp.total_size : resp.received;
-  return std::make_pair(std::move(resp.text), std::max<uint64_t>(total, resp.received));
+  return std::make_pair(std::move(resp.text), whole ? resp.received : resp.total_size);
 }
 
 Result<SmallObject> S3Client::GetSmallObject(const std::string& bucket, const std::string& key,

@@ -297,8 +297,9 @@ Status S3Client::Attempt(void* handle, const Request& r, Response& resp, bool* r
                        curl_easy_strerror(rc));
   }
   if (resp.status >= 200 && resp.status < 300) {
-    // CompleteMultipartUpload and CopyObject can fail after a 200 status.
-    if (resp.text.find("<Error>") != std::string::npos) {
+    // CompleteMultipartUpload and CopyObject can fail after a 200 status (a GET's body is
+    // the object's own bytes, which may hold any text).
+    if (r.method != "GET" && resp.text.find("<Error>") != std::string::npos) {
       *retry = Retryable(resp);
       return HttpError(r, resp);
     }

@@ -65,8 +65,9 @@ class S3Client {
   // kNotFound when missing; kDataLoss when longer than `max_bytes`.
   Result<SmallObject> GetSmallObject(const std::string& bucket, const std::string& key,
                                      size_t max_bytes);
-  // The object's first `max_bytes` bytes (all of it when shorter) and its whole size, by one
-  // ranged GET. kNotFound when missing; kDataLoss (HTTP 416) when it is empty.
+  // The object's first `max_bytes` bytes (all of it when shorter, or when the store ignores
+  // the range) and its whole size, by one ranged GET. kNotFound when missing; kDataLoss when it
+  // is empty (HTTP 416) or the reply does not say its size.
   Result<std::pair<std::string, uint64_t>> GetFirstBytes(const std::string& bucket,
                                                          const std::string& key, size_t max_bytes);
   // Compare-and-swap: writes only while the object's ETag is `if_match` ("": only if absent);

@@ -158,9 +158,12 @@ Result<std::unique_ptr<ReadableFile>> S3FileSystem::OpenReadableSized(const std:
 
 Result<std::string> S3FileSystem::ReadWhole(const std::string& path) {
   // One GET for a file of up to one part (a checkpoint's metadata mostly); a larger one then
-  // has its rest read by parallel ranged GETs.
+  // has its rest read by ranged GETs (in parallel past a part). Not one unbounded GET: the
+  // client keeps at most 64 MiB of a reply's text.
   DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
-  auto first = client_.GetFirstBytes(loc.bucket, loc.key, client_.config().part_bytes);
+  constexpr uint64_t kMaxFirst = uint64_t{64} << 20;  // what the client keeps of a reply
+  auto first =
+      client_.GetFirstBytes(loc.bucket, loc.key, std::min(client_.config().part_bytes, kMaxFirst));
   if (!first.ok() && first.status().code() == StatusCode::kDataLoss) {
     return FileSystem::ReadWhole(path);  // an empty object has no first byte (416)
   }
