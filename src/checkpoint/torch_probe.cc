@@ -23,10 +23,11 @@ Status WriteTorchProbe(storage::FileSystem& fs, const std::string& dir,
   const std::string path = storage::JoinPath(dir, std::string(kTorchProbeName));
   // One already there is kept on a file system (reading it costs less than a write, a sync and
   // a rename); on an object store the write is one request, fewer than checking first.
-  if (auto size = fs.IsObjectStore() ? Result<uint64_t>(NotFound(path)) : fs.FileSize(path);
-      size.ok() && *size == TorchProbeBytes().size()) {
-    if (auto old = storage::ReadWholeFile(fs, path); old.ok() && *old == TorchProbeBytes()) {
-      return OkStatus();
+  if (!fs.IsObjectStore()) {
+    auto size = fs.FileSize(path);
+    if (size.ok() && *size == TorchProbeBytes().size()) {
+      auto old = storage::ReadWholeFile(fs, path);
+      if (old.ok() && *old == TorchProbeBytes()) return OkStatus();
     }
   }
   return fs.WriteAtomic(path, TorchProbeBytes(), tmp_suffix)

@@ -103,7 +103,7 @@ size_t OnWrite(char* data, size_t size, size_t n, void* p) {
       return 0;  // aborts the transfer
     }
     std::memcpy(t->req->into.data() + t->resp->received, data, k);
-  } else if (t->resp->text.size() < (size_t{64} << 20)) {
+  } else if (t->resp->text.size() < kMaxReplyTextBytes) {
     t->resp->text.append(data, k);
   }
   t->resp->received += k;

@@ -96,17 +96,15 @@ Result<S3Config> S3ConfigFromEnvironment() {
 }
 
 uint64_t PartBytes(uint64_t base, size_t index) {
-  constexpr uint64_t kMaxPart = uint64_t{5} << 30;
   const size_t doublings = std::min<size_t>(index / 1000, 20);
-  return std::min(base << doublings, std::max(base, kMaxPart));
+  return std::min(base << doublings, std::max(base, kMaxPartBytes));
 }
 
 uint64_t PartBytesFor(const S3Config& config, uint64_t total) {
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   const uint64_t per_connection = total / static_cast<uint64_t>(std::max(1, config.connections));
   const uint64_t rounded = (per_connection + kMiB - 1) / kMiB * kMiB;
-  constexpr uint64_t kMaxPart = uint64_t{5} << 30;  // S3's largest part
-  return std::min(std::clamp(rounded, config.part_bytes, 4 * config.part_bytes), kMaxPart);
+  return std::min(std::clamp(rounded, config.part_bytes, 4 * config.part_bytes), kMaxPartBytes);
 }
 
 bool IsS3Path(const std::string& path) { return path.rfind("s3://", 0) == 0; }

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "storage/s3/s3_readable_file.h"
+#include "storage/s3/s3_request.h"
 #include "storage/s3/task_pool.h"
 
 namespace dcp::storage::s3 {
@@ -147,7 +148,7 @@ Result<std::unique_ptr<WritableFile>> S3FileSystem::ReuseFile(const std::string&
 Result<std::unique_ptr<ReadableFile>> S3FileSystem::OpenReadable(const std::string& path) {
   DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
   DCP_ASSIGN_OR_RETURN(uint64_t size, client_.HeadObject(loc.bucket, loc.key));
-  return std::unique_ptr<ReadableFile>(new S3ReadableFile(*this, std::move(loc), path, size));
+  return OpenReadableSized(path, size);
 }
 
 Result<std::unique_ptr<ReadableFile>> S3FileSystem::OpenReadableSized(const std::string& path,
@@ -161,9 +162,8 @@ Result<std::string> S3FileSystem::ReadWhole(const std::string& path) {
   // has its rest read by ranged GETs (in parallel past a part). Not one unbounded GET: the
   // client keeps at most 64 MiB of a reply's text.
   DCP_ASSIGN_OR_RETURN(S3Location loc, ParseS3Path(path));
-  constexpr uint64_t kMaxFirst = uint64_t{64} << 20;  // what the client keeps of a reply
-  auto first =
-      client_.GetFirstBytes(loc.bucket, loc.key, std::min(client_.config().part_bytes, kMaxFirst));
+  auto first = client_.GetFirstBytes(
+      loc.bucket, loc.key, std::min<uint64_t>(client_.config().part_bytes, kMaxReplyTextBytes));
   if (!first.ok() && first.status().code() == StatusCode::kDataLoss) {
     return FileSystem::ReadWhole(path);  // an empty object has no first byte (416)
   }

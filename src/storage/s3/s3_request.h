@@ -22,6 +22,9 @@ struct S3Client::Request {
   bool head = false;
 };
 
+// The most of a reply's body the client keeps as text (listings, errors, small objects).
+inline constexpr size_t kMaxReplyTextBytes = size_t{64} << 20;
+
 struct S3Client::Response {
   long status = 0;
   std::string text;  // the body, unless it went `into`
