@@ -17,9 +17,9 @@
 #include "bench/physical.h"
 #include "comm/exchange.h"
 #include "dcp/async.h"
+#include "dcp/checkpoint.h"
 #include "dcp/comm.h"
 #include "storage/file_system.h"
-#include "storage/s3/s3_client.h"
 #include "testfs/throttled_file_system.h"
 #include "workload/layout_spec.h"
 #include "workload/model.h"
@@ -97,9 +97,7 @@ class Runner {
     return OkStatus();
   }
   uint64_t Requests() const {
-    if (!report_.object_store) return 0;
-    auto client = storage::s3::DefaultS3Client();
-    return client.ok() ? (*client)->counts().requests : 0;
+    return report_.object_store ? object_store_requests() : 0;
   }
   // A directory and everything under it; on object storage, through the backend.
   Status RemoveTree(const std::string& path) {
