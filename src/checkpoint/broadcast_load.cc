@@ -138,13 +138,19 @@ std::optional<Comm::Ranges> StraightInto(const planner::BroadcastPlan& plan,
   }
   if (s != part.size()) return std::nullopt;
   // A receive may not write one byte twice: destinations sharing memory are staged instead.
-  std::vector<std::span<std::byte>> by_address(out.begin(), out.end());
-  std::sort(by_address.begin(), by_address.end(),
-            [](std::span<std::byte> a, std::span<std::byte> b) { return a.data() < b.data(); });
-  for (size_t k = 1; k < by_address.size(); ++k) {
-    if (by_address[k - 1].data() + by_address[k - 1].size() > by_address[k].data()) {
-      return std::nullopt;
-    }
+  // Usually in address order already (a chunk's runs in source order land at rising
+  // addresses): sorted only if not, as a column slice has a range per row.
+  auto by_data = [](std::span<std::byte> a, std::span<std::byte> b) { return a.data() < b.data(); };
+  Comm::Ranges sorted;
+  const Comm::Ranges* by_address = &out;
+  if (!std::is_sorted(out.begin(), out.end(), by_data)) {
+    sorted = out;
+    std::sort(sorted.begin(), sorted.end(), by_data);
+    by_address = &sorted;
+  }
+  for (size_t k = 1; k < by_address->size(); ++k) {
+    const std::span<std::byte> prev = (*by_address)[k - 1];
+    if (prev.data() + prev.size() > (*by_address)[k].data()) return std::nullopt;
   }
   return out;
 }
