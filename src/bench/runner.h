@@ -96,20 +96,10 @@ class Runner {
     }
     return OkStatus();
   }
-  uint64_t Requests() const {
-    return report_.object_store ? object_store_requests() : 0;
-  }
-  // A directory and everything under it; on object storage, through the backend.
+  uint64_t Requests() const { return report_.object_store ? object_store_requests() : 0; }
+  // A directory and everything under it, through the bench's file system.
   Status RemoveTree(const std::string& path) {
-    if (!report_.object_store) {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-      return ec ? Unavailable("bench: remove " + path + ": " + ec.message()) : OkStatus();
-    }
-    DCP_ASSIGN_OR_RETURN(auto names, fs_->List(path));
-    for (const std::string& n : names) DCP_RETURN_IF_ERROR(RemoveTree(path + "/" + n));
-    DCP_RETURN_IF_ERROR(fs_->DropUnfinishedWrites(path));
-    return fs_->Remove(path);
+    return storage::RemoveTree(*fs_, path).Annotate("bench: ");
   }
   // Rank 0 runs `fn`; everyone gets its status.
   Status OnRoot(const std::function<Status()>& fn) {

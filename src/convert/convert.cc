@@ -103,7 +103,7 @@ Status InstallExport(storage::FileSystem& fs, const std::string& staging, const 
   }
   if (fs.Exchange(staging, dst).ok()) {
     DCP_RETURN_IF_ERROR(fs.SyncDir(parent_dir));
-    (void)RemoveTree(fs, staging);  // now the old export
+    (void)storage::RemoveTree(fs, staging);  // now the old export
     return OkStatus();
   }
   // No exchange: a crash between these two renames leaves the old export at `aside`, intact.
@@ -114,7 +114,7 @@ Status InstallExport(storage::FileSystem& fs, const std::string& staging, const 
     return st;
   }
   DCP_RETURN_IF_ERROR(fs.SyncDir(parent_dir));
-  (void)RemoveTree(fs, aside);
+  (void)storage::RemoveTree(fs, aside);
   return OkStatus();
 }
 
@@ -175,16 +175,6 @@ Status WriteLoadedTensors(const std::string& src, const std::string& path,
   if (st.ok()) st = fs.Rename(tmp, path);
   if (!st.ok()) (void)fs.Remove(tmp);  // a failed write leaves nothing behind
   return st;
-}
-
-Status RemoveTree(storage::FileSystem& fs, const std::string& path) {
-  auto entries = fs.List(path);
-  if (entries.ok()) {
-    for (const std::string& e : *entries) {
-      DCP_RETURN_IF_ERROR(RemoveTree(fs, storage::JoinPath(path, e)));
-    }
-  }
-  return fs.Remove(path);
 }
 
 std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world) {
@@ -362,7 +352,7 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
     staging = shared;
   }
   auto abandon = [&](Status failed) {
-    if (rank == 0) (void)RemoveTree(fs, staging);
+    if (rank == 0) (void)storage::RemoveTree(fs, staging);
     return failed;
   };
 

@@ -19,9 +19,6 @@ namespace dcp::convert {
 
 // ---- HF -> dcp
 
-// Removes `path` and, for a directory, everything below it (best effort is the caller's call).
-Status RemoveTree(storage::FileSystem& fs, const std::string& path);
-
 // Which rank converts each file: largest first, each to the rank with the fewest bytes so
 // far, ties to the lowest rank. Deterministic: every rank computes the same answer.
 std::vector<int> AssignFiles(const std::vector<uint64_t>& file_bytes, int world);

@@ -166,6 +166,10 @@ inline Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path
   return fs.ReadWhole(path);
 }
 
+// Removes `path` and, for a directory, everything below it (with what interrupted writes
+// left there); a missing path is removed already.
+Status RemoveTree(FileSystem& fs, const std::string& path);
+
 std::string JoinPath(const std::string& dir, const std::string& name);
 // The directory holding `path` and `path`'s last component, trailing slashes ignored:
 // "/a/b/" -> "/a" and "b", "s3://bucket/a" -> "s3://bucket" and "a", "b" -> "" and "b";

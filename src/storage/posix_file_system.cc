@@ -409,6 +409,21 @@ std::vector<ByteRange> MergeRanges(std::vector<ByteRange> ranges, uint64_t gap) 
   return out;
 }
 
+Status RemoveTree(FileSystem& fs, const std::string& path) {
+  // On a file system a path is first removed as a file or an empty directory: a link goes and
+  // what it points to stays (listing it would follow it). On an object store it is a prefix.
+  Status removed = OkStatus();
+  if (!fs.IsObjectStore()) {
+    removed = fs.Remove(path);
+    if (removed.ok()) return removed;
+  }
+  auto entries = fs.List(path);
+  if (!entries.ok()) return fs.IsObjectStore() ? entries.status() : removed;
+  for (const std::string& e : *entries) DCP_RETURN_IF_ERROR(RemoveTree(fs, JoinPath(path, e)));
+  DCP_RETURN_IF_ERROR(fs.DropUnfinishedWrites(path));
+  return fs.Remove(path);
+}
+
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (dir.empty() || dir.back() == '/') return dir + name;
   return dir + "/" + name;

@@ -198,6 +198,26 @@ TEST(PosixFileSystemTest, RemoveTakesEmptyDirectoriesAndExchangeSwaps) {
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("a")));
 }
 
+TEST(PosixFileSystemTest, RemoveTreeTakesATreeButNotWhatItsLinksPointTo) {
+  ScratchDir dir;
+  FileSystem& fs = PosixFileSystem();
+  std::filesystem::create_directories(dir.Sub("tree/a/b"));
+  std::filesystem::create_directories(dir.Sub("outside"));
+  std::ofstream(dir.Sub("tree/a/b/x")) << "1";
+  std::ofstream(dir.Sub("tree/.hidden")) << "2";
+  std::ofstream(dir.Sub("outside/keep")) << "3";
+  std::filesystem::create_directory_symlink(dir.Sub("outside"), dir.Sub("tree/a/link"));
+  ASSERT_TRUE(RemoveTree(fs, dir.Sub("tree")).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("tree")));
+  EXPECT_TRUE(std::filesystem::exists(dir.Sub("outside/keep")));
+  // A link given itself goes alone; a missing path is removed already.
+  std::filesystem::create_directory_symlink(dir.Sub("outside"), dir.Sub("link"));
+  ASSERT_TRUE(RemoveTree(fs, dir.Sub("link")).ok());
+  EXPECT_FALSE(std::filesystem::is_symlink(dir.Sub("link")));
+  EXPECT_TRUE(std::filesystem::exists(dir.Sub("outside/keep")));
+  EXPECT_TRUE(RemoveTree(fs, dir.Sub("missing")).ok());
+}
+
 TEST(PosixFileSystemTest, ReuseFileOverwritesInPlaceAndCutsTheTail) {
   ScratchDir dir;
   FileSystem& fs = PosixFileSystem();
