@@ -197,12 +197,6 @@ class Requests:
         return _dcp.object_store_requests() if isinstance(lib, Dcp) else self.torch
 
 
-def sum_over_ranks(x: float) -> float:
-    t = torch.tensor([x], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return float(t.item())
-
-
 # -- the run -----------------------------------------------------------------------------------
 def preparation_seconds(sd: Dict[str, Any], repeat: int = 7) -> float:
     """Turning the state dict into the engine's entries on a repeated call (the reused
@@ -264,10 +258,19 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def max_over_ranks(x: float) -> float:
+def over_ranks(x: float, op: Any) -> float:
+    """`x` reduced over all ranks with `op` (a dist.ReduceOp)."""
     t = torch.tensor([x], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=op)
     return float(t.item())
+
+
+def sum_over_ranks(x: float) -> float:
+    return over_ranks(x, dist.ReduceOp.SUM)
+
+
+def max_over_ranks(x: float) -> float:
+    return over_ranks(x, dist.ReduceOp.MAX)
 
 
 def run_lib(lib, states, shapes, scratch: Any, args, verify: bool, out: Dict[str, List[float]],

@@ -29,10 +29,7 @@ Metadata read_metadata(const std::string& dir) {
   return ValueOrThrow(checkpoint::ReadMetadata(FsFor(dir), dir));
 }
 
-uint64_t object_store_requests() {
-  auto client = storage::s3::DefaultS3Client();
-  return client.ok() ? (*client)->counts().requests : 0;
-}
+uint64_t object_store_requests() { return storage::s3::DefaultS3ClientRequests(); }
 
 VerifyResult verify(const std::string& dir) {
   return ValueOrThrow(checkpoint::Verify(FsFor(dir), dir));

@@ -238,7 +238,7 @@ metadata::Metadata ToMetadata(const HfSource& src) {
     md.files.push_back({f.name, f.size});
     for (size_t k = 0; k < f.header.tensors.size(); ++k) {
       const HeaderTensor& t = f.header.tensors[k];
-      const Shape& at = f.offsets.empty() ? Shape::Zeros(t.shape.rank()) : f.offsets[k];
+      const Shape& at = f.offsets[k];  // one per tensor (ReadShard)
       metadata::TensorMeta& tm = tensors[t.name];
       if (tm.chunks.empty()) {
         tm.fqn = t.name;

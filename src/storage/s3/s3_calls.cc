@@ -206,15 +206,23 @@ Result<std::vector<UploadInfo>> S3Client::ListMultipartUploads(const std::string
   return out;
 }
 
+namespace {
+std::mutex g_default_mu;
+std::unique_ptr<S3Client> g_default_client;  // built by the first s3:// path
+}  // namespace
+
 Result<S3Client*> DefaultS3Client() {
-  static std::mutex mu;
-  static std::unique_ptr<S3Client> client;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!client) {
+  std::lock_guard<std::mutex> lock(g_default_mu);
+  if (!g_default_client) {
     DCP_ASSIGN_OR_RETURN(S3Config c, S3ConfigFromEnvironment());
-    client = std::make_unique<S3Client>(std::move(c));
+    g_default_client = std::make_unique<S3Client>(std::move(c));
   }
-  return client.get();
+  return g_default_client.get();
+}
+
+uint64_t DefaultS3ClientRequests() {
+  std::lock_guard<std::mutex> lock(g_default_mu);
+  return g_default_client ? g_default_client->counts().requests : 0;
 }
 
 }  // namespace dcp::storage::s3

@@ -127,5 +127,7 @@ class S3Client {
 
 // One client per configuration for the process (the environment's, for s3:// paths).
 Result<S3Client*> DefaultS3Client();
+// Requests the default client sent; 0 where no s3:// path built it (nothing is looked up).
+uint64_t DefaultS3ClientRequests();
 
 }  // namespace dcp::storage::s3
