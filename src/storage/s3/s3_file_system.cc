@@ -121,7 +121,11 @@ std::string DirPrefix(const std::string& key) { return key.empty() ? key : key +
 }  // namespace
 
 S3FileSystem::S3FileSystem(S3Client& client)
-    : client_(client), pool_(std::make_unique<TaskPool>(client.config().connections)) {}
+    : client_(client),
+      // One window of parts kept: what a read's window frees as it slides on.
+      fetch_buffers_(static_cast<uint64_t>(client.config().connections) *
+                     client.config().part_bytes),
+      pool_(std::make_unique<TaskPool>(client.config().connections)) {}
 
 S3FileSystem::~S3FileSystem() = default;
 

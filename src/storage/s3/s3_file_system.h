@@ -15,6 +15,7 @@
 #include <string>
 
 #include "storage/file_system.h"
+#include "storage/s3/fetch_buffers.h"
 #include "storage/s3/s3_client.h"
 
 namespace dcp::storage::s3 {
@@ -54,9 +55,11 @@ class S3FileSystem final : public FileSystem {
   // Bytes of ranged GET buffers alive across this file system's readable files (read ahead,
   // not yet read or evicted): what reads announced may start before they come.
   std::atomic<uint64_t>& fetched_bytes() { return fetched_bytes_; }
+  FetchBuffers& fetch_buffers() { return fetch_buffers_; }
 
  private:
   S3Client& client_;
+  FetchBuffers fetch_buffers_;  // outlives the pool's tasks, which give buffers back
   std::unique_ptr<TaskPool> pool_;
   std::atomic<uint64_t> fetched_bytes_{0};
 };

@@ -11,14 +11,18 @@ namespace dcp::storage::s3 {
 
 struct S3ReadableFile::Fetch {
   // Not zero-filled: the GET writes every byte before a reader sees any. Counted in `alive`
-  // (the file system's fetched bytes) while it exists.
-  Fetch(uint64_t bytes, std::atomic<uint64_t>& alive)
-      : buffer(std::make_unique_for_overwrite<std::byte[]>(bytes)),
-        data(buffer.get(), bytes),
-        alive(alive) {
+  // (the file system's fetched bytes) while it exists; its buffer goes back to `buffers`.
+  Fetch(uint64_t bytes, std::atomic<uint64_t>& alive, FetchBuffers& buffers)
+      : buffer(buffers.Take(bytes)),
+        data(buffer.data.get(), bytes),
+        alive(alive),
+        buffers(buffers) {
     alive += bytes;
   }
-  ~Fetch() { alive -= data.size(); }
+  ~Fetch() {
+    alive -= data.size();
+    buffers.Give(std::move(buffer));
+  }
 
   Status Wait() {
     std::unique_lock<std::mutex> lock(mu);
@@ -38,9 +42,10 @@ struct S3ReadableFile::Fetch {
     cv.notify_all();
   }
 
-  std::unique_ptr<std::byte[]> buffer;
+  FetchBuffers::Buffer buffer;
   std::span<std::byte> data;
   std::atomic<uint64_t>& alive;
+  FetchBuffers& buffers;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -48,12 +53,15 @@ struct S3ReadableFile::Fetch {
 };
 
 S3ReadableFile::S3ReadableFile(S3FileSystem& fs, S3Location loc, std::string path, uint64_t size)
-    : fs_(fs), loc_(std::move(loc)), path_(std::move(path)), size_(size) {}
+    : fs_(fs), loc_(std::move(loc)), path_(std::move(path)), size_(size) {
+  fs_.fetch_buffers().FileOpened();
+}
 
 S3ReadableFile::~S3ReadableFile() {
   for (const std::weak_ptr<Fetch>& w : started_) {
     if (std::shared_ptr<Fetch> f = w.lock()) (void)f->Wait();
   }
+  fs_.fetch_buffers().FileClosed();
 }
 
 void S3ReadableFile::WillRead(std::span<const ByteRange> ranges) {
@@ -247,7 +255,7 @@ void S3ReadableFile::StartWindow(size_t i) {
 }
 
 void S3ReadableFile::Start(Extent& e) {
-  auto fetch = std::make_shared<Fetch>(e.end - e.begin, fs_.fetched_bytes());
+  auto fetch = std::make_shared<Fetch>(e.end - e.begin, fs_.fetched_bytes(), fs_.fetch_buffers());
   e.fetch = fetch;
   e.started = ++starts_;
   if (started_.size() >= prune_at_) {  // amortised: the list stays near the GETs alive

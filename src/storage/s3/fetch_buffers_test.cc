@@ -1,0 +1,53 @@
+#include "storage/s3/fetch_buffers.h"
+
+#include <gtest/gtest.h>
+
+namespace dcp::storage::s3 {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+TEST(FetchBuffers, AFreedBufferServesTheNextExtentOfItsSizeWhileAFileIsOpen) {
+  FetchBuffers pool(64 * kMiB);
+  pool.FileOpened();
+  FetchBuffers::Buffer a = pool.Take(16 * kMiB - 100);
+  EXPECT_EQ(a.capacity, 16 * kMiB);  // whole MiB
+  std::byte* mem = a.data.get();
+  pool.Give(std::move(a));
+  EXPECT_EQ(pool.kept_bytes(), 16 * kMiB);
+  FetchBuffers::Buffer b = pool.Take(13 * kMiB);  // within a quarter: reused
+  EXPECT_EQ(b.data.get(), mem);
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+  pool.Give(std::move(b));
+  FetchBuffers::Buffer c = pool.Take(12 * kMiB);  // 16 MiB would waste over a quarter
+  EXPECT_NE(c.data.get(), mem);
+  EXPECT_EQ(c.capacity, 12 * kMiB);
+  FetchBuffers::Buffer d = pool.Take(17 * kMiB);  // too small
+  EXPECT_NE(d.data.get(), mem);
+  EXPECT_EQ(pool.kept_bytes(), 16 * kMiB);
+  pool.FileClosed();  // the last file: nothing kept
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+  pool.Give(std::move(c));  // no file open: freed
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+}
+
+TEST(FetchBuffers, KeepsAtMostItsBoundAndNoSmallBuffers) {
+  FetchBuffers pool(40 * kMiB);
+  pool.FileOpened();
+  pool.FileOpened();
+  auto a = pool.Take(16 * kMiB), b = pool.Take(16 * kMiB), c = pool.Take(16 * kMiB);
+  auto small = pool.Take(4096);
+  EXPECT_EQ(small.capacity, 4096u);
+  pool.Give(std::move(a));
+  pool.Give(std::move(b));
+  pool.Give(std::move(c));  // a third would pass 40 MiB
+  pool.Give(std::move(small));
+  EXPECT_EQ(pool.kept_bytes(), 32 * kMiB);
+  pool.FileClosed();  // one file still open: kept
+  EXPECT_EQ(pool.kept_bytes(), 32 * kMiB);
+  pool.FileClosed();
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace dcp::storage::s3
