@@ -193,28 +193,23 @@ std::vector<Written> LayOutWrites(const planner::GlobalSavePlan& plan, int world
   ForEachPlannedChunk(plan, -1, [&](int w, PlannedChunk p) { planned[w].push_back(std::move(p)); });
   for (int r = 0; r < world; ++r) {
     if (planned[r].empty()) continue;
-    std::vector<uint64_t> sizes;
+    std::vector<storage::ChunkToLayOut> chunks;
     for (const PlannedChunk& p : planned[r]) {
-      sizes.push_back(plan.tensors[p.tensor].chunks[p.chunk].nbytes);
-    }
-    const std::vector<size_t> order = storage::StoredOrder(sizes);
-    storage::SafetensorsHeader header;
-    for (size_t i : order) {
-      const PlannedChunk& p = planned[r][i];
       const auto& t = plan.tensors[p.tensor];
-      header.Add(p.key, t.dtype, t.chunks[p.chunk].box.lengths, sizes[i]);
+      chunks.push_back({p.key, t.dtype, &t.chunks[p.chunk].box.lengths, t.chunks[p.chunk].nbytes});
     }
+    const storage::DataFileLayout layout = storage::LayOutDataFile(chunks);
     storage::WrittenFile& f = out[r].tensors;
-    f.size = std::move(header).Finish().size();
-    f.ranges.resize(sizes.size());
-    for (size_t i : order) {
+    f.size = layout.header.size();
+    f.ranges.resize(chunks.size());
+    for (size_t i : layout.order) {
       storage::WrittenRange& range = f.ranges[i];
-      range = {f.size, sizes[i], checksum(), {}};
-      range.block_xxh3.resize(NumBlocks(block_size, sizes[i]));
+      range = {f.size, chunks[i].bytes, checksum(), {}};
+      range.block_xxh3.resize(NumBlocks(block_size, chunks[i].bytes));
       for (uint64_t& h : range.block_xxh3) h = checksum();
       if (!range.block_xxh3.empty())
         range.xxh3 = BlockDigest(range.block_xxh3);  // as decoders check
-      f.size += sizes[i];
+      f.size += chunks[i].bytes;
     }
   }
   for (const auto& b : plan.bytes) {

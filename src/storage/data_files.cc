@@ -106,19 +106,24 @@ std::vector<size_t> StoredOrder(std::span<const uint64_t> sizes) {
   return order;
 }
 
+DataFileLayout LayOutDataFile(std::span<const ChunkToLayOut> chunks) {
+  std::vector<uint64_t> sizes;
+  for (const ChunkToLayOut& c : chunks) sizes.push_back(c.bytes);
+  DataFileLayout out{{}, StoredOrder(sizes)};
+  SafetensorsHeader header;
+  for (size_t i : out.order) header.Add(chunks[i].key, chunks[i].dtype, *chunks[i].shape, sizes[i]);
+  out.header = std::move(header).Finish();
+  return out;
+}
+
 Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path,
                                          const std::vector<TensorToWrite>& tensors,
                                          uint64_t block_size, const std::string& recycle_from,
                                          bool* recycled) {
-  std::vector<uint64_t> sizes;
-  for (const TensorToWrite& t : tensors) sizes.push_back(t.data.size());
-  const std::vector<size_t> order = StoredOrder(sizes);
-  SafetensorsHeader header;
-  for (size_t i : order) {
-    const TensorToWrite& t = tensors[i];
-    header.Add(t.key, t.dtype, t.shape, t.data.size());
-  }
-  const std::string prefix = std::move(header).Finish();
+  std::vector<ChunkToLayOut> chunks;
+  for (const TensorToWrite& t : tensors)
+    chunks.push_back({t.key, t.dtype, &t.shape, t.data.size()});
+  const DataFileLayout layout = LayOutDataFile(chunks);
 
   std::unique_ptr<WritableFile> file;
   if (!recycle_from.empty()) {
@@ -133,7 +138,7 @@ Result<WrittenFile> WriteSafetensorsFile(FileSystem& fs, const std::string& path
   if (!file) {
     DCP_ASSIGN_OR_RETURN(file, fs.NewWritableFile(path));
   }
-  return WriteTensors(*file, prefix, tensors, order, block_size);
+  return WriteTensors(*file, layout.header, tensors, layout.order, block_size);
 }
 
 Result<WrittenFile> WriteSafetensorsFileWithHeader(FileSystem& fs, const std::string& path,

@@ -62,6 +62,21 @@ constexpr uint64_t kSmallChunkBytes = uint64_t{1} << 20;
 // store, where plan order would scatter them between large chunks and ask for each alone.
 std::vector<size_t> StoredOrder(std::span<const uint64_t> sizes);
 
+// A data file's layout: its header and the order it stores chunks in. Writers and
+// `dcp simulate` (checkpoint::LayOutWrites) both take it from here, so a simulated file is
+// laid out byte for byte as a written one.
+struct ChunkToLayOut {
+  std::string_view key;
+  DType dtype;
+  const Shape* shape;
+  uint64_t bytes;
+};
+struct DataFileLayout {
+  std::string header;         // SafetensorsHeader of the chunks in stored order
+  std::vector<size_t> order;  // StoredOrder of the chunks given
+};
+DataFileLayout LayOutDataFile(std::span<const ChunkToLayOut> chunks);
+
 // A valid safetensors file (`__metadata__` {"format": "pt"}) holding `tensors`, stored in
 // StoredOrder (its ranges are in the order given). With `block_size`, a tensor longer than one
 // block gets one checksum per block (core/checksum.h). With `recycle_from` set and present, that
