@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "checkpoint/in_flight.h"
+#include "core/ascending_runs.h"
 #include "core/guarded.h"
 #include "core/wire.h"
 
@@ -114,11 +115,8 @@ std::optional<Comm::Ranges> StraightInto(const planner::BroadcastPlan& plan,
     at += plan.chunks[i].nbytes;
   }
   if (part.empty() || runs.empty()) return std::nullopt;
-  // Mostly in order already (one chunk's runs, chunks one after the other): sorted only if not.
-  auto by_src = [](const Run& a, const Run& b) { return a.src < b.src; };
-  if (!std::is_sorted(runs.begin(), runs.end(), by_src)) {
-    std::sort(runs.begin(), runs.end(), by_src);
-  }
+  // Mostly in order already (one chunk's runs, chunks one after the other).
+  SortAscendingRuns(runs, [](const Run& a, const Run& b) { return a.src < b.src; });
   Comm::Ranges out;
   size_t s = 0;
   uint64_t pos = part[0].offset;
@@ -138,19 +136,16 @@ std::optional<Comm::Ranges> StraightInto(const planner::BroadcastPlan& plan,
   }
   if (s != part.size()) return std::nullopt;
   // A receive may not write one byte twice: destinations sharing memory are staged instead.
-  // Usually in address order already (a chunk's runs in source order land at rising
-  // addresses): sorted only if not, as a column slice has a range per row.
-  auto by_data = [](std::span<std::byte> a, std::span<std::byte> b) { return a.data() < b.data(); };
-  Comm::Ranges sorted;
-  const Comm::Ranges* by_address = &out;
-  if (!std::is_sorted(out.begin(), out.end(), by_data)) {
-    sorted = out;
-    std::sort(sorted.begin(), sorted.end(), by_data);
-    by_address = &sorted;
-  }
-  for (size_t k = 1; k < by_address->size(); ++k) {
-    const std::span<std::byte> prev = (*by_address)[k - 1];
-    if (prev.data() + prev.size() > (*by_address)[k].data()) return std::nullopt;
+  // Each chunk's ranges land at rising addresses (a column slice has one per row, and two
+  // chunks' columns interleave in one destination's rows).
+  Comm::Ranges by_address = out;
+  SortAscendingRuns(by_address, [](std::span<std::byte> a, std::span<std::byte> b) {
+    return a.data() < b.data();
+  });
+  for (size_t k = 1; k < by_address.size(); ++k) {
+    if (by_address[k - 1].data() + by_address[k - 1].size() > by_address[k].data()) {
+      return std::nullopt;
+    }
   }
   return out;
 }
