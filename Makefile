@@ -50,7 +50,7 @@ bench: build
 # capped at 0.5 GiB/s), and hyperdcp against torch DCP under torchrun (the Python package's
 # test environment, $(BUILD)/py_venv, built by `make test`). About 20 minutes on 2 cores.
 BENCH_INCREMENTAL = --layers 8 --width-scale 0.44 --phases incremental --repeat 5 --pause 0.5
-BENCH_TIER = --layers 2 --width-scale 0.25 --phases tier --repeat 5 --pause 0.5 \
+BENCH_TIER = --layers 8 --width-scale 0.44 --phases tier --repeat 5 --pause 0.5 \
   --storage-gibps 0.5 --save-layout tp4 --load-layout tp2,dp2
 BENCH_PYTHON = --size-mb 256 --repeat 3 --pause 0.5
 PY_VENV = $(BUILD)/py_venv
