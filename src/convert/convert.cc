@@ -103,7 +103,7 @@ Status InstallExport(storage::FileSystem& fs, const std::string& staging, const 
   }
   if (fs.Exchange(staging, dst).ok()) {
     DCP_RETURN_IF_ERROR(fs.SyncDir(parent_dir));
-    (void)storage::RemoveTree(fs, staging);  // now the old export
+    (void)fs.RemoveTree(staging);  // now the old export
     return OkStatus();
   }
   // No exchange: a crash between these two renames leaves the old export at `aside`, intact.
@@ -114,7 +114,7 @@ Status InstallExport(storage::FileSystem& fs, const std::string& staging, const 
     return st;
   }
   DCP_RETURN_IF_ERROR(fs.SyncDir(parent_dir));
-  (void)storage::RemoveTree(fs, aside);
+  (void)fs.RemoveTree(aside);
   return OkStatus();
 }
 
@@ -352,7 +352,7 @@ Result<DcpToHfResult> DcpToHf(const std::string& src, const std::string& dst,
     staging = shared;
   }
   auto abandon = [&](Status failed) {
-    if (rank == 0) (void)storage::RemoveTree(fs, staging);
+    if (rank == 0) (void)fs.RemoveTree(staging);
     return failed;
   };
 

@@ -456,7 +456,7 @@ Result<TorchHfSaveResult> SaveTorchHf(const StateDict& sd, const std::string& di
   } else if (staged || !opts.consolidate_into.empty()) {
     DCP_RETURN_IF_ERROR(Consolidate(*comm, fs, shards, staged ? dir : opts.consolidate_into,
                                     planned, agreed, &result));
-    if (staged && rank == 0) (void)storage::RemoveTree(fs, shards);
+    if (staged && rank == 0) (void)fs.RemoveTree(shards);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;

@@ -151,6 +151,11 @@ class FileSystem {
   // multipart uploads, which cost storage until aborted). Called by a save holding the
   // directory's lock, and by prune. Nothing to do on a file system.
   virtual Status DropUnfinishedWrites(const std::string& /*dir*/) { return OkStatus(); }
+  // Removes `path` and, for a directory, everything below it; a missing path is removed
+  // already. A file system removes a link and never what it points to; an object store
+  // removes the objects under the prefix and the unfinished uploads of each directory among
+  // them (best effort: a save there drops them too).
+  virtual Status RemoveTree(const std::string& path);
 };
 
 FileSystem& PosixFileSystem();
@@ -165,10 +170,6 @@ bool IsObjectStorePath(const std::string& path);
 inline Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
   return fs.ReadWhole(path);
 }
-
-// Removes `path` and, for a directory, everything below it (with what interrupted writes
-// left there); a missing path is removed already.
-Status RemoveTree(FileSystem& fs, const std::string& path);
 
 std::string JoinPath(const std::string& dir, const std::string& name);
 // The directory holding `path` and `path`'s last component, trailing slashes ignored:

@@ -14,6 +14,7 @@
 
 #include "storage/file_system.h"
 #include "storage/posix_cas.h"
+#include "storage/remove_tree.h"
 
 namespace dcp::storage {
 namespace {
@@ -321,6 +322,7 @@ class Posix final : public FileSystem {
     }
     return ErrnoStatus("remove", path, unlink_err);
   }
+  Status RemoveTree(const std::string& path) override { return RemoveTreeNoFollow(path); }
   Status Exchange(const std::string& a, const std::string& b) override {
     if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
       return ErrnoStatus("exchange with " + b, a, errno);
@@ -407,21 +409,6 @@ std::vector<ByteRange> MergeRanges(std::vector<ByteRange> ranges, uint64_t gap) 
     }
   }
   return out;
-}
-
-Status RemoveTree(FileSystem& fs, const std::string& path) {
-  // On a file system a path is first removed as a file or an empty directory: a link goes and
-  // what it points to stays (listing it would follow it). On an object store it is a prefix.
-  Status removed = OkStatus();
-  if (!fs.IsObjectStore()) {
-    removed = fs.Remove(path);
-    if (removed.ok()) return removed;
-  }
-  auto entries = fs.List(path);
-  if (!entries.ok()) return fs.IsObjectStore() ? entries.status() : removed;
-  for (const std::string& e : *entries) DCP_RETURN_IF_ERROR(RemoveTree(fs, JoinPath(path, e)));
-  DCP_RETURN_IF_ERROR(fs.DropUnfinishedWrites(path));
-  return fs.Remove(path);
 }
 
 std::string JoinPath(const std::string& dir, const std::string& name) {

@@ -207,15 +207,17 @@ TEST(PosixFileSystemTest, RemoveTreeTakesATreeButNotWhatItsLinksPointTo) {
   std::ofstream(dir.Sub("tree/.hidden")) << "2";
   std::ofstream(dir.Sub("outside/keep")) << "3";
   std::filesystem::create_directory_symlink(dir.Sub("outside"), dir.Sub("tree/a/link"));
-  ASSERT_TRUE(RemoveTree(fs, dir.Sub("tree")).ok());
+  ASSERT_TRUE(fs.RemoveTree(dir.Sub("tree")).ok());
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("tree")));
   EXPECT_TRUE(std::filesystem::exists(dir.Sub("outside/keep")));
-  // A link given itself goes alone; a missing path is removed already.
+  // A link given itself goes alone, trailing slash or not; a missing path is removed already.
   std::filesystem::create_directory_symlink(dir.Sub("outside"), dir.Sub("link"));
-  ASSERT_TRUE(RemoveTree(fs, dir.Sub("link")).ok());
+  ASSERT_TRUE(fs.RemoveTree(dir.Sub("link") + "/").ok());
   EXPECT_FALSE(std::filesystem::is_symlink(dir.Sub("link")));
   EXPECT_TRUE(std::filesystem::exists(dir.Sub("outside/keep")));
-  EXPECT_TRUE(RemoveTree(fs, dir.Sub("missing")).ok());
+  EXPECT_TRUE(fs.RemoveTree(dir.Sub("missing")).ok());
+  EXPECT_EQ(fs.RemoveTree(dir.Sub("outside/..")).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::filesystem::exists(dir.Sub("outside/keep")));
 }
 
 TEST(PosixFileSystemTest, ReuseFileOverwritesInPlaceAndCutsTheTail) {

@@ -50,6 +50,7 @@ class ForwardingFileSystem : public storage::FileSystem {
   Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
   Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
   Status Remove(const std::string& p) override { return base_.Remove(p); }
+  Status RemoveTree(const std::string& p) override { return base_.RemoveTree(p); }
   Status Exchange(const std::string& a, const std::string& b) override {
     return base_.Exchange(a, b);
   }

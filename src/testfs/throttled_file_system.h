@@ -72,6 +72,7 @@ class ThrottledFileSystem final : public storage::FileSystem {
   }
   Status SyncDir(const std::string& dir) override { return base_.SyncDir(dir); }
   Status Remove(const std::string& path) override { return base_.Remove(path); }
+  Status RemoveTree(const std::string& path) override { return base_.RemoveTree(path); }
   Status CreateDirs(const std::string& dir) override { return base_.CreateDirs(dir); }
   Result<std::vector<std::string>> List(const std::string& dir) override { return base_.List(dir); }
   Result<uint64_t> FileSize(const std::string& path) override { return base_.FileSize(path); }

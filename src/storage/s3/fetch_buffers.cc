@@ -1,32 +1,46 @@
 #include "storage/s3/fetch_buffers.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace dcp::storage::s3 {
 
 FetchBuffers::Buffer FetchBuffers::Take(uint64_t bytes) {
-  if (bytes >= kKeptFrom) {
+  if (bytes < kKeptFrom) return {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+  const uint64_t whole = (bytes + kKeptFrom - 1) / kKeptFrom * kKeptFrom;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = kept_.lower_bound(bytes);
-    if (it != kept_.end() && it->first <= bytes + bytes / 4) {
-      Buffer b{std::move(it->second), it->first};
-      kept_bytes_ -= it->first;
-      kept_.erase(it);
+    const uint64_t largest = std::max(whole, bytes + bytes / 4);
+    auto best = kept_.end();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      if (it->capacity >= bytes && it->capacity <= largest &&
+          (best == kept_.end() || it->capacity < best->capacity)) {
+        best = it;
+      }
+    }
+    if (best != kept_.end()) {
+      Buffer b = std::move(*best);
+      kept_bytes_ -= b.capacity;
+      kept_.erase(best);
       return b;
     }
   }
-  // Rounded up to whole MiB, so that extents of nearly one size share buffers.
-  const uint64_t capacity =
-      bytes >= kKeptFrom ? (bytes + kKeptFrom - 1) / kKeptFrom * kKeptFrom : bytes;
-  return {std::make_unique_for_overwrite<std::byte[]>(capacity), capacity};
+  return {std::make_unique_for_overwrite<std::byte[]>(whole), whole};
 }
 
 void FetchBuffers::Give(Buffer buffer) {
-  if (buffer.capacity < kKeptFrom) return;
+  if (buffer.capacity < kKeptFrom || buffer.capacity > max_bytes_) return;
+  std::vector<Buffer> dropped;  // freed after the lock
   std::lock_guard<std::mutex> lock(mu_);
-  if (open_files_ == 0 || kept_bytes_ + buffer.capacity > max_bytes_) return;  // freed here
+  if (open_files_ == 0) return;
+  while (kept_bytes_ + buffer.capacity > max_bytes_) {
+    kept_bytes_ -= kept_.front().capacity;
+    dropped.push_back(std::move(kept_.front()));
+    kept_.pop_front();
+  }
   kept_bytes_ += buffer.capacity;
-  kept_.emplace(buffer.capacity, std::move(buffer.data));
+  kept_.push_back(std::move(buffer));
 }
 
 void FetchBuffers::FileOpened() {
@@ -35,7 +49,7 @@ void FetchBuffers::FileOpened() {
 }
 
 void FetchBuffers::FileClosed() {
-  std::multimap<uint64_t, std::unique_ptr<std::byte[]>> freed;  // freed outside the lock
+  std::deque<Buffer> freed;  // freed after the lock
   std::lock_guard<std::mutex> lock(mu_);
   if (--open_files_ > 0) return;
   freed.swap(kept_);

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <deque>
 #include <memory>
 #include <mutex>
 
@@ -12,11 +12,13 @@ namespace dcp::storage::s3 {
 // A fresh buffer's pages are faulted in and zeroed by the kernel at first touch, which costs
 // about as much CPU per byte as receiving them. A load fetches many extents of a few sizes
 // (the parts of its large ranges), so the buffer one extent frees serves the next. Buffers are
-// kept only while a readable file is open, at most `max_bytes` of them: a process that loaded
-// once does not hold them through training.
+// kept only while a readable file is open, at most `max_bytes` of them (beyond the fetched
+// bytes a read's window counts), the oldest dropped first: a process that loaded once does not
+// hold them through training.
 class FetchBuffers {
  public:
-  // Smaller buffers come from malloc's own free lists; larger ones are fresh mappings.
+  // Smaller buffers come from malloc's free lists; the allocator maps larger ones afresh (from
+  // 32 MiB on always, below that as its threshold moves).
   static constexpr uint64_t kKeptFrom = uint64_t{1} << 20;
 
   struct Buffer {
@@ -26,9 +28,10 @@ class FetchBuffers {
 
   explicit FetchBuffers(uint64_t max_bytes) : max_bytes_(max_bytes) {}
 
-  // At least `bytes`, not zero-filled: a kept one no more than a quarter larger, else new.
+  // At least `bytes`, not zero-filled: the smallest kept one that fits and is no larger than a
+  // new one would be (whole MiB) or a quarter over `bytes`, else a new one of whole MiB.
   Buffer Take(uint64_t bytes);
-  // Kept for a later Take while a file is open and there is room; freed otherwise.
+  // Kept for a later Take while a file is open, the oldest kept dropped to make room.
   void Give(Buffer buffer);
 
   void FileOpened();
@@ -39,7 +42,7 @@ class FetchBuffers {
 
  private:
   mutable std::mutex mu_;
-  std::multimap<uint64_t, std::unique_ptr<std::byte[]>> kept_;  // by capacity
+  std::deque<Buffer> kept_;  // oldest first
   uint64_t kept_bytes_ = 0;
   const uint64_t max_bytes_;
   int open_files_ = 0;

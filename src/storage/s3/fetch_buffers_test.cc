@@ -31,18 +31,36 @@ TEST(FetchBuffers, AFreedBufferServesTheNextExtentOfItsSizeWhileAFileIsOpen) {
   EXPECT_EQ(pool.kept_bytes(), 0u);
 }
 
-TEST(FetchBuffers, KeepsAtMostItsBoundAndNoSmallBuffers) {
+TEST(FetchBuffers, AnExtentOfOddSizeReusesTheBufferItsSizeGot) {
+  FetchBuffers pool(64 * kMiB);
+  pool.FileOpened();
+  FetchBuffers::Buffer a = pool.Take(kMiB + kMiB / 5);
+  EXPECT_EQ(a.capacity, 2 * kMiB);
+  std::byte* mem = a.data.get();
+  pool.Give(std::move(a));
+  EXPECT_EQ(pool.Take(kMiB + kMiB / 5).data.get(), mem);
+  pool.FileClosed();
+}
+
+TEST(FetchBuffers, KeepsAtMostItsBoundDroppingTheOldestAndNoSmallBuffers) {
   FetchBuffers pool(40 * kMiB);
   pool.FileOpened();
   pool.FileOpened();
   auto a = pool.Take(16 * kMiB), b = pool.Take(16 * kMiB), c = pool.Take(16 * kMiB);
+  std::byte* oldest = a.data.get();
   auto small = pool.Take(4096);
   EXPECT_EQ(small.capacity, 4096u);
   pool.Give(std::move(a));
   pool.Give(std::move(b));
-  pool.Give(std::move(c));  // a third would pass 40 MiB
+  pool.Give(std::move(c));  // a third would pass 40 MiB: the first goes
   pool.Give(std::move(small));
   EXPECT_EQ(pool.kept_bytes(), 32 * kMiB);
+  auto d = pool.Take(16 * kMiB), e = pool.Take(16 * kMiB);
+  EXPECT_NE(d.data.get(), oldest);
+  EXPECT_NE(e.data.get(), oldest);
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+  pool.Give(std::move(d));
+  pool.Give(std::move(e));
   pool.FileClosed();  // one file still open: kept
   EXPECT_EQ(pool.kept_bytes(), 32 * kMiB);
   pool.FileClosed();

@@ -59,9 +59,10 @@ class S3FileSystem final : public FileSystem {
 
  private:
   S3Client& client_;
-  FetchBuffers fetch_buffers_;  // outlives the pool's tasks, which give buffers back
-  std::unique_ptr<TaskPool> pool_;
+  // Both outlive the pool's tasks, whose GETs count their bytes and give their buffers back.
   std::atomic<uint64_t> fetched_bytes_{0};
+  FetchBuffers fetch_buffers_;
+  std::unique_ptr<TaskPool> pool_;
 };
 
 // The process's S3 file system over DefaultS3Client() (configured from the environment).

@@ -1,0 +1,83 @@
+#include "storage/remove_tree.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "storage/file_system.h"
+
+namespace dcp::storage {
+namespace {
+
+// Removes `name` of the directory open as `dir_fd`: a file or link by unlinkat, a directory
+// after its entries. `shown` names it in errors.
+Status RemoveAt(int dir_fd, const std::string& name, const std::string& shown) {
+  if (::unlinkat(dir_fd, name.c_str(), 0) == 0 || errno == ENOENT) return OkStatus();
+  if (errno != EISDIR && errno != EPERM) return ErrnoStatus("remove", shown, errno);
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? OkStatus() : ErrnoStatus("remove", shown, errno);
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus("list", shown, err);
+  }
+  // Read whole before removing: entries removed during a listing may make it skip others.
+  std::vector<std::string> names;
+  Status st;
+  while (true) {
+    errno = 0;
+    const dirent* e = ::readdir(d);
+    if (!e) {
+      if (errno != 0) st = ErrnoStatus("list", shown, errno);
+      break;
+    }
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  for (size_t i = 0; st.ok() && i < names.size(); ++i) {
+    st = RemoveAt(::dirfd(d), names[i], JoinPath(shown, names[i]));
+  }
+  ::closedir(d);
+  if (!st.ok()) return st;
+  if (::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return OkStatus();
+  return ErrnoStatus("remove", shown, errno);
+}
+
+}  // namespace
+
+Status RemoveTreeNoFollow(const std::string& path) {
+  const std::string name = LastComponent(path);
+  if (name.empty() || name == "." || name == "..") {
+    return InvalidArgument("refusing to remove the tree '" + path + "'");
+  }
+  const std::string parent = ParentPath(path);
+  const int dir_fd =
+      ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return errno == ENOENT ? OkStatus() : ErrnoStatus("remove", path, errno);
+  Status st = RemoveAt(dir_fd, name, path);
+  ::close(dir_fd);
+  return st;
+}
+
+Status FileSystem::RemoveTree(const std::string& path) {
+  // Where there are links, a path is first removed as a file or an empty directory: a link
+  // goes, and listing it would follow it. An object store's directory is a key prefix.
+  Status removed = OkStatus();
+  if (!IsObjectStore()) {
+    removed = Remove(path);
+    if (removed.ok()) return removed;
+  }
+  auto entries = List(path);
+  if (!entries.ok()) return IsObjectStore() ? entries.status() : removed;
+  if (entries->empty()) return Remove(path);  // an object, or an empty prefix
+  for (const std::string& e : *entries) DCP_RETURN_IF_ERROR(RemoveTree(JoinPath(path, e)));
+  // Best effort: a save under it drops them too, holding its lock.
+  (void)DropUnfinishedWrites(path);
+  return Remove(path);
+}
+
+}  // namespace dcp::storage
