@@ -33,7 +33,7 @@ FLAGS=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -I"$root/include" -I"$root/src")
 CORE=(src/core/dtype.cc src/core/box.cc src/core/status.cc)
 declare -A SOURCES=(
-  [safetensors_header]="fuzz/safetensors_header_fuzz.cc src/hf/safetensors_header.cc src/hf/torch_hf_format.cc src/storage/posix_file_system.cc src/storage/posix_cas.cc ${CORE[*]}"
+  [safetensors_header]="fuzz/safetensors_header_fuzz.cc src/hf/safetensors_header.cc src/hf/torch_hf_format.cc src/storage/posix_file_system.cc src/storage/posix_cas.cc src/storage/remove_tree.cc ${CORE[*]}"
   [metadata]="fuzz/metadata_fuzz.cc src/metadata/codec.cc src/metadata/metadata.cc src/core/checksum.cc ${CORE[*]}"
 )
 # Everything a load and a verify run through, but the S3 backend and MPI.
