@@ -98,9 +98,7 @@ class Runner {
   }
   uint64_t Requests() const { return report_.object_store ? object_store_requests() : 0; }
   // A directory and everything under it, through the bench's file system.
-  Status RemoveTree(const std::string& path) {
-    return fs_->RemoveTree(path).Annotate("bench: ");
-  }
+  Status RemoveTree(const std::string& path) { return fs_->RemoveTree(path).Annotate("bench: "); }
   // Rank 0 runs `fn`; everyone gets its status.
   Status OnRoot(const std::function<Status()>& fn) {
     return AgreeOnStatus(comm_, rank_ == 0 ? fn() : OkStatus());

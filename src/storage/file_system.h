@@ -152,9 +152,11 @@ class FileSystem {
   // directory's lock, and by prune. Nothing to do on a file system.
   virtual Status DropUnfinishedWrites(const std::string& /*dir*/) { return OkStatus(); }
   // Removes `path` and, for a directory, everything below it; a missing path is removed
-  // already. A file system removes a link and never what it points to; an object store
-  // removes the objects under the prefix and the unfinished uploads of each directory among
-  // them (best effort: a save there drops them too).
+  // already, "/" and a bucket are refused. The default goes through List and Remove: an object
+  // store's objects under the prefix and its directories' unfinished uploads (best effort: a
+  // save there drops them too); on a file system each path is first removed as a file, so a
+  // link goes, but one it may not remove would be listed through: PosixFileSystem removes
+  // from directory descriptors instead and never follows one.
   virtual Status RemoveTree(const std::string& path);
 };
 

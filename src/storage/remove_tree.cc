@@ -16,9 +16,18 @@ namespace {
 // after its entries. `shown` names it in errors.
 Status RemoveAt(int dir_fd, const std::string& name, const std::string& shown) {
   if (::unlinkat(dir_fd, name.c_str(), 0) == 0 || errno == ENOENT) return OkStatus();
-  if (errno != EISDIR && errno != EPERM) return ErrnoStatus("remove", shown, errno);
+  const int unlink_err = errno;
+  if (unlink_err != EISDIR && unlink_err != EPERM) return ErrnoStatus("remove", shown, unlink_err);
   const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? OkStatus() : ErrnoStatus("remove", shown, errno);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return OkStatus();
+    // Not a directory (a link, or a file unlink may not remove): unlink's error says why.
+    if (err == ENOTDIR || err == ELOOP) return ErrnoStatus("remove", shown, unlink_err);
+    // An empty directory this process may not read still goes.
+    if (::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return OkStatus();
+    return ErrnoStatus("remove", shown, err);
+  }
   DIR* d = ::fdopendir(fd);
   if (!d) {
     const int err = errno;
@@ -47,6 +56,26 @@ Status RemoveAt(int dir_fd, const std::string& name, const std::string& shown) {
   return ErrnoStatus("remove", shown, errno);
 }
 
+// FileSystem::RemoveTree's default, through the file system's own List and Remove.
+Status RemoveBelow(FileSystem& fs, const std::string& path, bool top) {
+  // Where there are links, a path is first removed as a file or an empty directory: a link
+  // goes, and listing it would follow it. An object store's directory is a key prefix.
+  Status removed = OkStatus();
+  if (!fs.IsObjectStore()) {
+    removed = fs.Remove(path);
+    if (removed.ok()) return removed;
+  }
+  auto entries = fs.List(path);
+  if (!entries.ok()) return fs.IsObjectStore() ? entries.status() : removed;
+  for (const std::string& e : *entries) {
+    DCP_RETURN_IF_ERROR(RemoveBelow(fs, JoinPath(path, e), /*top=*/false));
+  }
+  // An object store's unfinished uploads under the tree and under each directory it lists
+  // (best effort: a save there drops them too, holding its lock); an object lists nothing.
+  if (top || !entries->empty()) (void)fs.DropUnfinishedWrites(path);
+  return fs.Remove(path);
+}
+
 }  // namespace
 
 Status RemoveTreeNoFollow(const std::string& path) {
@@ -55,8 +84,9 @@ Status RemoveTreeNoFollow(const std::string& path) {
     return InvalidArgument("refusing to remove the tree '" + path + "'");
   }
   const std::string parent = ParentPath(path);
+  // O_PATH: removing an entry needs write and search permission on its directory, not read.
   const int dir_fd =
-      ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      ::open(parent.empty() ? "." : parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return errno == ENOENT ? OkStatus() : ErrnoStatus("remove", path, errno);
   Status st = RemoveAt(dir_fd, name, path);
   ::close(dir_fd);
@@ -64,20 +94,13 @@ Status RemoveTreeNoFollow(const std::string& path) {
 }
 
 Status FileSystem::RemoveTree(const std::string& path) {
-  // Where there are links, a path is first removed as a file or an empty directory: a link
-  // goes, and listing it would follow it. An object store's directory is a key prefix.
-  Status removed = OkStatus();
-  if (!IsObjectStore()) {
-    removed = Remove(path);
-    if (removed.ok()) return removed;
+  std::string p = path;  // "dir/link/" would name what the link points to
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const std::string name = LastComponent(p);
+  if (name.empty() || name == "." || name == "..") {  // "/", a bucket
+    return InvalidArgument("refusing to remove the tree '" + path + "'");
   }
-  auto entries = List(path);
-  if (!entries.ok()) return IsObjectStore() ? entries.status() : removed;
-  if (entries->empty()) return Remove(path);  // an object, or an empty prefix
-  for (const std::string& e : *entries) DCP_RETURN_IF_ERROR(RemoveTree(JoinPath(path, e)));
-  // Best effort: a save under it drops them too, holding its lock.
-  (void)DropUnfinishedWrites(path);
-  return Remove(path);
+  return RemoveBelow(*this, p, /*top=*/true);
 }
 
 }  // namespace dcp::storage

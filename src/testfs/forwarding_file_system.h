@@ -1,7 +1,7 @@
 // A file system that passes calls to another: tests derive from it and override only the calls
 // they change (a gate, a fault, a planted change), instead of forwarding each by hand.
-// ReuseFile and WriteAtomic keep FileSystem's own implementations, which go through this
-// object's calls, so an override applies to them too; the versioned calls (the lease lock's
+// ReuseFile, WriteAtomic and RemoveTree keep FileSystem's own implementations, which go through
+// this object's calls, so an override applies to them too; the versioned calls (the lease lock's
 // compare-and-swap) go to the base whole, atomic as it makes them.
 #pragma once
 
@@ -50,7 +50,6 @@ class ForwardingFileSystem : public storage::FileSystem {
   Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
   Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
   Status Remove(const std::string& p) override { return base_.Remove(p); }
-  Status RemoveTree(const std::string& p) override { return base_.RemoveTree(p); }
   Status Exchange(const std::string& a, const std::string& b) override {
     return base_.Exchange(a, b);
   }

@@ -12,10 +12,7 @@ namespace dcp::testfs {
 namespace {
 
 // Posix underneath, the default RemoveTree on top (each level through List and Remove).
-class ListingFileSystem final : public ForwardingFileSystem {
- public:
-  Status RemoveTree(const std::string& p) override { return FileSystem::RemoveTree(p); }
-};
+class ListingFileSystem final : public ForwardingFileSystem {};
 
 TEST(DefaultRemoveTree, TakesATreeButNotWhatItsLinksPointTo) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
@@ -31,7 +28,14 @@ TEST(DefaultRemoveTree, TakesATreeButNotWhatItsLinksPointTo) {
   ASSERT_TRUE(fs.RemoveTree((dir / "tree").string()).ok());
   EXPECT_FALSE(std::filesystem::exists(dir / "tree"));
   EXPECT_TRUE(std::filesystem::exists(dir / "outside/keep"));
+  // A link named with a trailing slash goes alone; a missing path is removed already; "/" is
+  // refused.
+  std::filesystem::create_directory_symlink(dir / "outside", dir / "link");
+  ASSERT_TRUE(fs.RemoveTree((dir / "link").string() + "/").ok());
+  EXPECT_FALSE(std::filesystem::is_symlink(dir / "link"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "outside/keep"));
   EXPECT_TRUE(fs.RemoveTree((dir / "missing").string()).ok());
+  EXPECT_EQ(fs.RemoveTree("/").code(), StatusCode::kInvalidArgument);
   std::filesystem::remove_all(dir);
 }
 

@@ -67,5 +67,34 @@ TEST(FetchBuffers, KeepsAtMostItsBoundDroppingTheOldestAndNoSmallBuffers) {
   EXPECT_EQ(pool.kept_bytes(), 0u);
 }
 
+TEST(FetchBuffers, TakesTheSmallestThatFitsAndEvictsAsManyAsItMust) {
+  FetchBuffers pool(24 * kMiB);
+  pool.FileOpened();
+  auto a = pool.Take(8 * kMiB), b = pool.Take(8 * kMiB), c = pool.Take(8 * kMiB);
+  std::byte* newest = c.data.get();
+  pool.Give(std::move(a));
+  pool.Give(std::move(b));
+  pool.Give(std::move(c));
+  pool.Give(pool.Take(25 * kMiB));  // over the bound: never kept
+  EXPECT_EQ(pool.kept_bytes(), 24 * kMiB);
+  pool.Give(pool.Take(16 * kMiB));  // room for it: the two oldest go
+  EXPECT_EQ(pool.kept_bytes(), 24 * kMiB);
+  // For 7 MiB the 16 MiB one is too large (over 8.75 MiB): the 8 MiB one, the newest, serves.
+  EXPECT_EQ(pool.Take(7 * kMiB).data.get(), newest);
+  EXPECT_EQ(pool.kept_bytes(), 16 * kMiB);
+  pool.FileClosed();
+}
+
+TEST(FetchBuffers, PrefersTheSmallerOfTwoThatFit) {
+  FetchBuffers pool(64 * kMiB);
+  pool.FileOpened();
+  auto big = pool.Take(20 * kMiB), small = pool.Take(17 * kMiB);
+  std::byte* want = small.data.get();
+  pool.Give(std::move(big));  // older: a first fit would take it
+  pool.Give(std::move(small));
+  EXPECT_EQ(pool.Take(17 * kMiB).data.get(), want);
+  pool.FileClosed();
+}
+
 }  // namespace
 }  // namespace dcp::storage::s3
