@@ -338,20 +338,8 @@ class Posix final : public FileSystem {
   Result<std::vector<std::string>> List(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());
     if (!d) return ErrnoStatus("list", dir, errno);
-    std::vector<std::string> names;
-    // readdir returns null at the end and on an error (EIO on a failing disk, a directory
-    // gone stale on NFS): only errno tells them apart, so it is cleared before each call. A
-    // listing cut short would make a scan miss files (a step that looks incomplete).
-    while (true) {
-      errno = 0;
-      struct dirent* e = ::readdir(d);
-      if (!e) break;
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(std::move(n));
-    }
-    const int err = errno;
+    auto names = ReadDirectoryNames(d, dir);
     ::closedir(d);
-    if (err != 0) return ErrnoStatus("list", dir, err);
     return names;
   }
   Result<uint64_t> FileSize(const std::string& path) override {

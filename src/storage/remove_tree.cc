@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <vector>
+#include <utility>
 
 #include "storage/file_system.h"
 
@@ -35,20 +35,10 @@ Status RemoveAt(int dir_fd, const std::string& name, const std::string& shown) {
     return ErrnoStatus("list", shown, err);
   }
   // Read whole before removing: entries removed during a listing may make it skip others.
-  std::vector<std::string> names;
-  Status st;
-  while (true) {
-    errno = 0;
-    const dirent* e = ::readdir(d);
-    if (!e) {
-      if (errno != 0) st = ErrnoStatus("list", shown, errno);
-      break;
-    }
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  for (size_t i = 0; st.ok() && i < names.size(); ++i) {
-    st = RemoveAt(::dirfd(d), names[i], JoinPath(shown, names[i]));
+  auto names = ReadDirectoryNames(d, shown);
+  Status st = names.status();
+  for (size_t i = 0; st.ok() && i < names->size(); ++i) {
+    st = RemoveAt(::dirfd(d), (*names)[i], JoinPath(shown, (*names)[i]));
   }
   ::closedir(d);
   if (!st.ok()) return st;
@@ -78,11 +68,29 @@ Status RemoveBelow(FileSystem& fs, const std::string& path, bool top) {
 
 }  // namespace
 
-Status RemoveTreeNoFollow(const std::string& path) {
-  const std::string name = LastComponent(path);
+Result<std::vector<std::string>> ReadDirectoryNames(DIR* d, const std::string& shown) {
+  std::vector<std::string> names;
+  while (true) {
+    errno = 0;  // readdir returns null at the end and on an error: only errno tells them apart
+    const dirent* e = ::readdir(d);
+    if (!e) break;
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(std::move(n));
+  }
+  if (errno != 0) return ErrnoStatus("list", shown, errno);
+  return names;
+}
+
+Status CheckRemovableTree(const std::string& path, const std::string& name) {
   if (name.empty() || name == "." || name == "..") {
     return InvalidArgument("refusing to remove the tree '" + path + "'");
   }
+  return OkStatus();
+}
+
+Status RemoveTreeNoFollow(const std::string& path) {
+  const std::string name = LastComponent(path);
+  DCP_RETURN_IF_ERROR(CheckRemovableTree(path, name));
   const std::string parent = ParentPath(path);
   // O_PATH: removing an entry needs write and search permission on its directory, not read.
   const int dir_fd =
@@ -96,10 +104,7 @@ Status RemoveTreeNoFollow(const std::string& path) {
 Status FileSystem::RemoveTree(const std::string& path) {
   std::string p = path;  // "dir/link/" would name what the link points to
   while (p.size() > 1 && p.back() == '/') p.pop_back();
-  const std::string name = LastComponent(p);
-  if (name.empty() || name == "." || name == "..") {  // "/", a bucket
-    return InvalidArgument("refusing to remove the tree '" + path + "'");
-  }
+  DCP_RETURN_IF_ERROR(CheckRemovableTree(path, LastComponent(p)));
   return RemoveBelow(*this, p, /*top=*/true);
 }
 

@@ -46,6 +46,8 @@ Result<S3Location> ParseS3Path(const std::string& path);
 // S3 takes at most 10,000 parts per upload, each 5 MiB to 5 GiB (the last may be smaller).
 inline constexpr int kMaxParts = 10000;
 inline constexpr uint64_t kMaxPartBytes = uint64_t{5} << 30;
+// CopyObject copies at most 5 GiB in one request.
+inline constexpr uint64_t kMaxCopyBytes = uint64_t{5} << 30;
 // The size of part `index` (0-based) of an upload whose first parts are `base` bytes: doubled
 // every 1,000 parts, up to 5 GiB, so that an upload of unknown size stays under kMaxParts up to
 // 1000 * base * 1023 bytes (16 TiB at the default 16 MiB) -- S3's own 5 TiB object limit first.

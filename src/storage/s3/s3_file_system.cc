@@ -169,7 +169,8 @@ Result<std::string> S3FileSystem::ReadWhole(const std::string& path) {
   auto first = client_.GetFirstBytes(
       loc.bucket, loc.key, std::min<uint64_t>(client_.config().part_bytes, kMaxReplyTextBytes));
   if (!first.ok() && first.status().code() == StatusCode::kDataLoss) {
-    return FileSystem::ReadWhole(path);  // an empty object has no first byte (416)
+    // An empty object (416), or a reply not kept whole or without its size: HEAD + ranged GETs.
+    return FileSystem::ReadWhole(path);
   }
   DCP_RETURN_IF_ERROR(first.status());
   auto& [text, total] = *first;
@@ -200,7 +201,7 @@ Status S3FileSystem::Rename(const std::string& from, const std::string& to) {
     }
     return size.status();
   }
-  if (*size > (uint64_t{5} << 30)) {
+  if (*size > kMaxCopyBytes) {
     return FailedPrecondition("rename " + from + ": objects over 5 GiB are not renamed");
   }
   DCP_RETURN_IF_ERROR(client_.CopyObject(a.bucket, a.key, b.key));
